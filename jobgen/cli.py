@@ -1,0 +1,5 @@
+"""Placeholder: replaced by the CLI."""
+
+
+def main() -> None:
+    raise SystemExit(0)
