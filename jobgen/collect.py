@@ -1,0 +1,529 @@
+"""Read a run directory into one typed row per job: manifest entry, parsed result, cause of failure.
+
+Reads only what the jobs and jobgen wrote (manifest.json, result.json, spec.json, metrics.csv); the logs
+are opened only for a job that has no usable result, to name the likely cause. Nothing here raises on a
+bad file: a missing, truncated or foreign result becomes a `problem` on that job's row.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from jobgen.states import State, parse
+
+RESULT_SCHEMA = 1
+# A log can be gigabytes; the cause of death is at its end.
+LOG_TAIL_BYTES = 256 * 1024
+NO_RESULT = "no result.json"
+
+
+# --- temporary shim: jobgen.record is being written; switch to it when it lands -----------------------
+def _load_manifest(run_dir: Path) -> dict[str, Any]:
+    try:
+        from jobgen.record import load_manifest  # type: ignore[attr-defined]
+    except ImportError:
+        return json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    return load_manifest(run_dir)
+
+
+# --- end of shim ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Result:
+    """The fields of result.json (schema 1) that the summary shows; None where absent or malformed."""
+
+    engine: str | None = None
+    strategy: str | None = None
+    precision: str | None = None  # effective precision
+    precision_requested: str | None = None
+    compile: bool | None = None
+    nodes: int | None = None
+    devices_per_node: int | None = None
+    train_s: float | None = None
+    total_s: float | None = None
+    samples_per_s: float | None = None
+    peak_gpu_mb: float | None = None
+    peak_host_mb: float | None = None
+    best_val_acc: float | None = None
+    test_acc: float | None = None
+    test_f1: float | None = None
+    requeue_count: int | None = None
+    epochs_done: int | None = None
+    finished_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Cause:
+    """Why a job did not finish, read from its logs, with what to do about it."""
+
+    kind: str  # a RULES kind ("gpu_oom", "time_limit", ...) or "exception"
+    message: str  # one line, e.g. the last exception line
+    hint: str
+    log: str = ""  # the log file it came from, relative to the run directory
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One job of one run, as the summary sees it."""
+
+    run_dir: Path
+    run_id: str
+    experiment: str
+    name: str
+    sweep: dict[str, Any]
+    state: State
+    job_id: str | None = None
+    submitted_at: datetime | None = None
+    started_at: datetime | None = None
+    train: dict[str, Any] = field(default_factory=dict)  # spec.json "train", when the result is absent
+    result: Result | None = None
+    problem: str | None = None  # why there is no usable result
+    cause: Cause | None = None
+    partial_val_acc: float | None = None  # best so far from metrics.csv, for unfinished jobs
+
+    @property
+    def queue_wait_s(self) -> float | None:
+        if self.submitted_at is None or self.started_at is None:
+            return None
+        wait = (self.started_at - self.submitted_at).total_seconds()
+        # Clock skew between the login node and the compute node can make this slightly negative.
+        return max(wait, 0.0)
+
+
+@dataclass(frozen=True)
+class Live:
+    """What live Slurm info says about a job (jobgen.track fills this)."""
+
+    state: State
+    started_at: datetime | None = None
+
+
+LiveStates = Mapping[tuple[str, str], State | Live]
+
+
+def collect(run_dirs: list[Path], live_states: LiveStates | None = None) -> list[JobRow]:
+    """Rows for every job of every run, in run order then manifest order."""
+    rows: list[JobRow] = []
+    for run_dir in run_dirs:
+        rows.extend(collect_run(run_dir, live_states))
+    return rows
+
+
+def collect_run(run_dir: Path, live_states: LiveStates | None = None) -> list[JobRow]:
+    """Rows for one run. live_states is keyed by (run_id, job name)."""
+    try:
+        manifest = _load_manifest(run_dir)
+        jobs = manifest["jobs"]
+        if not isinstance(jobs, list):
+            raise TypeError("'jobs' is not a list")
+    except Exception as exc:  # whatever is wrong with it, the other runs still get summarized
+        return [_broken_run_row(run_dir, exc)]
+    run_id = str(manifest.get("run_id") or run_dir.name)
+    experiment = str(manifest.get("experiment") or run_dir.parent.name)
+    live_states = live_states or {}
+    return [
+        read_job(run_dir, run_id, experiment, entry, live_states.get((run_id, str(entry.get("name")))))
+        for entry in jobs
+        if isinstance(entry, dict)
+    ]
+
+
+def _broken_run_row(run_dir: Path, exc: Exception) -> JobRow:
+    return JobRow(
+        run_dir=run_dir,
+        run_id=run_dir.name,
+        experiment=run_dir.parent.name,
+        name="(manifest)",
+        sweep={},
+        state=State.UNKNOWN,
+        problem=f"manifest.json unreadable ({_one_line(exc)}): is this a jobgen run directory?",
+    )
+
+
+def read_job(
+    run_dir: Path, run_id: str, experiment: str, entry: Mapping[str, Any], live: State | Live | None = None
+) -> JobRow:
+    """One manifest entry + its job directory -> a row."""
+    name = str(entry.get("name") or f"job-{entry.get('index', '?')}")
+    job_dir = run_dir / str(entry.get("dir") or f"jobs/{name}")
+    result, problem = read_result(job_dir / "result.json")
+    state = _state(entry, live, result, has_result_file=problem != NO_RESULT)
+    row = JobRow(
+        run_dir=run_dir,
+        run_id=run_id,
+        experiment=experiment,
+        name=name,
+        sweep=dict(entry.get("sweep") or {}),
+        state=state,
+        job_id=_str_or_none(entry.get("job_id")),
+        submitted_at=_time(entry.get("submitted_at")),
+        started_at=_started_at(live, result),
+        result=result,
+    )
+    if result is not None:
+        return row
+    cause = find_cause(job_dir, run_dir) if _may_have_died(state, live) else None
+    state = _state_from_cause(state, cause, live)
+    return dataclasses.replace(
+        row,
+        state=state,
+        train=_read_spec_train(job_dir / "spec.json"),
+        problem=_explain_missing(state, problem, entry.get("error"), cause),
+        cause=cause,
+        partial_val_acc=read_best_val_acc(job_dir / "metrics.csv"),
+    )
+
+
+def _state(
+    entry: Mapping[str, Any], live: State | Live | None, result: Result | None, has_result_file: bool
+) -> State:
+    if live is not None:
+        return live.state if isinstance(live, Live) else State(live)
+    recorded = parse(str(entry.get("state") or "UNKNOWN"))
+    # The manifest holds the last state jobgen saw. A valid result proves the job got to the end; so does
+    # an unusable one (an old format, a damaged copy) for a job last seen queued or running.
+    if result is not None or (has_result_file and not recorded.is_final):
+        return State.COMPLETED
+    return recorded
+
+
+def _may_have_died(state: State, live: State | Live | None) -> bool:
+    if state in (State.DRY_RUN, State.NOT_SUBMITTED):
+        return False
+    # Live info that says queued or running is current; without it, the logs are the freshest evidence.
+    return live is None or state.is_final
+
+
+def _state_from_cause(state: State, cause: Cause | None, live: State | Live | None) -> State:
+    """Without live Slurm info, a job the manifest last saw queued or running may have died since."""
+    if live is not None or cause is None or state.is_final:
+        return state
+    return CAUSE_STATES.get(cause.kind, State.FAILED)
+
+
+def _explain_missing(state: State, problem: str | None, error: Any, cause: Cause | None) -> str:
+    if state is State.NOT_SUBMITTED:
+        return f"not submitted: {error}" if error else "not submitted"
+    if state is State.DRY_RUN:
+        return "dry run: nothing was submitted"
+    if problem and problem != NO_RESULT:
+        return problem  # a result that exists but cannot be used says more than the logs
+    if cause is not None:
+        return cause.message
+    if state in (State.SUBMITTED, State.PENDING):
+        return "not started yet: no result"
+    if state in (State.RUNNING, State.REQUEUED, State.SUSPENDED):
+        return "still running: no result yet"
+    if state is State.COMPLETED:
+        return "completed without writing result.json: check the job's log"
+    return f"{NO_RESULT} and no cause found in the logs"
+
+
+def _started_at(live: State | Live | None, result: Result | None) -> datetime | None:
+    if isinstance(live, Live) and live.started_at is not None:
+        return live.started_at
+    if result is None or result.finished_at is None or result.total_s is None:
+        return None
+    return result.finished_at - timedelta(seconds=result.total_s)
+
+
+# --- result.json ----------------------------------------------------------------------------------------
+
+
+def read_result(path: Path) -> tuple[Result | None, str | None]:
+    """(Result, None) for a usable result.json, else (None, why not)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, NO_RESULT
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"result.json unreadable ({_one_line(exc)})"
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, f"result.json is corrupt or truncated ({exc.msg} at line {exc.lineno}): rerun the job"
+    if not isinstance(data, dict):
+        return None, "result.json is not a JSON object: rerun the job"
+    schema = data.get("schema")
+    if schema != RESULT_SCHEMA:
+        return None, _schema_problem(schema, data)
+    return parse_result(data), None
+
+
+def _schema_problem(schema: Any, data: Mapping[str, Any]) -> str:
+    writer = _get(data, "versions", "jobgen")
+    by = f", written by jobgen {writer}" if writer else ""
+    if isinstance(schema, int) and not isinstance(schema, bool) and schema > RESULT_SCHEMA:
+        return f"result from a newer format (schema {schema}{by}): upgrade jobgen to read it"
+    return (
+        f"result from an older format (schema {schema!r}{by}): rerun the job, "
+        "or summarize it with the jobgen version that wrote it"
+    )
+
+
+def parse_result(data: Mapping[str, Any]) -> Result:
+    """Pick the summary's fields out of a schema-1 result; wrong types become None."""
+    precision = data.get("precision")
+    requested = _str(_get(data, "precision", "requested"))
+    effective = _str(_get(data, "precision", "effective")) or requested
+    if isinstance(precision, str):  # tolerate a flat string
+        requested = effective = precision
+    return Result(
+        engine=_str(data.get("engine")),
+        strategy=_str(data.get("strategy")),
+        precision=effective,
+        precision_requested=requested,
+        compile=data.get("compile") if isinstance(data.get("compile"), bool) else None,
+        nodes=_int(data.get("nodes")),
+        devices_per_node=_int(data.get("devices_per_node")),
+        train_s=_num(_get(data, "times_s", "train")),
+        total_s=_num(_get(data, "times_s", "total")),
+        samples_per_s=_num(_get(data, "throughput", "samples_per_s")),
+        peak_gpu_mb=_num(_get(data, "peak_memory_mb", "gpu_max_allocated")),
+        peak_host_mb=_num(_get(data, "peak_memory_mb", "host_rss")),
+        best_val_acc=_num(data.get("best_val_acc")),
+        test_acc=_num(data.get("test_acc")),
+        test_f1=_num(data.get("test_f1")),
+        requeue_count=_int(data.get("requeue_count")),
+        epochs_done=_int(data.get("epochs_done")),
+        finished_at=_time(data.get("finished_at")),
+    )
+
+
+# --- spec.json and metrics.csv: what an unfinished job was asked to do and got so far ------------------
+
+
+def _read_spec_train(path: Path) -> dict[str, Any]:
+    try:
+        train = json.loads(path.read_text(encoding="utf-8")).get("train")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return train if isinstance(train, dict) else {}
+
+
+VAL_ACC_COLUMNS = ("val_acc", "val_accuracy", "val/acc", "validation_acc")
+
+
+def read_best_val_acc(path: Path) -> float | None:
+    """Best validation accuracy logged so far, or None (no file, no such column, unreadable)."""
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            column = next((c for c in VAL_ACC_COLUMNS if c in (reader.fieldnames or [])), None)
+            if column is None:
+                return None
+            values = [_num(_float_or_none(r.get(column))) for r in reader]
+    except (OSError, csv.Error, UnicodeDecodeError):
+        return None
+    found = [v for v in values if v is not None]
+    return max(found) if found else None
+
+
+# --- logs: the likely cause of death --------------------------------------------------------------------
+
+# srun --label prefixes each line with "<rank>: ", torchrun with "[rank<n>]: ".
+_RANK_PREFIX = re.compile(r"^\s*(\d+:|\[rank\d+\]:)\s?")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failure)(:.*)?$")
+
+
+@dataclass(frozen=True)
+class _Rule:
+    kind: str
+    pattern: re.Pattern[str]
+    hint: str
+
+
+# Order matters. Errors that name their cause (OOM, collective timeout, port clash) come first: they also
+# raise a Python exception, and a hung job they leave behind may later be cancelled or hit the time limit.
+# Slurm's own kill reasons come before a bare exception, because the SIGTERM they send makes every rank
+# print a traceback that is only an echo of the kill.
+RULES: tuple[_Rule, ...] = (
+    _Rule(
+        "gpu_oom",
+        re.compile(r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED"),
+        "GPU out of memory: lower batch_size (raise grad_accum to keep the effective batch), use bf16, "
+        "or shard with FSDP/DeepSpeed (offload)",
+    ),
+    _Rule(
+        "host_oom",
+        re.compile(r"oom[-_]kill|task \d+: Out Of Memory", re.IGNORECASE),
+        "killed for host memory: raise slurm.mem, lower num_workers, or use DeepSpeed without CPU offload",
+    ),
+    _Rule(
+        "nccl_timeout",
+        # Not a bare "timeout": NCCL_DEBUG=INFO prints the configured timeout at start-up.
+        re.compile(
+            r"collective operation timeout|(NCCL|gloo|c10d|ProcessGroup|DistStore|distributed).*timed out"
+            r"|timed out waiting \d+ ?ms for",
+            re.IGNORECASE,
+        ),
+        "a collective timed out: one rank died or hung; read every rank's log (NCCL_DEBUG=INFO) "
+        "and check that all ranks run the same steps",
+    ),
+    _Rule(
+        "address_in_use",
+        re.compile(r"address already in use|EADDRINUSE", re.IGNORECASE),
+        "MASTER_PORT clash with another job on the node: derive the port from SLURM_JOB_ID and resubmit",
+    ),
+    _Rule(
+        "time_limit",
+        re.compile(r"DUE TO TIME LIMIT"),
+        "hit the time limit: raise slurm time, or enable requeue so it resumes from its checkpoint",
+    ),
+    _Rule(
+        "node_fail",
+        re.compile(r"DUE TO NODE FAIL|NODE_FAIL|Node failure", re.IGNORECASE),
+        "a node failed: resubmit, excluding the node (--exclude) if it fails again",
+    ),
+    _Rule(
+        "preempted",
+        re.compile(r"DUE TO PREEMPTION"),
+        "preempted by a higher-priority job: enable requeue so it resumes from its checkpoint",
+    ),
+    _Rule(
+        "cancelled",
+        re.compile(r"\*\*\* JOB \S+ ON \S+ CANCELLED AT"),
+        "cancelled (scancel or an admin): resubmit if that was not intended",
+    ),
+)
+CAUSE_STATES: dict[str, State] = {
+    # A CUDA OOM is an exception, so Slurm says FAILED; OUT_OF_MEMORY is its cgroup's kill.
+    "host_oom": State.OUT_OF_MEMORY,
+    "time_limit": State.TIMEOUT,
+    "node_fail": State.NODE_FAIL,
+    "preempted": State.PREEMPTED,
+    "cancelled": State.CANCELLED,
+}
+EXCEPTION_HINT = "Python exception: fix it, the full traceback is in {log}"
+
+
+def log_files(job_dir: Path) -> list[Path]:
+    """The job's logs: Slurm's slurm-*.out / *.err and the local backend's local.out, oldest first."""
+    try:
+        found = [p for p in job_dir.iterdir() if _is_log(p.name) and p.is_file()]
+    except OSError:
+        return []
+    return sorted(found, key=lambda p: (_mtime(p), p.name))
+
+
+def _is_log(name: str) -> bool:
+    slurm_out = name.startswith("slurm-") and name.endswith(".out")
+    return slurm_out or name.endswith(".err") or name == "local.out"
+
+
+def find_cause(job_dir: Path, run_dir: Path | None = None) -> Cause | None:
+    """The likely cause of failure from the job's logs, or None when the logs say nothing."""
+    logs = [(p, _tail_lines(p)) for p in log_files(job_dir)]
+    base = run_dir or job_dir
+    for rule in RULES:
+        for path, lines in logs:
+            line = next((ln for ln in reversed(lines) if rule.pattern.search(ln)), None)
+            if line is not None:
+                return Cause(rule.kind, _clip(line), rule.hint, _rel(path, base))
+    for path, lines in reversed(logs):
+        line = last_exception_line(lines)
+        if line is not None:
+            log = _rel(path, base)
+            return Cause("exception", _clip(line), EXCEPTION_HINT.format(log=log), log)
+    return None
+
+
+def last_exception_line(lines: list[str]) -> str | None:
+    """The last 'SomeError: message' line that follows a traceback."""
+    if not any("Traceback (most recent call last)" in ln for ln in lines):
+        return None
+    # torchrun's ChildFailedError only says that a rank failed; the rank's own exception says why.
+    found = [ln for ln in reversed(lines) if _EXCEPTION_LINE.match(ln)]
+    return next((ln for ln in found if "ChildFailedError" not in ln), found[0] if found else None)
+
+
+def _tail_lines(path: Path) -> list[str]:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - LOG_TAIL_BYTES))
+            data = f.read()
+    except OSError:
+        return []
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return [_RANK_PREFIX.sub("", ln).strip() for ln in lines if ln.strip()]
+
+
+# --- small tolerant converters --------------------------------------------------------------------------
+
+
+def _get(data: Mapping[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(data, Mapping):
+            return None
+        data = data.get(key)  # type: ignore[assignment]
+    return data
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if value == value else None  # NaN is "unknown"
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None or value == "" else str(value)
+
+
+def _float_or_none(text: str | None) -> float | None:
+    try:
+        return float(text) if text not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def _time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    # Naive times are taken as UTC, so they subtract from the aware ones jobgen writes.
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _rel(path: Path, base: Path) -> str:
+    try:
+        return str(path.relative_to(base))
+    except ValueError:
+        return str(path)
+
+
+def _clip(line: str, width: int = 200) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

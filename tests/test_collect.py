@@ -1,0 +1,230 @@
+"""jobgen.collect: one row per job, whatever state its files are in."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from jobgen.collect import Live, collect, collect_run, find_cause, read_best_val_acc, read_result
+from jobgen.states import State
+
+
+def _load_synth():
+    path = Path(__file__).parent / "data" / "summary" / "synth.py"
+    spec = importlib.util.spec_from_file_location("summary_synth", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while building the class
+    spec.loader.exec_module(module)
+    return module
+
+
+synth = _load_synth()
+FakeJob, write_run, log = synth.FakeJob, synth.write_run, synth.log
+
+TRUNCATED = '{"schema": 1, "job": "x", "times_s": {"train": 12'
+OLD = {"schema": 0, "job": "x", "train_time": 12.0, "acc": 0.9, "versions": {"jobgen": "0.0.3"}}
+
+# (id, job, expected state, text the row's problem must contain, expected cause kind or None)
+FAULTS = [
+    (
+        "missing-result",
+        FakeJob("j", state="COMPLETED", result=None),
+        State.COMPLETED,
+        "without writing",
+        None,
+    ),
+    ("truncated-json", FakeJob("j", result=TRUNCATED), State.COMPLETED, "corrupt or truncated", None),
+    ("older-format", FakeJob("j", result=OLD), State.COMPLETED, "result from an older format", None),
+    ("newer-format", FakeJob("j", result={**OLD, "schema": 9}), State.COMPLETED, "newer format", None),
+    ("not-a-dict", FakeJob("j", result="[1, 2]"), State.COMPLETED, "not a JSON object", None),
+    ("pending", FakeJob("j", state="PENDING", result=None), State.PENDING, "not started", None),
+    (
+        "not-submitted",
+        FakeJob("j", state="NOT_SUBMITTED", submitted_s=None, result=None, error="sbatch: invalid account"),
+        State.NOT_SUBMITTED,
+        "not submitted: sbatch: invalid account",
+        None,
+    ),
+    (
+        "cancelled",
+        FakeJob("j", result=None, logs={"slurm-4000.out": log("cancelled.out")}),
+        State.CANCELLED,
+        "CANCELLED AT",
+        "cancelled",
+    ),
+    (
+        "timeout",
+        FakeJob("j", result=None, logs={"slurm-4000.out": log("time_limit.out")}),
+        State.TIMEOUT,
+        "DUE TO TIME LIMIT",
+        "time_limit",
+    ),
+    (
+        "exception",
+        FakeJob("j", result=None, logs={"slurm-4000.out": log("exception.out")}),
+        State.FAILED,
+        "KeyError: 'sentence'",
+        "exception",
+    ),
+    (
+        "cuda-oom",
+        FakeJob("j", result=None, logs={"slurm-4000.out": log("oom.out")}),
+        State.FAILED,
+        "CUDA out of memory",
+        "gpu_oom",
+    ),
+    (
+        "oom-kill",
+        FakeJob("j", result=None, logs={"slurm-4000.out": log("oom_kill.out")}),
+        State.OUT_OF_MEMORY,
+        "Out Of Memory",
+        "host_oom",
+    ),
+    (
+        "address-in-use",
+        FakeJob("j", result=None, logs={"slurm-4000.out": "", "slurm-4000.err": log("address_in_use.err")}),
+        State.FAILED,
+        "Address already in use",
+        "address_in_use",
+    ),
+    (
+        "nccl-timeout",
+        FakeJob("j", result=None, logs={"slurm-4000.out": log("nccl_timeout.out")}),
+        State.FAILED,
+        "collective operation timeout",
+        "nccl_timeout",
+    ),
+    (
+        "node-failure",
+        FakeJob("j", result=None, logs={"slurm-4000.out": log("node_fail.out")}),
+        State.NODE_FAIL,
+        "NODE FAILURE",
+        "node_fail",
+    ),
+    (
+        "local-backend-exception",
+        FakeJob("j", result=None, logs={"local.out": log("exception.out")}),
+        State.FAILED,
+        "KeyError",
+        "exception",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("job", "state", "problem", "kind"), [f[1:] for f in FAULTS], ids=[f[0] for f in FAULTS]
+)
+def test_fault_table(tmp_path: Path, job, state: State, problem: str, kind: str | None) -> None:
+    [row] = collect_run(write_run(tmp_path, "exp", [job]))
+    assert row.result is None
+    assert row.state is state
+    assert problem in row.problem
+    assert (row.cause.kind if row.cause else None) == kind
+    if row.cause:
+        assert row.cause.hint
+        assert row.cause.log.startswith("jobs/j/")
+
+
+def test_finished_job_reads_every_field(tmp_path: Path) -> None:
+    job = FakeJob("a", sweep={"train.strategy": "ddp"}, train_s=42.5, test_acc=0.91, requeue_count=2)
+    run = write_run(tmp_path, "exp", [job])
+    [row] = collect_run(run)
+    r = row.result
+    assert row.state is State.COMPLETED and row.problem is None and row.cause is None
+    assert (r.engine, r.strategy, r.precision, r.compile) == (job.engine, job.strategy, job.precision, False)
+    assert (r.nodes, r.devices_per_node, r.train_s, r.total_s) == (1, 2, 42.5, job.total_s)
+    assert (r.test_acc, r.best_val_acc, r.test_f1, r.requeue_count) == (
+        0.91,
+        job.best_val_acc,
+        job.test_f1,
+        2,
+    )
+    assert row.sweep == {"train.strategy": "ddp"}
+    # Queue wait from submit to start, the start being finished_at - times_s.total.
+    assert row.queue_wait_s == pytest.approx(job.queue_s)
+
+
+def test_a_valid_result_overrides_a_stale_failure_state(tmp_path: Path) -> None:
+    [row] = collect_run(write_run(tmp_path, "exp", [FakeJob("a", state="SUBMITTED")]))
+    assert row.state is State.COMPLETED
+
+
+def test_live_state_wins_and_gives_the_start_time(tmp_path: Path) -> None:
+    job = FakeJob("a", result=None, logs={"slurm-1.out": "epoch 1\n"})
+    run = write_run(tmp_path, "exp", [job], run_id="r1")
+    start = synth.T0 + timedelta(seconds=90)
+    [row] = collect_run(run, {("r1", "a"): Live(State.RUNNING, started_at=start)})
+    assert row.state is State.RUNNING
+    assert row.cause is None and "still running" in row.problem
+    assert row.queue_wait_s == pytest.approx(90)
+
+
+def test_live_final_state_keeps_the_log_cause(tmp_path: Path) -> None:
+    job = FakeJob("a", result=None, logs={"slurm-1.out": log("oom.out")})
+    run = write_run(tmp_path, "exp", [job], run_id="r1")
+    [row] = collect_run(run, {("r1", "a"): State.FAILED})
+    assert row.state is State.FAILED and row.cause.kind == "gpu_oom"
+    assert row.queue_wait_s is None  # no result, no live start: unknown, not guessed
+
+
+def test_unknown_result_fields_are_tolerated(tmp_path: Path) -> None:
+    job = FakeJob("a")
+    data = synth.result_json(job, "exp")
+    data.update(test_acc="high", times_s=None, peak_memory_mb=[], finished_at="yesterday", extra={"x": 1})
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(data))
+    result, problem = read_result(path)
+    assert problem is None
+    assert result.test_acc is None and result.train_s is None and result.peak_gpu_mb is None
+    assert result.best_val_acc == job.best_val_acc
+
+
+def test_broken_manifest_is_one_reported_row(tmp_path: Path) -> None:
+    good = write_run(tmp_path, "exp", [FakeJob("a")], run_id="good")
+    bad = tmp_path / "exp" / "bad"
+    bad.mkdir()
+    (bad / "manifest.json").write_text("{not json")
+    rows = collect([bad, good, tmp_path / "nowhere"])
+    assert [r.name for r in rows] == ["(manifest)", "a", "(manifest)"]
+    assert "manifest.json unreadable" in rows[0].problem and rows[0].state is State.UNKNOWN
+
+
+def test_spec_fills_the_configuration_of_a_job_without_result(tmp_path: Path) -> None:
+    job = FakeJob("a", engine="fabric", strategy="fsdp", result=None, logs={"slurm-1.out": log("oom.out")})
+    [row] = collect_run(write_run(tmp_path, "exp", [job]))
+    assert row.train["engine"] == "fabric" and row.train["strategy"] == "fsdp"
+
+
+def test_rank_labelled_exception_after_torchrun_wrapper(tmp_path: Path) -> None:
+    (tmp_path / "slurm-1.out").write_text(
+        "[rank1]: Traceback (most recent call last):\n"
+        "[rank1]:   File 'x.py', line 1\n"
+        "[rank1]: ValueError: labels must be 0 or 1\n"
+        "Traceback (most recent call last):\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: train.py FAILED\n"
+    )
+    cause = find_cause(tmp_path)
+    assert cause.kind == "exception" and cause.message == "ValueError: labels must be 0 or 1"
+
+
+def test_a_startup_timeout_setting_is_not_a_timeout(tmp_path: Path) -> None:
+    (tmp_path / "slurm-1.out").write_text("NCCL INFO ProcessGroupNCCL initialized, TIMEOUT(ms): 600000\n")
+    assert find_cause(tmp_path) is None
+
+
+def test_only_the_log_tail_is_read(tmp_path: Path) -> None:
+    # A cause far before the tail is history (e.g. an earlier attempt); the tail decides.
+    (tmp_path / "slurm-1.out").write_text("CUDA out of memory\n" + "x" * 400_000 + "\nall good\n")
+    assert find_cause(tmp_path) is None
+
+
+def test_metrics_csv_best_val_acc(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.csv"
+    path.write_text("step,epoch,val_acc\n10,0,\n20,0,0.7\n30,1,0.8\n40,1,junk\n")
+    assert read_best_val_acc(path) == pytest.approx(0.8)
+    assert read_best_val_acc(tmp_path / "none.csv") is None
