@@ -1,5 +1,160 @@
-"""Placeholder: replaced by the CLI."""
+"""The `jobgen` command: a thin door. Each command parses, calls one library function, prints.
+
+Nothing heavy is imported here (a login node must answer `jobgen --help` at once): commands
+import what they need inside their own bodies.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from jobgen import __version__
+from jobgen.errors import JobgenError
 
 
-def main() -> None:
-    raise SystemExit(0)
+class _Group(click.Group):
+    """Turns unexpected exceptions into one-line errors; --debug shows the traceback."""
+
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.Abort, click.UsageError):
+            raise
+        except click.ClickException:
+            if _debug(ctx):
+                traceback.print_exc()
+            raise
+        except KeyboardInterrupt:
+            raise click.Abort() from None
+        except Exception as exc:
+            if _debug(ctx):
+                raise
+            raise JobgenError(f"{type(exc).__name__}: {exc} (rerun with --debug for the traceback)") from None
+
+
+def _debug(ctx: click.Context) -> bool:
+    root = ctx.find_root()
+    return bool(root.params.get("debug")) or os.environ.get("JOBGEN_DEBUG") == "1"
+
+
+def _root(ctx: click.Context) -> Path | None:
+    value = ctx.find_root().params.get("output_root")
+    return Path(value) if value else None
+
+
+def _lookup_root(ctx: click.Context) -> Path:
+    return _root(ctx) or Path("runs")
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="jobgen")
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.option(
+    "--output-root",
+    envvar="JOBGEN_OUTPUT_ROOT",
+    type=click.Path(file_okay=False),
+    help="Where runs live (default: the experiment's output_root, else ./runs). Env: JOBGEN_OUTPUT_ROOT.",
+)
+def main(debug: bool, output_root: str | None) -> None:
+    """Run Hugging Face fine-tuning experiments on Slurm.
+
+    \b
+    jobgen validate experiments/imdb_fsdp.toml      check a file (and its sweep)
+    jobgen submit experiments/imdb_fsdp.toml --dry-run --show
+    jobgen submit experiments/imdb_fsdp.toml        submit, record the run, return
+    jobgen status imdb_fsdp                         states of the latest run
+    jobgen summary imdb_fsdp                        time and accuracy per job
+    """
+
+
+@main.command()
+@click.argument("experiment", required=False, type=click.Path(dir_okay=False))
+@click.option("--dry-run", is_flag=True, help="Write the run directory and show the commands; submit nothing.")
+@click.option("--show", is_flag=True, help="With --dry-run: print every script too.")
+@click.option("--backend", type=click.Choice(["sbatch", "submitit", "local"]), help="Override launch.backend.")
+@click.option("--resume", "resume_run", type=click.Path(file_okay=False, exists=True),
+              help="Submit the jobs of RUN that are not queued yet (after a failure midway).")
+@click.pass_context
+def submit(ctx: click.Context, experiment: str | None, dry_run: bool, show: bool, backend: str | None,
+           resume_run: str | None) -> None:
+    """Validate EXPERIMENT, write a run directory, and submit (or run) its jobs."""
+    from jobgen import submit as sub
+
+    if resume_run:
+        if experiment:
+            raise click.UsageError("give either EXPERIMENT or --resume RUN, not both")
+        _submit_and_report(Path(resume_run).resolve())
+        return
+    if not experiment:
+        raise click.UsageError("missing EXPERIMENT (a .toml file), or --resume RUN")
+    if show and not dry_run:
+        raise click.UsageError("--show goes with --dry-run")
+    prepared = sub.prepare(experiment, _root(ctx), backend=backend, dry_run=dry_run)
+    if dry_run:
+        click.echo("\n".join(sub.show(prepared.run_dir, prepared.manifest, show)))
+        click.echo(f"dry run: {len(prepared.jobs)} job(s) written, nothing submitted")
+        return
+    click.echo(f"run: {prepared.run_dir}")
+    _submit_and_report(prepared.run_dir)
+
+
+def _submit_and_report(run_dir: Path) -> None:
+    from jobgen import submit as sub
+
+    def report(job: dict) -> None:
+        if job.get("job_id"):
+            click.echo(f"  {job['name']}: submitted as job {job['job_id']}")
+        else:
+            click.echo(f"  {job['name']}: {job['state']}")
+
+    manifest = sub.submit_pending(run_dir, on_submit=report)
+    if manifest["backend"] == "local":
+        _print_local_summary(run_dir)
+        failed = [j["name"] for j in manifest["jobs"] if j["state"] != "COMPLETED"]
+        if failed:
+            raise JobgenError(f"{len(failed)} job(s) did not complete: {', '.join(failed)}; see jobgen logs {run_dir}")
+    else:
+        click.echo(f"{len(manifest['jobs'])} job(s) queued; follow with: jobgen status {run_dir}")
+
+
+def _print_local_summary(run_dir: Path) -> None:
+    from jobgen.summary import summarize
+
+    click.echo(summarize([run_dir], baseline=None, fmt="table", plot=None))
+
+
+@main.command()
+@click.argument("experiments", nargs=-1, required=True, type=click.Path(dir_okay=False))
+def validate(experiments: tuple[str, ...]) -> None:
+    """Check experiment files: keys, values, sweep points, job shapes and templates."""
+    from jobgen.validate import validate_file
+
+    for path in experiments:
+        count = validate_file(path)
+        click.echo(f"ok: {path} ({count} job{'s' if count != 1 else ''})")
+
+
+@main.command()
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown"]), default="table", show_default=True)
+def schema(fmt: str) -> None:
+    """Print every experiment key with its type, default and meaning."""
+    from jobgen.schema import schema_rows
+
+    rows = schema_rows()
+    if fmt == "markdown":
+        click.echo("| key | type | default | meaning |\n|---|---|---|---|")
+        for key, tp, default, doc in rows:
+            click.echo(f"| `{key}` | `{tp}` | `{default}` | {doc} |")
+        return
+    width = max(len(r[0]) for r in rows)
+    for key, tp, default, doc in rows:
+        click.echo(f"{key:<{width}}  {tp}  = {default}\n{'':<{width}}  {doc}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

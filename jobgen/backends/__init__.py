@@ -1,0 +1,43 @@
+"""Backends start jobs. They share one small interface; the run directory is written before them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from jobgen.errors import BackendError
+from jobgen.states import State
+
+
+class Backend(Protocol):
+    name: str
+
+    def submit_command(self, script: Path) -> list[str]:
+        """The exact command that submits (or runs) one job's script."""
+
+    def submit(self, run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
+        """Start one manifest job; returns the fields to record (job_id, state, ...)."""
+
+    def states(self, job_ids: list[str]) -> dict[str, State]:
+        """Current state of each job id it knows about."""
+
+    def cancel(self, job_ids: list[str]) -> None:
+        """Cancel the jobs."""
+
+
+def get_backend(name: str) -> Backend:
+    if name == "sbatch":
+        from jobgen.backends.sbatch import SbatchBackend
+
+        return SbatchBackend()
+    if name == "local":
+        from jobgen.backends.local import LocalBackend
+
+        return LocalBackend()
+    if name == "submitit":
+        try:
+            from jobgen.backends.submitit_backend import SubmititBackend
+        except ImportError as exc:
+            raise BackendError(f"the submitit backend needs submitit: pip install 'jobgen[submitit]' ({exc})") from None
+        return SubmititBackend()
+    raise BackendError(f"unknown backend {name!r}; use sbatch, submitit or local")

@@ -1,0 +1,60 @@
+"""Submit rendered scripts with `sbatch --parsable`, an argument list, never a shell."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from jobgen.errors import BackendError, SubmitError
+from jobgen.record import now_iso
+from jobgen.states import State
+
+_JOB_ID = re.compile(r"^(\d+)(?:;\S+)?$")
+SUBMIT_TIMEOUT_S = 60
+
+
+class SbatchBackend:
+    name = "sbatch"
+
+    def submit_command(self, script: Path) -> list[str]:
+        return ["sbatch", "--parsable", str(script)]
+
+    def submit(self, run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
+        command = job["submit_command"]
+        output = run_tool(command, timeout=SUBMIT_TIMEOUT_S, what=f"submitting {job['name']}")
+        return {"job_id": parse_job_id(output), "state": State.SUBMITTED.value, "submitted_at": now_iso()}
+
+    def states(self, job_ids: list[str]) -> dict[str, State]:
+        from jobgen.track import slurm_states
+
+        return slurm_states(job_ids)
+
+    def cancel(self, job_ids: list[str]) -> None:
+        if job_ids:
+            run_tool(["scancel", *job_ids], timeout=SUBMIT_TIMEOUT_S, what="cancelling")
+
+
+def parse_job_id(output: str) -> str:
+    """sbatch --parsable prints "<id>" or "<id>;<cluster>"; anything else is an error we show whole."""
+    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
+    match = _JOB_ID.match(lines[-1]) if lines else None
+    if not match:
+        raise SubmitError(f"sbatch printed no job id: {output.strip()!r}")
+    return match.group(1)
+
+
+def run_tool(command: list[str], *, timeout: float, what: str) -> str:
+    """Run a Slurm client; errors carry the tool's own words on one line."""
+    if shutil.which(command[0]) is None:
+        raise BackendError(f"{command[0]} not found on PATH; run this on a Slurm login node (or use launch.backend = 'local')")
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise SubmitError(f"{what}: {command[0]} did not answer in {timeout:.0f} s; is slurmctld up?") from None
+    if done.returncode != 0:
+        words = " ".join((done.stderr or done.stdout).split()) or f"exit code {done.returncode}"
+        raise SubmitError(f"{what}: {command[0]} failed: {words}")
+    return done.stdout

@@ -1,0 +1,383 @@
+"""Load an experiment file into the typed tree of jobgen.schema, validating every key once.
+
+Errors name the file, the dotted key (and its line where it can be found) and what is valid:
+    experiments/x.toml:12: train.strategy: 'fdsp' is not one of auto, ddp, fsdp, ... (did you mean 'fsdp'?)
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import functools
+import re
+import sys
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jobgen import schema
+from jobgen.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+# Every form sbatch's --time takes: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (and UNLIMITED/INFINITE).
+_TIME_RE = re.compile(r"^(\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}|UNLIMITED|INFINITE)$", re.IGNORECASE)
+_MEM_RE = re.compile(r"^\d+[KMGT]?$", re.IGNORECASE)
+_WORD_RE = re.compile(r"^[A-Za-z0-9_.,:+-]*$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_CONSTRAINT_RE = re.compile(r"^[A-Za-z0-9_.,:&|*\[\]()-]*$")
+_FLAG_RE = re.compile(r"^[a-z][a-z0-9-]*$")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "CONT", "URG")
+SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+
+# #SBATCH flags that jobgen writes itself: set them through their typed keys instead.
+MANAGED_FLAGS = {
+    "nodes": "slurm.nodes", "N": "slurm.nodes", "ntasks-per-node": "slurm.ntasks_per_node",
+    "gpus-per-node": "slurm.gpus_per_node", "cpus-per-task": "slurm.cpus_per_task", "mem": "slurm.mem",
+    "time": "slurm.time", "partition": "slurm.partition", "account": "slurm.account", "qos": "slurm.qos",
+    "constraint": "slurm.constraint", "exclusive": "slurm.exclusive", "requeue": "slurm.requeue",
+    "signal": "slurm.signal", "output": "(the run directory)", "error": "(the run directory)",
+    "job-name": "experiment.name", "array": "launch.array", "wrap": "(nothing: jobgen writes the script)",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A validated experiment file: its sections plus where it came from."""
+
+    path: Path
+    text: str
+    raw: dict[str, Any]
+    experiment: schema.ExperimentSection
+    slurm: schema.SlurmSection
+    env: schema.EnvSection
+    train: schema.TrainSection
+    data: schema.DataSection
+    launch: schema.LaunchSection
+    sweep: schema.SweepSection
+    display: str = ""
+
+    @property
+    def label(self) -> str:
+        """The file as the user named it, for messages."""
+        return self.display or str(self.path)
+
+    @property
+    def name(self) -> str:
+        return self.experiment.name or self.path.stem
+
+    @property
+    def base_dir(self) -> Path:
+        """Relative paths in the file (template, data files) are relative to the file itself."""
+        return self.path.parent
+
+
+def load(path: str | Path) -> Experiment:
+    """Read, parse and validate an experiment file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such experiment file; pass the path of a .toml file (see experiments/)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc}); save it as UTF-8 text") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: TOML syntax error: {exc}; fix the line it names") from None
+    return build(raw, path=path.resolve(), text=text, display=str(path))
+
+
+def build(raw: dict[str, Any], *, path: Path, text: str = "", display: str | None = None, where: str = "") -> Experiment:
+    """Validate a parsed tree. `where` prefixes errors (e.g. the sweep point being checked)."""
+    ctx = _Context(display or str(path), text, where)
+    unknown = set(raw) - set(schema.SECTIONS)
+    for key in sorted(unknown):
+        ctx.fail(key, f"unknown section; valid sections: {', '.join(schema.SECTIONS)}{_suggest(key, schema.SECTIONS)}")
+    sections = {}
+    for name, cls in schema.SECTIONS.items():
+        value = raw.get(name, {})
+        if not isinstance(value, dict):
+            ctx.fail(name, f"must be a table ([{name}]), got {_tname(value)}")
+        sections[name] = _build_section(name, cls, value, ctx)
+    exp = Experiment(path=path, text=text, raw=raw, display=ctx.display, **sections)
+    _check_paths(exp, ctx)
+    return exp
+
+
+def with_overrides(exp: Experiment, overrides: dict[str, Any], where: str) -> Experiment:
+    """The experiment with dotted-key overrides applied (one sweep point), validated again."""
+    raw = copy.deepcopy(exp.raw)
+    raw.pop("sweep", None)
+    for dotted, value in overrides.items():
+        section, key = dotted.split(".", 1)
+        raw.setdefault(section, {})[key] = value
+    return build(raw, path=exp.path, text=exp.text, display=exp.label, where=where)
+
+
+class _Context:
+    def __init__(self, display: str, text: str, where: str):
+        self.display, self.text, self.where = display, text, where
+
+    def fail(self, dotted: str, problem: str) -> typing.NoReturn:
+        line = locate(self.text, dotted) if not self.where else None
+        loc = f"{self.display}:{line}" if line else self.display
+        prefix = f"{self.where}: " if self.where else ""
+        raise ConfigError(f"{loc}: {prefix}{dotted}: {problem}")
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _build_section(name: str, cls: type, values: dict[str, Any], ctx: _Context) -> Any:
+    fields = schema.field_map(cls)
+    hints = _hints(cls)
+    for key in values:
+        if key not in fields:
+            valid = ", ".join(fields)
+            ctx.fail(f"{name}.{key}", f"unknown key{_suggest(key, fields)}; valid keys in [{name}]: {valid}")
+    kwargs = {}
+    for key, value in values.items():
+        dotted = f"{name}.{key}"
+        value = _coerce(value, hints[key], dotted, ctx)
+        _check_value(value, fields[key].metadata, dotted, ctx)
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, tp: Any, dotted: str, ctx: _Context) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        for option in typing.get_args(tp):
+            try:
+                return _coerce(value, option, dotted, _Silent())
+            except _Mismatch:
+                continue
+        ctx.fail(dotted, f"expected {schema.type_name(tp)}, got {_tname(value)} {value!r}")
+    if origin is list:
+        if not isinstance(value, list):
+            ctx.fail(dotted, f"expected a list, got {_tname(value)} {value!r}")
+        (item,) = typing.get_args(tp)
+        return [_coerce(v, item, f"{dotted}[{i}]", ctx) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            ctx.fail(dotted, f"expected a table, got {_tname(value)} {value!r}")
+        _, item = typing.get_args(tp)
+        return {k: _coerce(v, item, f"{dotted}.{k}", ctx) for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, float) and isinstance(value, bool) or not isinstance(value, tp):
+        ctx.fail(dotted, f"expected {schema.type_name(tp)}, got {_tname(value)} {value!r}")
+    return value
+
+
+class _Mismatch(Exception):
+    pass
+
+
+class _Silent(_Context):
+    def __init__(self) -> None:
+        super().__init__("", "", "")
+
+    def fail(self, dotted: str, problem: str) -> typing.NoReturn:
+        raise _Mismatch(problem)
+
+
+def _check_value(value: Any, meta: Any, dotted: str, ctx: _Context) -> None:
+    choices = meta["choices"]
+    if choices and value not in choices:
+        ctx.fail(dotted, f"{value!r} is not one of {', '.join(choices)}{_suggest(str(value), choices)}")
+    minimum = meta["min"]
+    if minimum is not None and value < minimum:
+        what = "positive" if minimum == 1 else f"at least {minimum}" if minimum else "zero or more"
+        ctx.fail(dotted, f"must be {what}, got {value!r}")
+    kind = meta["kind"]
+    if kind:
+        problem = _KIND_CHECKS[kind](value)
+        if problem:
+            ctx.fail(dotted, problem)
+
+
+def _check_time(v: str) -> str | None:
+    if not _TIME_RE.match(v):
+        return f"{v!r} is not a Slurm time; use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+    return None
+
+
+def _check_mem(v: str) -> str | None:
+    if v and not _MEM_RE.match(v):
+        return f"{v!r} is not a Slurm memory size; use a number with an optional K, M, G or T suffix, e.g. 64G"
+    return None
+
+
+def _check_word(v: str) -> str | None:
+    if not _WORD_RE.match(v):
+        return f"{v!r} has characters Slurm names do not use; use letters, digits and _ . , : + -"
+    return None
+
+
+def _check_words(v: list[str]) -> str | None:
+    bad = [w for w in v if not w or any(c.isspace() for c in w) or "'" in w or '"' in w]
+    return f"{bad[0]!r} is not a module name; give one name per list item" if bad else None
+
+
+def _check_name(v: str) -> str | None:
+    if v and not _NAME_RE.match(v):
+        return f"{v!r}: use letters, digits, '_', '.' and '-', starting with a letter or digit"
+    return None
+
+
+def _check_constraint(v: str) -> str | None:
+    return None if _CONSTRAINT_RE.match(v) else f"{v!r} is not a Slurm constraint expression"
+
+
+def _check_signal(v: str) -> str | None:
+    name = v.upper().removeprefix("SIG")
+    if name not in _SIGNALS:
+        return f"{v!r} is not a signal Slurm sends; use one of {', '.join(_SIGNALS)}"
+    return None
+
+
+def _check_extra(v: dict[str, Any]) -> str | None:
+    for flag, value in v.items():
+        if flag in MANAGED_FLAGS:
+            return f"{flag!r} is set by jobgen; use {MANAGED_FLAGS[flag]} instead"
+        if not _FLAG_RE.match(flag):
+            return f"{flag!r} is not an sbatch long option name (write mail-type, not --mail-type)"
+        if isinstance(value, str) and any(c in value for c in "\n\r"):
+            return f"{flag}: value must be one line"
+    return None
+
+
+def _check_encoding(v: str) -> str | None:
+    import codecs
+
+    try:
+        codecs.lookup(v)
+    except LookupError:
+        return f"{v!r} is not a text encoding Python knows (e.g. utf-8, latin-1)"
+    return None
+
+
+def _check_partition(v: list[float]) -> str | None:
+    if v and (len(v) != 3 or any(x <= 0 for x in v)):
+        return "give three positive sizes [train, val, test] (counts, or fractions that sum to at most 1)"
+    if v and all(x < 1 for x in v) and sum(v) > 1.0 + 1e-9:
+        return f"fractions sum to {sum(v):.3f}; they must sum to at most 1"
+    return None
+
+
+def _check_grid(v: dict[str, list[Any]]) -> str | None:
+    for key, values in v.items():
+        problem = _check_sweep_key(key)
+        if problem:
+            return problem
+        if not values:
+            return f"{key!r} has no values; give at least one or remove it"
+    return None
+
+
+def _check_points(v: list[dict[str, Any]]) -> str | None:
+    for i, point in enumerate(v):
+        for key, value in point.items():
+            if key == "name":
+                if not isinstance(value, str) or not _NAME_RE.match(value):
+                    return f"[{i}].name {value!r}: use letters, digits, '_', '.' and '-'"
+                continue
+            problem = _check_sweep_key(key)
+            if problem:
+                return f"[{i}]: {problem}"
+    return None
+
+
+def _check_sweep_key(key: str) -> str | None:
+    section, _, name = key.partition(".")
+    if section not in schema.SWEEPABLE or not name:
+        return f"{key!r} is not a sweepable key; use section.key with section in {', '.join(schema.SWEEPABLE)}"
+    fields = schema.field_map(schema.SECTIONS[section])
+    if name not in fields:
+        return f"{key!r} is not a key{_suggest(name, fields, prefix=section + '.')}"
+    return None
+
+
+def _check_files(v: dict[str, str]) -> str | None:
+    roles = ("train", "validation", "test")
+    for role in v:
+        if role not in roles:
+            return f"{role!r} is not a split; use {', '.join(roles)}{_suggest(role, roles)}"
+    return None
+
+
+_KIND_CHECKS = {
+    "time": _check_time, "mem": _check_mem, "word": _check_word, "words": _check_words,
+    "name": _check_name, "constraint": _check_constraint, "signal": _check_signal,
+    "extra": _check_extra, "encoding": _check_encoding, "partition": _check_partition,
+    "grid": _check_grid, "points": _check_points, "files": _check_files,
+}  # fmt: skip
+
+
+def _check_paths(exp: Experiment, ctx: _Context) -> None:
+    if exp.launch.template and not (exp.base_dir / exp.launch.template).is_file():
+        ctx.fail("launch.template", f"{exp.launch.template!r} not found next to the experiment file ({exp.base_dir})")
+    for role, rel in exp.data.files.items():
+        if not (exp.base_dir / rel).exists():
+            ctx.fail(f"data.files.{role}", f"{rel!r} not found (paths are relative to {exp.base_dir})")
+    if not exp.data.dataset and not exp.data.files:
+        ctx.fail("data.dataset", "no data: set data.dataset (e.g. 'imdb') or data.files")
+    for name in exp.env.vars:
+        if not _ENV_NAME_RE.match(name):
+            ctx.fail(f"env.vars.{name}", "not a valid environment variable name")
+        if SECRET_RE.search(name):
+            ctx.fail(
+                f"env.vars.{name}",
+                "looks like a secret; export it in your shell instead (jobs inherit it) so it never lands in files",
+            )
+    for key, value in exp.env.vars.items():
+        if "\n" in value:
+            ctx.fail(f"env.vars.{key}", "value must be one line")
+
+
+def locate(text: str, dotted: str) -> int | None:
+    """Best-effort line number of a dotted key (or table header) in TOML text."""
+    parts = dotted.split(".")
+    table: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        header = re.match(r"^\[\[?\s*([^\]]+?)\s*\]\]?", stripped)
+        if header:
+            table = [p.strip().strip('"') for p in header.group(1).split(".")]
+            if table == parts:
+                return number
+            continue
+        key = re.match(r'^("[^"]+"|[A-Za-z0-9_.-]+)\s*=', stripped)
+        if key:
+            name = key.group(1).strip('"')
+            if table + name.split(".") == parts or table + [name] == parts:
+                return number
+    return None
+
+
+def _suggest(word: str, options: Any, prefix: str = "") -> str:
+    match = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return f" (did you mean '{prefix}{match[0]}'?)" if match else ""
+
+
+def _tname(value: Any) -> str:
+    return {bool: "boolean", int: "integer", float: "float", str: "string", list: "list", dict: "table"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def as_dict(section: Any) -> dict[str, Any]:
+    return dataclasses.asdict(section)

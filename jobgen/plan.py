@@ -1,0 +1,177 @@
+"""Expand an experiment's sweep into jobs, resolve derived values and check each job's shape.
+
+Every sweep point is validated as a whole experiment and its distributed shape is checked here,
+before anything is written or queued: a wrong shape would otherwise show up hours later as a hang
+at "Initializing distributed" or as a run that silently uses fewer GPUs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from jobgen.config import Experiment, with_overrides
+from jobgen.errors import PlanError
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9.-]+")
+MAX_NAME = 100
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job: its experiment with the sweep point applied and derived values resolved."""
+
+    index: int
+    name: str
+    sweep: dict[str, Any]
+    exp: Experiment
+
+    @property
+    def nodes(self) -> int:
+        return self.exp.slurm.nodes
+
+    @property
+    def devices(self) -> int:
+        return self.exp.train.devices
+
+    @property
+    def ntasks_per_node(self) -> int:
+        return self.exp.slurm.ntasks_per_node
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.devices
+
+
+def plan(exp: Experiment) -> list[Job]:
+    """All jobs of an experiment, in sweep order. Raises PlanError naming the failing point."""
+    points = sweep_points(exp)
+    jobs = []
+    for index, (label, overrides) in enumerate(points):
+        where = f"sweep point {index} ({label})" if overrides else ""
+        point_exp = with_overrides(exp, overrides, where) if overrides else exp
+        point_exp = resolve(point_exp, where)
+        check_shape(point_exp, where)
+        jobs.append(Job(index=index, name=label, sweep=overrides, exp=point_exp))
+    return _unique_names(jobs, exp.name)
+
+
+def sweep_points(exp: Experiment) -> list[tuple[str, dict[str, Any]]]:
+    """(label, overrides) for every job: explicit points x grid combinations."""
+    grid = exp.sweep.grid
+    points = exp.sweep.points or [{}]
+    count = len(points) * math.prod(len(v) for v in grid.values())
+    if count > exp.sweep.max_jobs:
+        raise PlanError(
+            f"{exp.label}: sweep: {count} jobs exceeds sweep.max_jobs = {exp.sweep.max_jobs}; "
+            "shrink the sweep or raise sweep.max_jobs on purpose"
+        )
+    keys = list(grid)
+    out = []
+    for point in points:
+        fixed = {k: v for k, v in point.items() if k != "name"}
+        for combo in itertools.product(*(grid[k] for k in keys)):
+            values = dict(zip(keys, combo))
+            overrides = {**fixed, **values}
+            out.append((_label(point.get("name"), values, exp.name if not overrides else ""), overrides))
+    return out
+
+
+def _label(point_name: str | None, values: dict[str, Any], default: str) -> str:
+    parts = [point_name] if point_name else []
+    parts += [f"{key.rsplit('.', 1)[-1]}-{_token(value)}" for key, value in values.items()]
+    return "_".join(parts) or default
+
+
+def _token(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = _UNSAFE.sub("-", str(value)).strip("-.")
+    return text or "x"
+
+
+def _unique_names(jobs: list[Job], experiment: str) -> list[Job]:
+    seen: dict[str, int] = {}
+    out = []
+    for job in jobs:
+        name = job.name or experiment
+        if len(name) > MAX_NAME:
+            digest = hashlib.sha1(name.encode()).hexdigest()[:8]
+            name = f"{name[: MAX_NAME - 9]}-{digest}"
+        if name in seen:
+            name = f"{name}-{job.index}"
+        seen[name] = job.index
+        out.append(dataclasses.replace(job, name=name))
+    return out
+
+
+def resolve(exp: Experiment, where: str = "") -> Experiment:
+    """Fill derived values: devices from GPUs per node, num_nodes from nodes, tasks from devices."""
+    slurm, train = exp.slurm, exp.train
+    devices = train.devices or slurm.gpus_per_node or 1
+    num_nodes = train.num_nodes or slurm.nodes
+    _check_pairs(exp, devices, num_nodes, where)
+    ntasks = slurm.ntasks_per_node or devices
+    return dataclasses.replace(
+        exp,
+        train=dataclasses.replace(train, devices=devices, num_nodes=num_nodes),
+        slurm=dataclasses.replace(slurm, ntasks_per_node=ntasks),
+    )
+
+
+def _check_pairs(exp: Experiment, devices: int, num_nodes: int, where: str) -> None:
+    slurm, train = exp.slurm, exp.train
+    if num_nodes != slurm.nodes:
+        raise _shape(
+            exp, where, f"train.num_nodes = {num_nodes} but slurm.nodes = {slurm.nodes}: the ranks would wait for nodes "
+            "that never start; make them equal (or leave train.num_nodes = 0)"
+        )
+    if slurm.gpus_per_node and devices != slurm.gpus_per_node:
+        raise _shape(
+            exp, where, f"train.devices = {devices} but slurm.gpus_per_node = {slurm.gpus_per_node}: the job would use "
+            "fewer GPUs than it holds (or wait for ones it lacks); make them equal (or leave train.devices = 0)"
+        )
+
+
+def check_shape(exp: Experiment, where: str = "") -> None:
+    """Refuse job shapes that cannot work, with the fix in the message."""
+    slurm, train, launch = exp.slurm, exp.train, exp.launch
+    world = slurm.nodes * train.devices
+    problems = []
+    if train.engine != "torch" and slurm.ntasks_per_node != train.devices:
+        problems.append(
+            f"slurm.ntasks_per_node = {slurm.ntasks_per_node} but train.devices = {train.devices}: srun-launched "
+            f"{train.engine} needs one task per device; set slurm.ntasks_per_node = {train.devices} (or 0)"
+        )
+    if train.engine == "torch" and world > 1:
+        problems.append(
+            f"train.engine = 'torch' is the single-device loop but the job has {world} devices; "
+            "use engine 'lightning' or 'fabric' for several devices, or one node with one device"
+        )
+    if train.engine == "torch" and train.strategy != "auto":
+        problems.append(f"train.strategy = {train.strategy!r} needs engine 'lightning' or 'fabric'; the plain loop uses 'auto'")
+    if world == 1 and (train.strategy == "fsdp" or train.strategy in ("deepspeed_stage_2", "deepspeed_stage_3")):
+        problems.append(
+            f"train.strategy = {train.strategy!r} shards across devices but the job has one; use 'auto', "
+            "more devices, or a *_offload DeepSpeed stage"
+        )
+    if train.accelerator == "gpu" and not slurm.gpus_per_node and launch.backend != "local":
+        problems.append("train.accelerator = 'gpu' but slurm.gpus_per_node = 0: ask for GPUs or use accelerator 'auto'")
+    if slurm.gpu_type and not slurm.gpus_per_node:
+        problems.append(f"slurm.gpu_type = {slurm.gpu_type!r} needs slurm.gpus_per_node > 0")
+    if launch.backend == "local" and slurm.nodes > 1:
+        problems.append(f"launch.backend = 'local' runs on this machine but slurm.nodes = {slurm.nodes}; use 1 node or sbatch")
+    if launch.array_parallelism and not launch.array:
+        problems.append("launch.array_parallelism needs launch.array = true")
+    if problems:
+        raise _shape(exp, where, problems[0])
+
+
+def _shape(exp: Experiment, where: str, problem: str) -> PlanError:
+    prefix = f"{where}: " if where else ""
+    return PlanError(f"{exp.label}: {prefix}{problem}")

@@ -1,0 +1,177 @@
+"""Job -> script text. Pure: no files written, no subprocess; the same inputs give the same bytes.
+
+One Jinja environment: StrictUndefined (a missing value is an error, not an empty string),
+no autoescape (this is shell, not HTML), and filters that quote: every user value passes through
+`shquote` (shell) or `sbatch_value` (#SBATCH lines, which sbatch parses with its own rules).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from jobgen import __version__
+from jobgen.errors import TemplateError
+from jobgen.plan import Job
+
+DEFAULT_TEMPLATES = {"sbatch": "srun.sbatch.j2", "submitit": "srun.sbatch.j2", "local": "local.sh.j2"}
+SCRIPT_NAMES = {"sbatch": "job.sbatch", "submitit": "job.sbatch", "local": "job.sh"}
+_SBATCH_PLAIN = re.compile(r"^[A-Za-z0-9_./:@%,=+-]+$")
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What a script says about the run it belongs to."""
+
+    run_id: str
+    run_dir: Path
+    git_sha: str | None = None
+    git_dirty: bool = False
+    version: str = __version__
+    default_python: str = "python"
+
+    @property
+    def code_dir(self) -> Path:
+        return self.run_dir / "code"
+
+    def job_dir(self, job: Job) -> Path:
+        return self.run_dir / "jobs" / job.name
+
+
+def template_dir() -> Path:
+    """The shipped templates: a package in an installed wheel, ./templates in a checkout."""
+    spec = importlib.util.find_spec("jobgen.templates")
+    if spec and spec.submodule_search_locations:
+        return Path(list(spec.submodule_search_locations)[0])
+    return Path(__file__).resolve().parent.parent / "templates"
+
+
+@functools.cache
+def environment(user_dir: Path | None = None) -> jinja2.Environment:
+    """The one Jinja environment; a user's template directory is searched before the shipped one."""
+    dirs = ([str(user_dir)] if user_dir else []) + [str(template_dir())]
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(dirs),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["shquote"] = shquote
+    env.filters["sbatch_value"] = sbatch_value
+    env.filters["oneline"] = oneline
+    return env
+
+
+def shquote(value: Any) -> str:
+    return shlex.quote(str(value))
+
+
+def sbatch_value(value: Any) -> str:
+    """'=value' for an #SBATCH line ('' for a bare flag); sbatch reads double quotes and backslashes."""
+    if value is None:
+        return ""
+    text = str(value)
+    if _SBATCH_PLAIN.match(text):
+        return f"={text}"
+    return '="' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def oneline(value: Any) -> str:
+    """For comments: a value must not end the comment line."""
+    return str(value).replace("\n", "\\n").replace("\r", "\\r")
+
+
+def template_name(job: Job) -> tuple[str, Path | None]:
+    """(template name, user directory or None)."""
+    custom = job.exp.launch.template
+    if custom:
+        path = (job.exp.base_dir / custom).resolve()
+        return path.name, path.parent
+    return DEFAULT_TEMPLATES[job.exp.launch.backend], None
+
+
+def render_job(job: Job, run: RunInfo, template: str | None = None) -> str:
+    """The script for one job. `template` overrides the experiment's choice (golden tests)."""
+    name, user_dir = (template, None) if template else template_name(job)
+    try:
+        tpl = environment(user_dir).get_template(name)
+        return tpl.render(**job_context(job, run))
+    except jinja2.TemplateNotFound as exc:
+        raise TemplateError(f"template {exc.name!r} not found (looked in {user_dir or template_dir()})") from None
+    except jinja2.UndefinedError as exc:
+        raise TemplateError(f"template {name}: {exc.message}; use only the variables jobgen passes") from None
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateError(f"template {exc.filename or name}:{exc.lineno}: {exc.message}") from None
+
+
+def job_context(job: Job, run: RunInfo) -> dict[str, Any]:
+    exp, job_dir = job.exp, run.job_dir(job)
+    python = exp.env.python or run.default_python
+    return {
+        "version": run.version,
+        "experiment_file": str(exp.path),
+        "experiment": exp.name,
+        "job_name": job.name,
+        "job_index": job.index,
+        "run_id": run.run_id,
+        "run_dir": str(run.run_dir),
+        "job_dir": str(job_dir),
+        "code_dir": str(run.code_dir),
+        "spec_path": str(job_dir / "spec.json"),
+        "git_sha": run.git_sha,
+        "git_dirty": run.git_dirty,
+        "sbatch": sbatch_options(job, job_dir),
+        "modules": exp.env.modules,
+        "conda": exp.env.conda,
+        "venv": exp.env.venv,
+        "python": python,
+        "env_vars": sorted(exp.env.vars.items()),
+        "setup": exp.env.setup,
+        "hf_offline": exp.env.hf_offline,
+        "nodes": job.nodes,
+        "ntasks_per_node": job.ntasks_per_node,
+        "devices": job.devices,
+        "requeue": exp.slurm.requeue,
+    }
+
+
+def sbatch_options(job: Job, job_dir: Path) -> list[tuple[str, str | None]]:
+    """Every #SBATCH flag of a job, in a stable order. None marks a bare flag."""
+    s = job.exp.slurm
+    log = str(job_dir).replace("%", "%%")
+    opts: list[tuple[str, str | None]] = [
+        ("job-name", f"{job.exp.name}.{job.name}"),
+        ("nodes", str(s.nodes)),
+        ("ntasks-per-node", str(s.ntasks_per_node)),
+        ("cpus-per-task", str(s.cpus_per_task)),
+    ]
+    if s.gpus_per_node:
+        opts.append(("gpus-per-node", f"{s.gpu_type}:{s.gpus_per_node}" if s.gpu_type else str(s.gpus_per_node)))
+    if s.mem:
+        opts.append(("mem", s.mem.upper()))
+    opts.append(("time", s.time))
+    for flag in ("partition", "account", "qos", "constraint"):
+        if getattr(s, flag):
+            opts.append((flag, getattr(s, flag)))
+    if s.exclusive:
+        opts.append(("exclusive", None))
+    opts += [("output", f"{log}/slurm-%j.out"), ("error", f"{log}/slurm-%j.err")]
+    if s.requeue:
+        # Appending keeps the log of the run before the requeue.
+        signal = s.signal.upper().removeprefix("SIG")
+        opts += [("requeue", None), ("signal", f"{signal}@{s.signal_seconds}"), ("open-mode", "append")]
+    for flag, value in sorted(s.extra.items()):
+        if value is True:
+            opts.append((flag, None))
+        elif value is not False:
+            opts.append((flag, str(value)))
+    return opts

@@ -1,0 +1,55 @@
+"""Job -> spec.json: everything the training entrypoint needs, resolved to absolute paths.
+
+Only the experiment's own values go in: never the submitting environment (tokens stay there).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from jobgen.plan import Job
+from jobgen.render import RunInfo
+
+SPEC_SCHEMA = 1
+
+
+def build_spec(job: Job, run: RunInfo, cache_dir: Path) -> dict[str, Any]:
+    exp = job.exp
+    data = dataclasses.asdict(exp.data)
+    data["files"] = {role: str((exp.base_dir / rel).resolve()) for role, rel in exp.data.files.items()}
+    model = exp.train.model
+    if _is_local_path(model, exp.base_dir):
+        model = str((exp.base_dir / Path(model).expanduser()).resolve())
+    train = dataclasses.asdict(exp.train) | {"model": model}
+    return {
+        "schema": SPEC_SCHEMA,
+        "experiment": exp.name,
+        "job": job.name,
+        "sweep": job.sweep,
+        "run_dir": str(run.run_dir),
+        "job_dir": str(run.job_dir(job)),
+        "cache_dir": str(cache_dir),
+        "train": train,
+        "data": data,
+        "requeue": {
+            "enabled": exp.slurm.requeue,
+            "signal": exp.slurm.signal.upper().removeprefix("SIG"),
+            "signal_seconds": exp.slurm.signal_seconds,
+        },
+    }
+
+
+def _is_local_path(model: str, base: Path) -> bool:
+    """A model given as ./x, ../x or /x is a path; 'org/name' stays a hub name unless it exists here."""
+    if model.startswith(("/", "./", "../", "~")):
+        return True
+    return "/" in model and (base / model).is_dir()
+
+
+def cache_dir_for(job: Job, output_root: Path) -> Path:
+    custom = job.exp.launch.cache_dir
+    if custom:
+        return (job.exp.base_dir / custom).expanduser().resolve()
+    return (output_root / ".cache").resolve()

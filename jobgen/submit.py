@@ -1,0 +1,153 @@
+"""The submit path: load -> plan -> render -> write the run -> (dry-run stops here) -> submit.
+
+Everything that can fail on the user's input fails before the run directory is written; after
+that, every submitted job is recorded in the manifest at once, so a failure midway leaves a
+manifest that says exactly which jobs are queued, and `jobgen submit --resume RUN` does the rest.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jobgen import config, record
+from jobgen.backends import Backend, get_backend
+from jobgen.errors import JobgenError, SubmitError
+from jobgen.plan import Job, plan
+from jobgen.render import SCRIPT_NAMES, RunInfo, render_job
+from jobgen.spec import build_spec, cache_dir_for
+from jobgen.states import State
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A run written to disk, ready to submit."""
+
+    run_dir: Path
+    manifest: dict[str, Any]
+    jobs: list[Job]
+
+
+def load_experiment(path: str | Path, backend: str | None = None) -> config.Experiment:
+    exp = config.load(path)
+    if backend and backend != exp.launch.backend:
+        raw = {**exp.raw, "launch": {**exp.raw.get("launch", {}), "backend": backend}}
+        exp = config.build(raw, path=exp.path, text=exp.text, display=exp.label)
+    return exp
+
+
+def prepare(path: str | Path, output_root: Path | None = None, *, backend: str | None = None,
+            dry_run: bool = False) -> Prepared:
+    """Validate, plan and render every job, then write the whole run directory at once."""
+    exp = load_experiment(path, backend)
+    jobs = plan(exp)
+    root = _output_root(exp, output_root)
+    run_id = record.new_run_id()
+    code_dir = training_package_dir()
+    sha, dirty, patch = record.git_info(code_dir)
+    # Locally the jobs run with this very interpreter; on a cluster, with the nodes' `python`.
+    python = sys.executable if exp.launch.backend == "local" else "python"
+    run = RunInfo(run_id=run_id, run_dir=root / exp.name / run_id, git_sha=sha, git_dirty=dirty, default_python=python)
+    backend_impl = get_backend(exp.launch.backend)
+    files: dict[str, str | bytes] = {"experiment.toml": exp.text, "code.patch": patch}
+    entries = []
+    for job in jobs:
+        rel = f"jobs/{job.name}"
+        script_rel = f"{rel}/{SCRIPT_NAMES[exp.launch.backend]}"
+        files[script_rel] = render_job(job, run)
+        files[f"{rel}/spec.json"] = record.dumps(build_spec(job, run, cache_dir_for(job, root)))
+        entries.append(_entry(job, rel, script_rel, backend_impl.submit_command(run.run_dir / script_rel), dry_run))
+    manifest = record.manifest_doc(run_id, exp.name, exp.path, exp.launch.backend, dry_run, sha, dirty, entries,
+                                   exp.experiment.description)  # fmt: skip
+    files[record.MANIFEST] = record.dumps(manifest)
+    record.check_no_secrets({k: v for k, v in files.items() if isinstance(v, str)})
+    record.write_run(run.run_dir, files, {"code/training": code_dir})
+    return Prepared(run_dir=run.run_dir, manifest=manifest, jobs=jobs)
+
+
+def _entry(job: Job, rel: str, script_rel: str, command: list[str], dry_run: bool) -> dict[str, Any]:
+    return {
+        "name": job.name,
+        "index": job.index,
+        "sweep": job.sweep,
+        "dir": rel,
+        "spec": f"{rel}/spec.json",
+        "script": script_rel,
+        "submit_command": command,
+        "job_id": None,
+        "array_index": None,
+        "submitted_at": None,
+        "state": (State.DRY_RUN if dry_run else State.NOT_SUBMITTED).value,
+        "error": None,
+    }
+
+
+def _output_root(exp: config.Experiment, override: Path | None) -> Path:
+    root = Path(override) if override else Path(exp.experiment.output_root).expanduser()
+    root = root.resolve()
+    if any(c in str(root) for c in "\n\r"):
+        raise JobgenError(f"output root {str(root)!r} contains a line break; choose another folder")
+    return root
+
+
+def training_package_dir() -> Path:
+    """Where the training package lives (found without importing it: it pulls in torch)."""
+    spec = importlib.util.find_spec("training")
+    if spec is None or not spec.submodule_search_locations:
+        raise JobgenError("the 'training' package is not installed next to jobgen; reinstall jobgen")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def submit_pending(run_dir: Path, on_submit: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Submit every job of a run that has no job id yet; record each one as soon as it is queued.
+
+    Safe to call again (`--resume`): jobs already submitted are skipped, so none is duplicated.
+    """
+    manifest = record.load_manifest(run_dir)
+    if manifest.get("dry_run"):
+        raise JobgenError(f"{run_dir} is a dry run; submit the experiment file again without --dry-run")
+    backend = get_backend(manifest["backend"])
+    for job in manifest["jobs"]:
+        if job.get("job_id") or job["state"] not in (State.NOT_SUBMITTED.value,):
+            continue
+        try:
+            fields = backend.submit(run_dir, job)
+        except SubmitError as exc:
+            record.update_jobs(run_dir, {job["name"]: {"error": exc.message}})
+            done = sum(1 for j in record.load_manifest(run_dir)["jobs"] if j.get("job_id") or j["state"] != "NOT_SUBMITTED")
+            raise SubmitError(
+                f"{exc.message} ({done} of {len(manifest['jobs'])} jobs submitted; after fixing it run: "
+                f"jobgen submit --resume {run_dir})"
+            ) from None
+        job.update(fields)
+        record.update_jobs(run_dir, {job["name"]: {**fields, "error": None}})
+        if on_submit:
+            on_submit(job)
+    return record.load_manifest(run_dir)
+
+
+def show(run_dir: Path, manifest: dict[str, Any], with_scripts: bool) -> list[str]:
+    """Lines that show what a run holds: per job the script and the exact submit command."""
+    import shlex
+
+    lines = [f"run: {run_dir}"]
+    for job in manifest["jobs"]:
+        lines.append(f"  {job['name']}: {run_dir / job['script']}")
+        lines.append(f"    $ {shlex.join(job['submit_command'])}")
+        if with_scripts:
+            lines.append((run_dir / job["script"]).read_text(encoding="utf-8"))
+    return lines
+
+
+def resumable(run_dir: Path) -> Backend:
+    manifest = record.load_manifest(run_dir)
+    return get_backend(manifest["backend"])
+
+
+def spec_of(run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
+    return json.loads((run_dir / job["spec"]).read_text(encoding="utf-8"))

@@ -1,0 +1,19 @@
+"""`jobgen validate`: everything submit checks, without writing anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jobgen.plan import plan
+from jobgen.render import RunInfo, render_job
+from jobgen.submit import load_experiment
+
+
+def validate_file(path: str | Path) -> int:
+    """Load, plan and render every job of an experiment in memory; returns the number of jobs."""
+    exp = load_experiment(path)
+    jobs = plan(exp)
+    run = RunInfo(run_id="validate", run_dir=Path("/nonexistent/validate"))
+    for job in jobs:
+        render_job(job, run)
+    return len(jobs)
