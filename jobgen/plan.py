@@ -76,7 +76,7 @@ def sweep_points(exp: Experiment) -> list[tuple[str, dict[str, Any]]]:
     for point in points:
         fixed = {k: v for k, v in point.items() if k != "name"}
         for combo in itertools.product(*(grid[k] for k in keys)):
-            values = dict(zip(keys, combo))
+            values = dict(zip(keys, combo, strict=True))
             overrides = {**fixed, **values}
             out.append((_label(point.get("name"), values, exp.name if not overrides else ""), overrides))
     return out
@@ -125,7 +125,7 @@ def resolve(exp: Experiment, where: str = "") -> Experiment:
 
 
 def _check_pairs(exp: Experiment, devices: int, num_nodes: int, where: str) -> None:
-    slurm, train = exp.slurm, exp.train
+    slurm = exp.slurm
     if num_nodes != slurm.nodes:
         raise _shape(
             exp, where, f"train.num_nodes = {num_nodes} but slurm.nodes = {slurm.nodes}: the ranks would wait for nodes "
