@@ -67,12 +67,22 @@ def environment(user_dir: Path | None = None) -> jinja2.Environment:
     )
     env.filters["shquote"] = shquote
     env.filters["sbatch_value"] = sbatch_value
+    env.filters["shpath"] = shpath
     env.filters["oneline"] = oneline
     return env
 
 
 def shquote(value: Any) -> str:
     return shlex.quote(str(value))
+
+
+def shpath(value: Any) -> str:
+    """Quote a path for the shell, keeping a leading ~/ as the node's $HOME (quotes stop ~ expanding)."""
+    text = str(value)
+    if text == "~" or text.startswith("~/"):
+        rest = text[2:]
+        return '"${HOME}"' + ("/" + shlex.quote(rest) if rest else "")
+    return shlex.quote(text)
 
 
 def sbatch_value(value: Any) -> str:
@@ -149,7 +159,7 @@ def sbatch_options(job: Job, job_dir: Path) -> list[tuple[str, str | None]]:
     s = job.exp.slurm
     log = str(job_dir).replace("%", "%%")
     opts: list[tuple[str, str | None]] = [
-        ("job-name", f"{job.exp.name}.{job.name}"),
+        ("job-name", job.exp.name if job.name == job.exp.name else f"{job.exp.name}.{job.name}"),
         ("nodes", str(s.nodes)),
         ("ntasks-per-node", str(s.ntasks_per_node)),
         ("cpus-per-task", str(s.cpus_per_task)),

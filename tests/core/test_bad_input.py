@@ -1,0 +1,166 @@
+"""Bad input: one line naming the key and the fix, the right exit code, no traceback, nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jobgen.cli import main
+
+BASE = """
+[experiment]
+name = "bad"
+
+[slurm]
+nodes = 1
+gpus_per_node = 1
+time = "01:00:00"
+
+[train]
+engine = "lightning"
+model = "distilbert-base-uncased"
+
+[data]
+dataset = "imdb"
+"""
+
+
+def with_lines(**sections: str) -> str:
+    """BASE plus extra lines appended to sections (TOML allows a table once, so we splice)."""
+    text = BASE
+    for section, lines in sections.items():
+        header = f"[{section}]\n"
+        text = text.replace(header, header + lines + "\n") if header in text else text + f"\n{header}{lines}\n"
+    return text
+
+
+# (id, experiment text, expected exit code, words the message must contain)
+CASES = [
+    ("toml-syntax", BASE + "\n[train\n", 1, ["TOML syntax error", "line"]),
+    ("toml-duplicate-key", with_lines(train="epochs = 1\nepochs = 2"), 1, ["TOML syntax error"]),
+    ("unknown-section", BASE + "\n[trian]\nepochs = 1\n", 1, ["trian", "did you mean 'train'"]),
+    ("unknown-key", with_lines(train="epoch = 3"), 1, ["train.epoch", "did you mean 'epochs'"]),
+    ("unknown-slurm-key", with_lines(slurm="gpus = 4"), 1, ["slurm.gpus", "unknown key"]),
+    ("section-not-table", "train = 3\n", 1, ["train", "must be a table"]),
+    ("epochs-string", with_lines(train='epochs = "3"'), 1, ["train.epochs", "expected int"]),
+    ("epochs-zero", with_lines(train="epochs = 0"), 1, ["train.epochs", "positive"]),
+    ("batch-negative", with_lines(train="batch_size = -1"), 1, ["train.batch_size", "positive"]),
+    ("nodes-zero", BASE.replace("nodes = 1", "nodes = 0"), 1, ["slurm.nodes", "positive"]),
+    ("gpus-negative", BASE.replace("gpus_per_node = 1", "gpus_per_node = -2"), 1, ["slurm.gpus_per_node", "zero or more"]),
+    ("cpus-zero", with_lines(slurm="cpus_per_task = 0"), 1, ["slurm.cpus_per_task", "positive"]),
+    ("lr-string", with_lines(train='lr = "fast"'), 1, ["train.lr", "expected float"]),
+    ("compile-string", with_lines(train='compile = "yes"'), 1, ["train.compile", "expected bool"]),
+    ("time-words", BASE.replace('"01:00:00"', '"2 hours"'), 1, ["slurm.time", "HH:MM:SS"]),
+    ("time-too-many-parts", BASE.replace('"01:00:00"', '"1:2:3:4"'), 1, ["slurm.time", "not a Slurm time"]),
+    ("time-int", BASE.replace('"01:00:00"', "60"), 1, ["slurm.time", "expected str"]),
+    ("mem-suffix", with_lines(slurm='mem = "64GB"'), 1, ["slurm.mem", "64G"]),
+    ("mem-words", with_lines(slurm='mem = "lots"'), 1, ["slurm.mem", "memory size"]),
+    ("strategy-typo", with_lines(train='strategy = "fdsp"'), 1, ["train.strategy", "did you mean 'fsdp'"]),
+    ("precision-unknown", with_lines(train='precision = "fp8"'), 1, ["train.precision", "32-true"]),
+    ("engine-unknown", BASE.replace('engine = "lightning"', 'engine = "keras"'), 1, ["train.engine", "torch, lightning, fabric"]),
+    ("backend-unknown", with_lines(launch='backend = "slurm"'), 1, ["launch.backend", "sbatch"]),
+    ("accelerator-unknown", with_lines(train='accelerator = "tpu"'), 1, ["train.accelerator", "auto, gpu, cpu"]),
+    ("tasks-not-devices", BASE.replace("gpus_per_node = 1", "gpus_per_node = 4\nntasks_per_node = 1"), 1,
+     ["ntasks_per_node = 1", "one task per device"]),
+    ("torch-on-4-gpus", BASE.replace("gpus_per_node = 1", "gpus_per_node = 4").replace('"lightning"', '"torch"'), 1,
+     ["engine = 'torch'", "4 devices"]),
+    ("torch-with-ddp", with_lines(train='strategy = "ddp"').replace('"lightning"', '"torch"'), 1,
+     ["train.strategy", "lightning"]),
+    ("deepspeed-one-device", with_lines(train='strategy = "deepspeed_stage_2"'), 1, ["deepspeed_stage_2", "one"]),
+    ("fsdp-one-device", with_lines(train='strategy = "fsdp"'), 1, ["fsdp", "one"]),
+    ("num-nodes-mismatch", with_lines(train="num_nodes = 2"), 1, ["train.num_nodes = 2", "slurm.nodes = 1"]),
+    ("valid-4-gpus-control", BASE.replace("gpus_per_node = 1", "gpus_per_node = 4"), 0, []),
+    ("devices-vs-gpus", with_lines(train="devices = 2"), 1, ["train.devices = 2", "slurm.gpus_per_node = 1"]),
+    ("template-missing", with_lines(launch='template = "nope.j2"'), 1, ["launch.template", "not found"]),
+    ("data-file-missing", BASE.replace('dataset = "imdb"', 'files = { train = "missing.csv" }'), 1,
+     ["data.files.train", "not found"]),
+    ("data-file-bad-split", BASE.replace('dataset = "imdb"', 'files = { dev = "x.csv" }'), 1,
+     ["data.files", "'dev' is not a split"]),
+    ("no-data", BASE.replace('dataset = "imdb"', ""), 1, ["data.dataset", "no data"]),
+    ("sweep-empty-values", BASE + '\n[sweep.grid]\n"train.strategy" = []\n', 1, ["sweep.grid", "no values"]),
+    ("sweep-unknown-key", BASE + '\n[sweep.grid]\n"train.strategyy" = ["ddp"]\n', 1, ["did you mean 'train.strategy'"]),
+    ("sweep-not-sweepable", BASE + '\n[sweep.grid]\n"launch.backend" = ["local"]\n', 1, ["not a sweepable key"]),
+    ("sweep-too-large", BASE + '\n[sweep.grid]\n"train.seed" = [{}]\n"train.lr" = [{}]\n'.format(
+        ", ".join(str(i) for i in range(200)), ", ".join(f"{i}e-5" for i in range(1, 60))), 1,
+     ["11800 jobs", "sweep.max_jobs"]),
+    ("sweep-point-bad-value", BASE + '\n[sweep.grid]\n"train.precision" = ["bf16-mixed", "fp8"]\n', 1,
+     ["sweep point 1", "train.precision", "'fp8'"]),
+    ("sweep-point-bad-shape", BASE + '\n[[sweep.points]]\nname = "big"\n"slurm.gpus_per_node" = 4\n"train.engine" = "torch"\n',
+     1, ["sweep point 0 (big)", "engine = 'torch'"]),
+    ("sweep-point-bad-name", BASE + '\n[[sweep.points]]\nname = "a b"\n', 1, ["sweep.points", "'a b'"]),
+    ("signal-kill", with_lines(slurm='signal = "KILL"'), 1, ["slurm.signal", "USR2"]),
+    ("extra-managed", with_lines(slurm='extra = { output = "x.log" }'), 1, ["slurm.extra", "set by jobgen"]),
+    ("extra-dashes", with_lines(slurm='extra = { "--mail-type" = "END" }'), 1, ["slurm.extra", "long option name"]),
+    ("secret-in-vars", BASE + '\n[env]\nvars = { HF_TOKEN = "hf_abcdef" }\n', 1, ["env.vars.HF_TOKEN", "secret"]),
+    ("env-bad-name", BASE + '\n[env]\nvars = { "1X" = "y" }\n', 1, ["env.vars.1X", "not a valid"]),
+    ("partition-two", with_lines(data="partition = [1, 2]"), 1, ["data.partition", "three"]),
+    ("partition-fractions", with_lines(data="partition = [0.8, 0.2, 0.2]"), 1, ["data.partition", "sum"]),
+    ("partition-string", with_lines(data='partition = "35k"'), 1, ["data.partition", "expected a list"]),
+    ("name-chars", BASE.replace('name = "bad"', 'name = "my exp!"'), 1, ["experiment.name", "letters"]),
+    ("local-two-nodes", BASE.replace("nodes = 1", "nodes = 2") + '\n[launch]\nbackend = "local"\n', 1,
+     ["backend = 'local'", "slurm.nodes = 2"]),
+    ("gpu-without-gpus", BASE.replace("gpus_per_node = 1", "gpus_per_node = 0").replace(
+        'engine = "lightning"', 'engine = "lightning"\naccelerator = "gpu"'), 1, ["accelerator = 'gpu'"]),
+    ("gpu-type-without-gpus", BASE.replace("gpus_per_node = 1", 'gpus_per_node = 0\ngpu_type = "a100"'), 1,
+     ["gpu_type", "gpus_per_node > 0"]),
+    ("encoding-unknown", with_lines(data='encoding = "klingon"'), 1, ["data.encoding", "latin-1"]),
+    ("array-parallelism-alone", with_lines(launch="array_parallelism = 4"), 1, ["launch.array = true"]),
+    ("max-length-tiny", with_lines(data="max_length = 4"), 1, ["data.max_length", "at least 8"]),
+    ("module-with-space", BASE + '\n[env]\nmodules = ["cuda 12"]\n', 1, ["env.modules", "one name per"]),
+]
+
+
+@pytest.mark.parametrize(("text", "code", "words"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_experiment(tmp_path: Path, runner, text: str, code: int, words: list[str]):
+    path = tmp_path / "exp.toml"
+    path.write_text(text)
+    root = tmp_path / "runs"
+    for argv in (["validate", str(path)], ["--output-root", str(root), "submit", str(path), "--dry-run"]):
+        result = runner.invoke(main, argv)
+        assert result.exit_code == code, result.output
+        if code == 0:
+            continue
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1, result.output
+        assert "Traceback" not in result.output and lines[0].startswith("Error: ")
+        for word in words:
+            assert word in lines[0], f"{word!r} not in {lines[0]!r}"
+        assert not root.exists() or not any(root.rglob("*")), "a failed submit left files behind"
+
+
+def test_at_least_forty_cases():
+    assert sum(1 for c in CASES if c[2] != 0) >= 40
+
+
+USAGE = [
+    ("no-args", ["submit"], "missing EXPERIMENT"),
+    ("show-without-dry-run", ["submit", "experiments/local_demo.toml", "--show"], "--show goes with --dry-run"),
+    ("unknown-option", ["submit", "--dry", "x.toml"], "No such option"),
+    ("bad-backend-choice", ["submit", "x.toml", "--backend", "pbs"], "Invalid value for '--backend'"),
+    ("unknown-command", ["sumbit"], "No such command"),
+]
+
+
+@pytest.mark.parametrize(("argv", "words"), [c[1:] for c in USAGE], ids=[c[0] for c in USAGE])
+def test_usage_errors_exit_2(runner, argv, words):
+    result = runner.invoke(main, argv)
+    assert result.exit_code == 2, result.output
+    assert words in result.output and "Traceback" not in result.output
+
+
+def test_missing_file_and_not_utf8(tmp_path: Path, runner):
+    result = runner.invoke(main, ["validate", str(tmp_path / "nope.toml")])
+    assert result.exit_code == 1 and "no such experiment file" in result.output
+    binary = tmp_path / "bin.toml"
+    binary.write_bytes(b"\xff\xfe\x00bad")
+    result = runner.invoke(main, ["validate", str(binary)])
+    assert result.exit_code == 1 and "UTF-8" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_debug_shows_the_traceback(tmp_path: Path, runner):
+    path = tmp_path / "exp.toml"
+    path.write_text(with_lines(train="epochs = 0"))
+    result = runner.invoke(main, ["--debug", "validate", str(path)])
+    assert result.exit_code == 1
+    assert "Traceback" in result.output and "train.epochs" in result.output
