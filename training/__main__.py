@@ -1,0 +1,33 @@
+"""Entry point: python -m training --spec /abs/path/spec.json  (see training/__init__.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import training
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m training", description=training.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spec", required=True, help="path to the job's spec.json (docs/contracts.md)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from training.run import run
+    from training.spec import SpecError, load
+
+    try:
+        spec = load(args.spec)
+    except (SpecError, OSError, ValueError) as exc:
+        print(f"training: {exc}", file=sys.stderr)
+        return 2
+    return run(spec)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

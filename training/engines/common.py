@@ -1,0 +1,42 @@
+"""Pieces the engines assemble the same way: the model (optionally compiled) and the data loaders."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from training import model as model_lib
+from training.data import Prepared
+from training.loaders import make_loader
+from training.spec import Spec
+
+SPLITS = ("train", "validation", "test")
+
+
+def build_model(spec: Spec, prepared: Prepared) -> Any:
+    # Looked up through the module so tests can wrap the loader (e.g. to watch dropout during fit).
+    return model_lib.load_model(prepared.model_source, prepared.label_names)
+
+
+def maybe_compile(module: Any, spec: Spec) -> Any:
+    if not spec.train.compile:
+        return module
+    import torch
+
+    return torch.compile(module, mode=spec.train.compile_mode)
+
+
+def loaders(spec: Spec, prepared: Prepared, rank: int, world: int) -> dict[str, Any]:
+    return {split: make_loader(prepared.splits[split], spec, prepared.tokenizer, split == "train", rank, world)
+            for split in SPLITS}
+
+
+def record_sizes(stats: Any, prepared: Prepared) -> None:
+    stats.samples = {split: len(prepared.splits[split]) for split in SPLITS}
+
+
+def destroy_process_group() -> None:
+    """FSDP2 runs abort (rc 134) at exit when the process group outlives the run."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

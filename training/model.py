@@ -1,0 +1,94 @@
+"""Where the model comes from: a hub name, a local folder, or "builtin:tiny".
+
+builtin:tiny is built offline in well under a second (a WordPiece tokenizer trained on the training
+texts + a 2-layer DistilBERT), saved with save_pretrained and loaded back with the Auto* classes, so
+it exercises exactly the loading path a hub model takes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from training.spec import Spec
+
+TINY = "builtin:tiny"
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def resolve_source(spec: Spec, data_key: str, get_splits: Callable[[], Any]) -> str:
+    """Path or hub name to load from; builds the tiny model (once per data fingerprint) if asked."""
+    if spec.train.model != TINY:
+        return spec.train.model
+    target = spec.cache_dir / "tiny-model" / data_key
+    if not target.exists():
+        from training.data import label_names
+
+        splits = get_splits()
+        build_tiny(_texts(splits["train"], spec), label_names(splits, spec.data.label_field),
+                   target, spec.train.seed)
+    return str(target)
+
+
+def _texts(train: Any, spec: Spec) -> list[str]:
+    texts = list(train[spec.data.text_field])
+    if spec.data.text_pair_field:
+        texts += list(train[spec.data.text_pair_field])
+    return texts
+
+
+def build_tiny(texts: list[str], labels: list[str], target: Path, seed: int = 0) -> None:
+    import torch
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import AutoModelForSequenceClassification, DistilBertConfig, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=2000, special_tokens=SPECIALS))
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]", model_max_length=512, model_input_names=["input_ids", "attention_mask"])
+    config = DistilBertConfig(
+        vocab_size=tok.get_vocab_size(), n_layers=2, n_heads=2, dim=64, hidden_dim=128,
+        max_position_embeddings=512, num_labels=len(labels), pad_token_id=0,
+        id2label=dict(enumerate(labels)), label2id={n: i for i, n in enumerate(labels)})
+    torch.manual_seed(seed)
+    model = AutoModelForSequenceClassification.from_config(config)
+    tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tokenizer.save_pretrained(tmp)
+    model.save_pretrained(tmp)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, target)
+
+
+def load_tokenizer(source: str) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(source)
+
+
+def load_model(source: str, label_names: list[str]) -> Any:
+    """AutoModelForSequenceClassification with a head sized by the data, in training mode."""
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(
+        source, num_labels=len(label_names), id2label=dict(enumerate(label_names)),
+        label2id={n: i for i, n in enumerate(label_names)})
+    # from_pretrained returns the model in eval mode (dropout off); training code must not inherit that.
+    return model.train()
+
+
+def transformer_blocks(model: Any) -> list[Any]:
+    """The repeated layers FSDP2 shards one by one (DistilBERT, BERT, RoBERTa-style encoders)."""
+    import torch
+
+    blocks = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) > 0]
+    return list(blocks[0]) if blocks else []

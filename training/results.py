@@ -1,0 +1,156 @@
+"""What a run reports: timers, counters, metrics.csv rows and result.json (all written atomically)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import resource
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from training.spec import Spec
+
+RESULT_SCHEMA = 1
+CSV_FIELDS = ("epoch", "step", "split", "loss", "acc", "f1", "lr", "samples_per_s", "time_s")
+
+
+@dataclass
+class Stats:
+    """Counters one run accumulates; engines fill them, result() turns them into result.json."""
+
+    precision_effective: str = ""
+    accelerator: str = "cpu"
+    world_size: int = 1
+    samples: dict[str, int] = field(default_factory=dict)
+    times_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
+        ("data_prep", "warmup_compile", "train", "eval", "total"), 0.0))
+    timed_samples: int = 0       # training samples counted after warm-up (all ranks)
+    timed_tokens: int = 0        # real (non-pad) tokens in those samples (all ranks)
+    real_tokens: int = 0         # for padded_token_fraction, over every training batch seen
+    padded_slots: int = 0
+    val_acc_per_epoch: list[float] = field(default_factory=list)
+    test_acc: float | None = None
+    test_f1: float | None = None
+    epochs_done: int = 0
+    resumed: bool = False
+    interrupted: bool = False
+
+    def state(self) -> dict[str, Any]:
+        """The parts a checkpoint must carry so a resumed run reports the whole run."""
+        keep = ("times_s", "timed_samples", "timed_tokens", "real_tokens", "padded_slots", "val_acc_per_epoch")
+        return {k: getattr(self, k) for k in keep}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        for key, value in state.items():
+            setattr(self, key, value)
+
+
+def atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class MetricsLog:
+    """Per-step/epoch rows for metrics.csv; a resumed run appends to what the first attempt wrote."""
+
+    def __init__(self, path: Path, enabled: bool) -> None:
+        self.path, self.enabled, self.rows = path, enabled, []
+        if enabled and path.exists():
+            self.rows = list(csv.DictReader(io.StringIO(path.read_text())))
+
+    def add(self, **row: Any) -> None:
+        if self.enabled:
+            self.rows.append({k: _fmt(row.get(k)) for k in CSV_FIELDS})
+
+    def flush(self) -> None:
+        if self.enabled:
+            out = io.StringIO()
+            writer = csv.DictWriter(out, fieldnames=CSV_FIELDS)
+            writer.writeheader()
+            writer.writerows(self.rows)
+            atomic_write(self.path, out.getvalue())
+
+
+def _fmt(value: Any) -> Any:
+    return f"{value:.6g}" if isinstance(value, float) else ("" if value is None else value)
+
+
+def _versions() -> dict[str, str | None]:
+    out = {}
+    for name in ("torch", "lightning", "transformers", "datasets", "torchmetrics", "deepspeed", "jobgen"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _slurm() -> dict[str, str | None] | None:
+    env = os.environ
+    if "SLURM_JOB_ID" not in env:
+        return None
+    return {"job_id": env["SLURM_JOB_ID"], "array_task_id": env.get("SLURM_ARRAY_TASK_ID"),
+            "nodelist": env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")}
+
+
+def peak_memory_mb(on_gpu: bool) -> dict[str, float | None]:
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    gpu = None
+    if on_gpu:
+        import torch
+
+        gpu = torch.cuda.max_memory_allocated() / 2**20
+    return {"host_rss": round(rss, 1), "gpu_max_allocated": None if gpu is None else round(gpu, 1)}
+
+
+def build_result(spec: Spec, stats: Stats, requeue_count: int) -> dict[str, Any]:
+    t = spec.train
+    train_s = stats.times_s["train"]
+    slots = stats.padded_slots
+    return {
+        "schema": RESULT_SCHEMA, "job": spec.job, "experiment": spec.experiment,
+        "engine": t.engine, "strategy": t.strategy,
+        "precision": {"requested": t.precision, "effective": stats.precision_effective or t.precision},
+        "compile": t.compile, "accelerator": stats.accelerator,
+        "nodes": t.num_nodes, "devices_per_node": t.devices, "world_size": stats.world_size,
+        "model": t.model, "dataset": spec.data.dataset or sorted(spec.data.files.values()),
+        "samples": stats.samples,
+        "times_s": {k: round(v, 3) for k, v in stats.times_s.items()},
+        "throughput": {"samples_per_s": round(stats.timed_samples / train_s, 2) if train_s else None,
+                       "tokens_per_s": round(stats.timed_tokens / train_s, 1) if train_s else None},
+        "padded_token_fraction": round(1 - stats.real_tokens / slots, 4) if slots else None,
+        "peak_memory_mb": peak_memory_mb(stats.accelerator == "gpu"),
+        "val_acc_per_epoch": [round(a, 5) for a in stats.val_acc_per_epoch],
+        "best_val_acc": round(max(stats.val_acc_per_epoch), 5) if stats.val_acc_per_epoch else None,
+        "test_acc": stats.test_acc, "test_f1": stats.test_f1,
+        "epochs_done": stats.epochs_done, "resumed": stats.resumed, "requeue_count": requeue_count,
+        "versions": _versions(), "git_sha": os.environ.get("JOBGEN_GIT_SHA") or None,
+        "slurm": _slurm(), "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def write_result(spec: Spec, result: dict[str, Any]) -> Path:
+    path = spec.job_dir / "result.json"
+    atomic_write(path, json.dumps(result, indent=2) + "\n")
+    return path
+
+
+class Clock:
+    """Adds wall time spent in a `with` block to stats.times_s[name]."""
+
+    def __init__(self, stats: Stats, name: str) -> None:
+        self.stats, self.name = stats, name
+
+    def __enter__(self) -> Clock:
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stats.times_s[self.name] += time.perf_counter() - self.start

@@ -1,0 +1,41 @@
+"""One job, start to end: read the spec, prepare data once, run the engine, write result.json."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+
+from training import requeue
+from training.results import Clock, Stats, build_result, write_result
+from training.spec import Spec
+
+ENGINE_MODULES = {"torch": "training.engines.torch_loop", "lightning": "training.engines.lightning_engine",
+                  "fabric": "training.engines.fabric_engine"}
+
+
+def run(spec: Spec) -> int:
+    """Returns the process exit status; raises SystemExit(EXIT_REQUEUE) after a checkpoint on signal."""
+    start = time.perf_counter()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    spec.job_dir.mkdir(parents=True, exist_ok=True)
+    stats = Stats(world_size=spec.train.world_size)
+    watcher = None
+    if spec.requeue.enabled:
+        watcher = requeue.Watcher()
+        watcher.install(spec.requeue.signal)
+    from training import data
+
+    with Clock(stats, "data_prep"):
+        prepared = data.prepare(spec)
+    engine = importlib.import_module(ENGINE_MODULES[spec.train.engine])
+    rank = engine.run(spec, prepared, stats, watcher)
+    if stats.interrupted:
+        if rank == 0:
+            requeue.requeue_or_exit()
+        raise SystemExit(requeue.EXIT_REQUEUE)
+    stats.times_s["total"] = time.perf_counter() - start
+    if rank == 0:
+        path = write_result(spec, build_result(spec, stats, requeue.requeue_count()))
+        print(f"training: wrote {path}", flush=True)
+    return 0

@@ -1,0 +1,167 @@
+"""Typed, read-only view of the job's spec.json (see docs/contracts.md).
+
+Unknown keys are errors that name the dotted key: a typo in a sweep must fail at start, not run the
+default silently for hours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ENGINES = ("torch", "lightning", "fabric")
+STRATEGIES = (
+    "auto", "ddp", "fsdp", "deepspeed_stage_2", "deepspeed_stage_2_offload",
+    "deepspeed_stage_3", "deepspeed_stage_3_offload",
+)
+PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "bf16-true")
+ACCELERATORS = ("auto", "gpu", "cpu")
+PADDINGS = ("dynamic", "max_length")
+
+
+class SpecError(ValueError):
+    """The spec cannot be run as written; the message says which key and what is allowed."""
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    engine: str = "lightning"
+    strategy: str = "auto"
+    precision: str = "32-true"
+    compile: bool = False
+    compile_mode: str = "default"
+    warmup_compile_steps: int = 3
+    accelerator: str = "auto"
+    num_nodes: int = 1
+    devices: int = 1
+    model: str = "builtin:tiny"
+    epochs: int = 3
+    batch_size: int = 16
+    eval_batch_size: int = 64
+    grad_accum: int = 1
+    lr: float = 5e-5
+    weight_decay: float = 0.01
+    warmup_steps: int = 0
+    warmup_ratio: float = 0.0
+    seed: int = 42
+    deterministic: bool = False
+    num_workers: int = 2
+    log_every_n_steps: int = 50
+    max_steps: int = 0
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.devices
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    dataset: str = "builtin:synthetic"
+    config: str = ""
+    files: dict[str, str] = field(default_factory=dict)
+    format: str = "auto"
+    encoding: str = "utf-8"
+    text_field: str = "text"
+    text_pair_field: str = ""
+    label_field: str = "label"
+    train_split: str = "train"
+    validation_split: str = ""
+    test_split: str = "test"
+    partition: tuple[int, ...] = ()
+    val_fraction: float = 0.1
+    max_samples: int = 0
+    max_length: int = 512
+    padding: str = "dynamic"
+    group_by_length: bool = False
+
+
+@dataclass(frozen=True)
+class RequeueSpec:
+    enabled: bool = False
+    signal: str = "USR2"
+    signal_seconds: int = 120
+
+
+@dataclass(frozen=True)
+class Spec:
+    train: TrainSpec
+    data: DataSpec
+    requeue: RequeueSpec
+    job_dir: Path
+    cache_dir: Path
+    experiment: str = ""
+    job: str = ""
+    run_dir: str = ""
+    sweep: dict[str, Any] = field(default_factory=dict)
+    schema: int = 1
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.job_dir / "checkpoints"
+
+
+def _build(cls: type, raw: dict[str, Any], where: str) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f" Did you mean {where}.{close[0]}?" if close else ""
+            raise SpecError(f"unknown key {where}.{key}.{hint} Valid: {', '.join(sorted(names))}")
+    values = dict(raw)
+    if "partition" in values:
+        values["partition"] = tuple(int(n) for n in values["partition"])
+    return cls(**values)
+
+
+def _check_choice(value: str, choices: tuple[str, ...], key: str) -> None:
+    if value not in choices:
+        raise SpecError(f"{key}={value!r} is not one of {', '.join(choices)}")
+
+
+def validate(spec: Spec) -> None:
+    """Reject combinations no engine can run, with the fix in the message."""
+    t, d = spec.train, spec.data
+    _check_choice(t.engine, ENGINES, "train.engine")
+    _check_choice(t.strategy, STRATEGIES, "train.strategy")
+    _check_choice(t.precision, PRECISIONS, "train.precision")
+    _check_choice(t.accelerator, ACCELERATORS, "train.accelerator")
+    _check_choice(d.padding, PADDINGS, "data.padding")
+    if t.engine == "torch" and (t.world_size > 1 or t.strategy != "auto"):
+        raise SpecError("train.engine='torch' runs on one device: use strategy='auto', devices=1, "
+                        "num_nodes=1, or engine='lightning'/'fabric' for distributed runs")
+    if d.partition and len(d.partition) != 3:
+        raise SpecError("data.partition must be [train, validation, test] sizes or []")
+    if t.epochs < 1 or t.batch_size < 1 or t.grad_accum < 1:
+        raise SpecError("train.epochs, train.batch_size and train.grad_accum must be >= 1")
+
+
+def from_dict(raw: dict[str, Any]) -> Spec:
+    raw = dict(raw)
+    if raw.get("schema", 1) != 1:
+        raise SpecError(f"spec schema {raw.get('schema')!r} is not supported (this code reads schema 1)")
+    train = _build(TrainSpec, raw.pop("train", {}), "train")
+    data = _build(DataSpec, raw.pop("data", {}), "data")
+    requeue = _build(RequeueSpec, raw.pop("requeue", {}), "requeue")
+    if "job_dir" not in raw:
+        raise SpecError("spec has no job_dir")
+    raw["job_dir"] = Path(raw["job_dir"])
+    raw["cache_dir"] = Path(raw.get("cache_dir") or Path(raw["job_dir"]) / "cache")
+    spec = _build(Spec, {**raw, "train": train, "data": data, "requeue": requeue}, "spec")
+    validate(spec)
+    return spec
+
+
+def load(path: str | Path) -> Spec:
+    return from_dict(json.loads(Path(path).read_text()))
+
+
+def to_dict(spec: Spec) -> dict[str, Any]:
+    """The spec as JSON-able data (paths as strings), e.g. for tests that write spec.json."""
+    out = dataclasses.asdict(spec)
+    out["job_dir"], out["cache_dir"] = str(spec.job_dir), str(spec.cache_dir)
+    out["data"]["partition"] = list(spec.data.partition)
+    return out
