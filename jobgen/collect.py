@@ -10,31 +10,21 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from jobgen.record import load_manifest
 from jobgen.states import State, parse
 
 RESULT_SCHEMA = 1
 # A log can be gigabytes; the cause of death is at its end.
 LOG_TAIL_BYTES = 256 * 1024
 NO_RESULT = "no result.json"
-
-
-# --- temporary shim: jobgen.record is being written; switch to it when it lands -----------------------
-def _load_manifest(run_dir: Path) -> dict[str, Any]:
-    try:
-        from jobgen.record import load_manifest  # type: ignore[attr-defined]
-    except ImportError:
-        return json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
-    return load_manifest(run_dir)
-
-
-# --- end of shim ----------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -99,15 +89,14 @@ class JobRow:
         return max(wait, 0.0)
 
 
-@dataclass(frozen=True)
-class Live:
-    """What live Slurm info says about a job (jobgen.track fills this)."""
+class LiveInfo(Protocol):
+    """What live Slurm info says about a job: jobgen.track's JobInfo fits (`start` may be "")."""
 
     state: State
-    started_at: datetime | None = None
 
 
-LiveStates = Mapping[tuple[str, str], State | Live]
+Live = State | LiveInfo
+LiveStates = Mapping[tuple[str, str], Live]
 
 
 def collect(run_dirs: list[Path], live_states: LiveStates | None = None) -> list[JobRow]:
@@ -121,7 +110,7 @@ def collect(run_dirs: list[Path], live_states: LiveStates | None = None) -> list
 def collect_run(run_dir: Path, live_states: LiveStates | None = None) -> list[JobRow]:
     """Rows for one run. live_states is keyed by (run_id, job name)."""
     try:
-        manifest = _load_manifest(run_dir)
+        manifest = load_manifest(run_dir)
         jobs = manifest["jobs"]
         if not isinstance(jobs, list):
             raise TypeError("'jobs' is not a list")
@@ -149,13 +138,12 @@ def _broken_run_row(run_dir: Path, exc: Exception) -> JobRow:
     )
 
 
-def read_job(
-    run_dir: Path, run_id: str, experiment: str, entry: Mapping[str, Any], live: State | Live | None = None
-) -> JobRow:
+def read_job(run_dir: Path, run_id: str, experiment: str, entry: Mapping[str, Any], live: Live | None = None) -> JobRow:
     """One manifest entry + its job directory -> a row."""
     name = str(entry.get("name") or f"job-{entry.get('index', '?')}")
-    job_dir = run_dir / str(entry.get("dir") or f"jobs/{name}")
-    result, problem = read_result(job_dir / "result.json")
+    # Plain strings on the path every finished job takes: pathlib costs more than the JSON at 10k jobs.
+    job_dir = os.path.join(run_dir, str(entry.get("dir") or f"jobs/{name}"))
+    result, problem = read_result(os.path.join(job_dir, "result.json"))
     state = _state(entry, live, result, has_result_file=problem != NO_RESULT)
     row = JobRow(
         run_dir=run_dir,
@@ -166,28 +154,31 @@ def read_job(
         state=state,
         job_id=_str_or_none(entry.get("job_id")),
         submitted_at=_time(entry.get("submitted_at")),
-        started_at=_started_at(live, result),
+        started_at=_started_at(live, entry, result),
         result=result,
     )
     if result is not None:
         return row
-    cause = find_cause(job_dir, run_dir) if _may_have_died(state, live) else None
-    state = _state_from_cause(state, cause, live)
+    return _unfinished(row, Path(job_dir), problem, entry.get("error"), live)
+
+
+def _unfinished(row: JobRow, job_dir: Path, problem: str | None, error: Any, live: Live | None) -> JobRow:
+    """Fill in what a job without a usable result was asked to do, got so far, and why it stopped."""
+    cause = find_cause(job_dir, row.run_dir) if _may_have_died(row.state, live) else None
+    state = _state_from_cause(row.state, cause, live)
     return dataclasses.replace(
         row,
         state=state,
         train=_read_spec_train(job_dir / "spec.json"),
-        problem=_explain_missing(state, problem, entry.get("error"), cause),
+        problem=_explain_missing(state, problem, error, cause),
         cause=cause,
         partial_val_acc=read_best_val_acc(job_dir / "metrics.csv"),
     )
 
 
-def _state(
-    entry: Mapping[str, Any], live: State | Live | None, result: Result | None, has_result_file: bool
-) -> State:
+def _state(entry: Mapping[str, Any], live: Live | None, result: Result | None, has_result_file: bool) -> State:
     if live is not None:
-        return live.state if isinstance(live, Live) else State(live)
+        return live if isinstance(live, State) else live.state
     recorded = parse(str(entry.get("state") or "UNKNOWN"))
     # The manifest holds the last state jobgen saw. A valid result proves the job got to the end; so does
     # an unusable one (an old format, a damaged copy) for a job last seen queued or running.
@@ -196,14 +187,14 @@ def _state(
     return recorded
 
 
-def _may_have_died(state: State, live: State | Live | None) -> bool:
+def _may_have_died(state: State, live: Live | None) -> bool:
     if state in (State.DRY_RUN, State.NOT_SUBMITTED):
         return False
     # Live info that says queued or running is current; without it, the logs are the freshest evidence.
     return live is None or state.is_final
 
 
-def _state_from_cause(state: State, cause: Cause | None, live: State | Live | None) -> State:
+def _state_from_cause(state: State, cause: Cause | None, live: Live | None) -> State:
     """Without live Slurm info, a job the manifest last saw queued or running may have died since."""
     if live is not None or cause is None or state.is_final:
         return state
@@ -228,9 +219,12 @@ def _explain_missing(state: State, problem: str | None, error: Any, cause: Cause
     return f"{NO_RESULT} and no cause found in the logs"
 
 
-def _started_at(live: State | Live | None, result: Result | None) -> datetime | None:
-    if isinstance(live, Live) and live.started_at is not None:
-        return live.started_at
+def _started_at(live: Live | None, entry: Mapping[str, Any], result: Result | None) -> datetime | None:
+    """Slurm's start time (live, or as `jobgen status` last recorded it), else the result's own clock."""
+    live_start = getattr(live, "start", None) or getattr(live, "started_at", None)
+    start = live_start if isinstance(live_start, datetime) else _time(live_start or entry.get("started_at"))
+    if start is not None:
+        return start if start.tzinfo else start.astimezone()
     if result is None or result.finished_at is None or result.total_s is None:
         return None
     return result.finished_at - timedelta(seconds=result.total_s)
@@ -239,16 +233,19 @@ def _started_at(live: State | Live | None, result: Result | None) -> datetime | 
 # --- result.json ----------------------------------------------------------------------------------------
 
 
-def read_result(path: Path) -> tuple[Result | None, str | None]:
+def read_result(path: str | os.PathLike[str]) -> tuple[Result | None, str | None]:
     """(Result, None) for a usable result.json, else (None, why not)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            raw = f.read()
     except FileNotFoundError:
         return None, NO_RESULT
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         return None, f"result.json unreadable ({_one_line(exc)})"
     try:
-        data = json.loads(text)
+        data = json.loads(raw)
+    except UnicodeDecodeError as exc:
+        return None, f"result.json is not UTF-8 ({_one_line(exc)}): rerun the job"
     except json.JSONDecodeError as exc:
         return None, f"result.json is corrupt or truncated ({exc.msg} at line {exc.lineno}): rerun the job"
     if not isinstance(data, dict):
@@ -502,8 +499,8 @@ def _time(value: Any) -> datetime | None:
         when = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-    # Naive times are taken as UTC, so they subtract from the aware ones jobgen writes.
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+    # Slurm prints naive local times; jobgen writes aware UTC ones. Make both aware to subtract them.
+    return when if when.tzinfo else when.astimezone()
 
 
 def _mtime(path: Path) -> float:

@@ -7,10 +7,11 @@ import json
 import sys
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from jobgen.collect import Live, collect, collect_run, find_cause, read_best_val_acc, read_result
+from jobgen.collect import collect, collect_run, find_cause, read_best_val_acc, read_result
 from jobgen.states import State
 
 
@@ -116,9 +117,7 @@ FAULTS = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("job", "state", "problem", "kind"), [f[1:] for f in FAULTS], ids=[f[0] for f in FAULTS]
-)
+@pytest.mark.parametrize(("job", "state", "problem", "kind"), [f[1:] for f in FAULTS], ids=[f[0] for f in FAULTS])
 def test_fault_table(tmp_path: Path, job, state: State, problem: str, kind: str | None) -> None:
     [row] = collect_run(write_run(tmp_path, "exp", [job]))
     assert row.result is None
@@ -157,11 +156,22 @@ def test_a_valid_result_overrides_a_stale_failure_state(tmp_path: Path) -> None:
 def test_live_state_wins_and_gives_the_start_time(tmp_path: Path) -> None:
     job = FakeJob("a", result=None, logs={"slurm-1.out": "epoch 1\n"})
     run = write_run(tmp_path, "exp", [job], run_id="r1")
-    start = synth.T0 + timedelta(seconds=90)
-    [row] = collect_run(run, {("r1", "a"): Live(State.RUNNING, started_at=start)})
+    # jobgen.track's JobInfo: a State and Slurm's naive local start time as text.
+    start = (synth.T0 + timedelta(seconds=90)).astimezone().replace(tzinfo=None)
+    live = SimpleNamespace(state=State.RUNNING, start=start.isoformat())
+    [row] = collect_run(run, {("r1", "a"): live})
     assert row.state is State.RUNNING
     assert row.cause is None and "still running" in row.problem
     assert row.queue_wait_s == pytest.approx(90)
+
+
+def test_start_time_recorded_by_status_beats_the_result_clock(tmp_path: Path) -> None:
+    run = write_run(tmp_path, "exp", [FakeJob("a", queue_s=30)], run_id="r1")
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["jobs"][0]["started_at"] = (synth.T0 + timedelta(seconds=45)).isoformat()
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    [row] = collect_run(run)
+    assert row.queue_wait_s == pytest.approx(45)
 
 
 def test_live_final_state_keeps_the_log_cause(tmp_path: Path) -> None:
