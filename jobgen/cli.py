@@ -129,6 +129,80 @@ def _print_local_summary(run_dir: Path) -> None:
 
 
 @main.command()
+@click.argument("run", required=False)
+@click.option("--watch", is_flag=True, help="Refresh until every job has ended.")
+@click.option("--interval", default=10.0, show_default=True, help="Seconds between refreshes with --watch.")
+@click.option("--timeout", type=float, help="With --watch: give up after this many seconds.")
+@click.pass_context
+def status(ctx: click.Context, run: str | None, watch: bool, interval: float, timeout: float | None) -> None:
+    """One row per job of RUN (a run folder, experiment name or file; default: the latest run)."""
+    import time
+
+    from jobgen.record import find_runs
+    from jobgen.track import format_table, status_table
+
+    (run_dir,) = find_runs([run] if run else [], _lookup_root(ctx))
+    started = time.monotonic()
+    while True:
+        header, rows, final = status_table(run_dir)
+        click.echo(f"run: {run_dir}\n{format_table(header, rows)}")
+        if not watch or final:
+            return
+        if timeout is not None and time.monotonic() - started > timeout:
+            raise JobgenError(f"jobs still running after {timeout:.0f} s; check again with: jobgen status {run_dir}")
+        time.sleep(interval)
+        click.echo()
+
+
+@main.command()
+@click.argument("run", required=False)
+@click.argument("job", required=False)
+@click.option("--err", "stream", flag_value="err", help="Show the error stream (Slurm's .err file).")
+@click.option("--out", "stream", flag_value="out", default=True, help="Show the output stream (default).")
+@click.option("--rank", type=int, help="Only the lines of this rank.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the job ends.")
+@click.pass_context
+def logs(ctx: click.Context, run: str | None, job: str | None, stream: str, rank: int | None, follow: bool) -> None:
+    """Print a job's output; per-rank lines are labelled [rank N]."""
+    from jobgen import logs as joblogs
+    from jobgen.record import find_runs, load_manifest
+    from jobgen.track import run_status
+
+    (run_dir,) = find_runs([run] if run else [], _lookup_root(ctx))
+    entry = joblogs.pick_job(load_manifest(run_dir), job)
+    if follow:
+
+        def finished() -> bool:
+            _, rows = run_status(run_dir)
+            return next(info for j, info in rows if j["name"] == entry["name"]).state.is_final
+
+        lines = joblogs.follow(lambda: joblogs.log_files(run_dir, entry, stream), rank, finished)
+    else:
+        files = joblogs.log_files(run_dir, entry, stream)
+        if not files:
+            raise JobgenError(f"{entry['name']}: no {stream} log yet in {run_dir / entry['dir']} (state {entry['state']})")
+        lines = joblogs.read_lines(files, rank)
+    for line in lines:
+        click.echo(line)
+
+
+@main.command()
+@click.argument("run")
+@click.argument("jobs", nargs=-1)
+@click.pass_context
+def cancel(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
+    """Cancel the jobs of RUN (all of them, or the JOBS named)."""
+    from jobgen.record import find_runs
+    from jobgen.submit import cancel as cancel_jobs
+
+    (run_dir,) = find_runs([run], _lookup_root(ctx))
+    cancelled = cancel_jobs(run_dir, list(jobs))
+    for job in cancelled:
+        click.echo(f"  {job['name']}: cancel sent to job {job['job_id']}")
+    click.echo(f"{len(cancelled)} job(s) cancelled" if cancelled else "nothing to cancel (no job of this run is queued)")
+
+
+@main.command()
 @click.argument("experiments", nargs=-1, required=True, type=click.Path(dir_okay=False))
 def validate(experiments: tuple[str, ...]) -> None:
     """Check experiment files: keys, values, sweep points, job shapes and templates."""

@@ -8,7 +8,6 @@ manifest that says exactly which jobs are queued, and `jobgen submit --resume RU
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from jobgen import config, record
-from jobgen.backends import Backend, get_backend
+from jobgen.backends import get_backend
 from jobgen.errors import JobgenError, SubmitError
 from jobgen.plan import Job, plan
 from jobgen.render import SCRIPT_NAMES, RunInfo, render_job
@@ -144,10 +143,15 @@ def show(run_dir: Path, manifest: dict[str, Any], with_scripts: bool) -> list[st
     return lines
 
 
-def resumable(run_dir: Path) -> Backend:
+def cancel(run_dir: Path, names: list[str]) -> list[dict[str, Any]]:
+    """Cancel the named jobs of a run (all when none named) that have a job id; returns them."""
     manifest = record.load_manifest(run_dir)
-    return get_backend(manifest["backend"])
-
-
-def spec_of(run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
-    return json.loads((run_dir / job["spec"]).read_text(encoding="utf-8"))
+    known = {j["name"] for j in manifest["jobs"]}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise JobgenError(f"no job {unknown[0]!r} in {run_dir}; jobs: {', '.join(sorted(known))}")
+    chosen = [j for j in manifest["jobs"] if (not names or j["name"] in names) and j.get("job_id")]
+    if chosen:
+        get_backend(manifest["backend"]).cancel([j["job_id"] for j in chosen])
+        record.update_jobs(run_dir, {j["name"]: {"cancel_requested_at": record.now_iso()} for j in chosen})
+    return chosen

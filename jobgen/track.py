@@ -1,0 +1,166 @@
+"""Where jobs stand: sacct when the cluster keeps accounting, else squeue/scontrol, else the run's files.
+
+Clusters without accounting are common (sacct then fails): every answer here has a fallback, and a
+job that Slurm has forgotten is judged by what it left in its directory.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jobgen import record
+from jobgen.states import State, from_slurm
+
+QUERY_TIMEOUT_S = 30
+SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,NNodes,NodeList,Submit,Start,End"
+
+
+@dataclass
+class JobInfo:
+    """What Slurm (or the files) say about one job."""
+
+    state: State
+    elapsed: str = ""
+    nodes: str = ""
+    nodelist: str = ""
+    exit_code: str = ""
+    start: str = ""
+    end: str = ""
+    source: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def slurm_states(job_ids: list[str]) -> dict[str, State]:
+    return {jid: info.state for jid, info in query(job_ids).items()}
+
+
+def query(job_ids: list[str]) -> dict[str, JobInfo]:
+    """Info for each job id Slurm knows: sacct first, squeue + scontrol for what it lacks."""
+    ids = [j for j in job_ids if j]
+    if not ids:
+        return {}
+    found = _sacct(ids)
+    missing = [j for j in ids if j not in found]
+    if missing:
+        found.update(_squeue(missing))
+    for jid in [j for j in ids if j not in found]:
+        info = _scontrol(jid)
+        if info:
+            found[jid] = info
+    return found
+
+
+def _run(command: list[str]) -> subprocess.CompletedProcess[str] | None:
+    if shutil.which(command[0]) is None:
+        return None
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _sacct(ids: list[str]) -> dict[str, JobInfo]:
+    done = _run(["sacct", "-n", "-P", "-X", f"--format={SACCT_FIELDS}", "-j", ",".join(ids)])
+    if done is None or done.returncode != 0:
+        return {}  # accounting disabled or unreachable: the callers fall back
+    out: dict[str, JobInfo] = {}
+    for line in done.stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) != 9:
+            continue
+        jid, state, exit_code, elapsed, nnodes, nodelist, _submit, start, end = parts
+        out[jid] = JobInfo(from_slurm(state), elapsed, nnodes, nodelist, exit_code, _time(start), _time(end), "sacct")
+    return out
+
+
+def _squeue(ids: list[str]) -> dict[str, JobInfo]:
+    done = _run(["squeue", "-h", "-o", "%i|%T|%M|%D|%N|%S", "-j", ",".join(ids)])
+    if done is None or done.returncode != 0:
+        # squeue refuses the whole list when one id is unknown: ask one by one.
+        if len(ids) > 1:
+            out: dict[str, JobInfo] = {}
+            for jid in ids:
+                out.update(_squeue([jid]))
+            return out
+        return {}
+    out = {}
+    for line in done.stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) == 6:
+            jid, state, elapsed, nnodes, nodelist, start = parts
+            out[jid] = JobInfo(from_slurm(state), elapsed, nnodes, nodelist, "", _time(start), "", "squeue")
+    return out
+
+
+def _scontrol(jid: str) -> JobInfo | None:
+    done = _run(["scontrol", "show", "job", "-o", jid])
+    if done is None or done.returncode != 0 or "JobState=" not in done.stdout:
+        return None
+    kv = dict(re.findall(r"(\w+)=(\S*)", done.stdout))
+    nodelist = kv.get("NodeList", "")
+    return JobInfo(
+        from_slurm(kv.get("JobState", "")), kv.get("RunTime", ""), kv.get("NumNodes", ""),
+        "" if nodelist == "(null)" else nodelist, kv.get("ExitCode", ""), _time(kv.get("StartTime", "")),
+        _time(kv.get("EndTime", "")), "scontrol",
+    )  # fmt: skip
+
+
+def _time(value: str) -> str:
+    return "" if value in ("", "Unknown", "None", "N/A") else value
+
+
+def from_files(run_dir: Path, job: dict[str, Any]) -> JobInfo:
+    """When Slurm does not know a job: its last recorded final state, else what its directory shows."""
+    last = job.get("state", "")
+    if last in State._value2member_map_ and State(last).is_final:
+        return JobInfo(State(last), source="manifest")
+    try:
+        json.loads((run_dir / job["dir"] / "result.json").read_text(encoding="utf-8"))
+        return JobInfo(State.COMPLETED, source="result.json")
+    except (OSError, ValueError):
+        return JobInfo(State.UNKNOWN, source="manifest")
+
+
+def run_status(run_dir: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], JobInfo]]]:
+    """The manifest and, per job, its current info; the manifest's last-known states are refreshed."""
+    manifest = record.load_manifest(run_dir)
+    jobs = manifest["jobs"]
+    live = query([j["job_id"] for j in jobs if j.get("job_id")]) if manifest["backend"] != "local" else {}
+    rows, updates = [], {}
+    for job in jobs:
+        info = live.get(job.get("job_id") or "") or from_files(run_dir, job)
+        rows.append((job, info))
+        fields = {"state": info.state.value}
+        if info.start:
+            fields["started_at"] = info.start
+        if info.end:
+            fields["ended_at"] = info.end
+        if any(job.get(k) != v for k, v in fields.items()):
+            updates[job["name"]] = fields
+    if updates:
+        manifest = record.update_jobs(run_dir, updates)
+    return manifest, rows
+
+
+def status_table(run_dir: Path) -> tuple[list[str], list[list[str]], bool]:
+    """(header, rows, all_final) for `jobgen status`."""
+    _, rows = run_status(run_dir)
+    header = ["job", "sweep", "job id", "state", "elapsed", "nodes", "exit", "source"]
+    table = []
+    for job, info in rows:
+        sweep = " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in job.get("sweep", {}).items())
+        table.append([job["name"], sweep, job.get("job_id") or "-", info.state.value, info.elapsed or "-",
+                      info.nodelist or info.nodes or "-", info.exit_code or "-", info.source])  # fmt: skip
+    return header, table, all(info.state.is_final for _, info in rows)
+
+
+def format_table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in [header, *rows]]
+    return "\n".join(lines)

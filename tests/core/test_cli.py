@@ -1,0 +1,121 @@
+"""The CLI door: help everywhere, version, schema, dry-run output, secrets, import cost, the installed script."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobgen.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "experiments" / "local_demo.toml"
+HEAVY = {"torch", "lightning", "transformers", "datasets", "deepspeed", "submitit", "rich", "matplotlib"}
+
+
+@pytest.mark.parametrize("command", [[], ["submit"], ["validate"], ["schema"], ["status"], ["logs"], ["cancel"],
+                                     ["summary"]])
+def test_help(runner, command):
+    result = runner.invoke(main, [*command, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output
+
+
+def test_version(runner):
+    from jobgen import __version__
+
+    result = runner.invoke(main, ["--version"])
+    assert result.exit_code == 0 and __version__ in result.output
+
+
+def test_schema_lists_every_key_with_default_and_doc(runner):
+    from jobgen.schema import schema_rows
+
+    result = runner.invoke(main, ["schema"])
+    assert result.exit_code == 0
+    for key, _, default, doc in schema_rows():
+        assert key in result.output and doc in result.output
+    md = runner.invoke(main, ["schema", "--format", "markdown"]).output
+    assert "| `train.strategy` | `str` | `\"auto\"` |" in md
+
+
+def test_dry_run_prints_scripts_and_commands(runner, out_root: Path):
+    result = runner.invoke(main, ["--output-root", str(out_root), "submit", str(DEMO), "--dry-run", "--show"])
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (out_root / "local_demo").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert [j["name"] for j in manifest["jobs"]] == ["engine-torch", "engine-lightning", "engine-fabric"]
+    for job in manifest["jobs"]:
+        assert f"$ bash {run_dir / job['script']}" in result.output
+        assert job["state"] == "DRY_RUN" and job["job_id"] is None
+    assert "exec " in result.output and "dry run: 3 job(s) written, nothing submitted" in result.output
+    assert (run_dir / "experiment.toml").read_text() == DEMO.read_text()
+    assert (run_dir / "code" / "training" / "__main__.py").exists()
+    assert (run_dir / "code.patch").exists()
+    assert manifest["git"]["sha"] is None or len(manifest["git"]["sha"]) == 40
+
+
+def test_sbatch_dry_run_command_is_exact(runner, out_root: Path):
+    exp = REPO / "experiments" / "imdb_deepspeed.toml"
+    result = runner.invoke(main, ["--output-root", str(out_root), "submit", str(exp), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (out_root / "imdb_deepspeed").iterdir()
+    for job in json.loads((run_dir / "manifest.json").read_text())["jobs"]:
+        assert job["submit_command"] == ["sbatch", "--parsable", str(run_dir / job["script"])]
+
+
+def test_secrets_never_land_in_files(runner, out_root: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setenv("HF_TOKEN", "hf_supersecretvalue123")
+    monkeypatch.setenv("WANDB_API_KEY", "wandbsecretvalue456")
+    monkeypatch.setenv("MY_DB_PASSWORD", "hunter2hunter2")
+    result = runner.invoke(main, ["--output-root", str(out_root), "submit", str(DEMO), "--dry-run", "--show"])
+    assert result.exit_code == 0
+    for path in out_root.rglob("*"):
+        if path.is_file():
+            text = path.read_bytes()
+            assert b"supersecret" not in text and b"wandbsecret" not in text and b"hunter2" not in text, path
+    # A secret's value pasted into the experiment under another name is refused too.
+    exp = tmp_path / "leak.toml"
+    exp.write_text(DEMO.read_text() + '\n[env]\nvars = { HF_HOME_X = "hf_supersecretvalue123" }\n')
+    result = runner.invoke(main, ["--output-root", str(tmp_path / "o2"), "submit", str(exp), "--dry-run"])
+    assert result.exit_code == 1 and "$HF_TOKEN" in result.output
+    assert not (tmp_path / "o2").exists() or not any((tmp_path / "o2").rglob("*.json"))
+
+
+def test_cli_import_stays_light():
+    code = "import jobgen.cli, sys; print(sorted({m.split('.')[0] for m in sys.modules}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = set(eval(out))
+    assert not HEAVY & loaded, HEAVY & loaded
+
+
+def test_installed_script_runs(tmp_path: Path):
+    script = Path(sys.executable).parent / "jobgen"
+    assert script.exists(), "the console script is not installed (pip install -e .)"
+    env = {**os.environ, "JOBGEN_OUTPUT_ROOT": str(tmp_path)}
+    done = subprocess.run([str(script), "submit", str(DEMO), "--dry-run"], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "3 job(s) written" in done.stdout
+    bad = subprocess.run([str(script), "validate", str(tmp_path / "nope.toml")], capture_output=True, text=True)
+    assert bad.returncode == 1 and bad.stderr.strip().startswith("Error:") and "Traceback" not in bad.stderr
+
+
+def test_templates_ship_in_the_wheel(tmp_path: Path):
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(REPO)],
+        capture_output=True, text=True,
+    )
+    if done.returncode != 0:  # no setuptools in this venv: build in an isolated env instead
+        done = subprocess.run(["uv", "build", "--wheel", "-o", str(tmp_path), str(REPO)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    import zipfile
+
+    (wheel,) = tmp_path.glob("jobgen-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for template in ("base.sbatch.j2", "srun.sbatch.j2", "local.sh.j2", "_environment.j2", "_header.j2"):
+        assert f"jobgen/templates/{template}" in names
+    assert "training/__main__.py" in names
