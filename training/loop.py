@@ -156,8 +156,9 @@ def _count(job: Job, batch: dict[str, Any], seconds: float, stepped: bool) -> No
 def train_epoch(job: Job, epoch: int) -> str:
     """One epoch from progress['batch']; returns "done", "max_steps" or "interrupted"."""
     t, loader = job.spec.train, job.loaders["train"]
-    loader.sampler.set_epoch(epoch, job.progress["batch"])
-    last = loader.sampler.num_batches()
+    sampler = getattr(loader, "_dataloader", loader).sampler  # Fabric wraps the DataLoader
+    sampler.set_epoch(epoch, job.progress["batch"])
+    last = sampler.num_batches()
     index, job.progress["epoch"] = job.progress["batch"], epoch
     job.model.train()
     tick = time.perf_counter()

@@ -1,0 +1,203 @@
+"""LightningModule + Trainer: ModelCheckpoint on best val accuracy, CSV log, test on the best checkpoint."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+
+from training import requeue
+from training.data import Prepared
+from training.engines import common
+from training.hardware import effective_precision, resolve_accelerator
+from training.loaders import make_loader, token_counts
+from training.metrics import Scores
+from training.optim import build_optimizer, build_scheduler, warmup_steps
+from training.results import MetricsLog, Stats
+from training.spec import Spec
+from training.strategies import cluster_plugins, fsdp2_parallelize, make_strategy
+
+
+class Classifier(L.LightningModule):
+    def __init__(self, spec: Spec, prepared: Prepared, stats: Stats) -> None:
+        super().__init__()
+        self.spec, self.prepared, self.stats = spec, prepared, stats
+        self.model = common.build_model(spec, prepared)
+        self.scores: Scores | None = None
+
+    def configure_model(self) -> None:
+        # Called once per process after the strategy is set up: FSDP2 sharding needs the device mesh.
+        if self.spec.train.strategy == "fsdp" and not getattr(self, "_sharded", False):
+            fsdp2_parallelize(self.model, self.device_mesh)
+            self._sharded = True
+        if self.spec.train.compile and not getattr(self, "_compiled", False):
+            self.model = common.maybe_compile(self.model, self.spec)
+            self._compiled = True
+
+    def on_train_epoch_start(self) -> None:
+        # Lightning restores each submodule's mode as it found it: a model loaded in eval mode
+        # would train with dropout off. Training means training mode, whatever came before.
+        self.model.train()
+
+    def training_step(self, batch: dict[str, Any], index: int) -> Any:
+        loss = self.model(**batch).loss
+        self.log("train_loss", loss, prog_bar=True)
+        return loss
+
+    def _eval_step(self, batch: dict[str, Any]) -> None:
+        if self.scores is None:
+            self.scores = Scores(len(self.prepared.label_names), self.device)
+        self.scores.update(self.model(**batch).logits.float(), batch["labels"])
+
+    def validation_step(self, batch: dict[str, Any], index: int) -> None:
+        self._eval_step(batch)
+
+    def test_step(self, batch: dict[str, Any], index: int) -> None:
+        self._eval_step(batch)
+
+    def on_validation_epoch_end(self) -> None:
+        result, self.scores = self.scores.compute(), None  # compute() already reduced over ranks
+        self.log("val_acc", result["acc"], sync_dist=False)
+        if not self.trainer.sanity_checking:
+            self.stats.val_acc_per_epoch.append(result["acc"])
+
+    def on_test_epoch_end(self) -> None:
+        result, self.scores = self.scores.compute(), None
+        self.stats.test_acc, self.stats.test_f1 = result["acc"], result["f1"]
+        self.log("test_acc", result["acc"], sync_dist=False)
+
+    def configure_optimizers(self) -> Any:
+        optimizer = build_optimizer(self.model, self.spec.train)
+        total = int(self.trainer.estimated_stepping_batches)
+        scheduler = build_scheduler(optimizer, total, warmup_steps(total, self.spec.train))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def _loader(self, split: str) -> Any:
+        return make_loader(self.prepared.splits[split], self.spec, self.prepared.tokenizer, split == "train",
+                           self.global_rank, self.trainer.world_size)
+
+    def train_dataloader(self) -> Any:
+        return self._loader("train")
+
+    def val_dataloader(self) -> Any:
+        return self._loader("validation")
+
+    def test_dataloader(self) -> Any:
+        return self._loader("test")
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["jobgen_val_acc_per_epoch"] = list(self.stats.val_acc_per_epoch)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.trainer.state.fn == "fit":
+            self.stats.val_acc_per_epoch = list(checkpoint.get("jobgen_val_acc_per_epoch", []))
+
+
+class Bookkeeping(Callback):
+    """Times, throughput counters, metrics.csv rows, and the checkpoint-and-stop on the requeue signal."""
+
+    def __init__(self, spec: Spec, stats: Stats, watcher: requeue.Watcher | None) -> None:
+        self.spec, self.stats, self.watcher = spec, stats, watcher
+        self.local = [0.0] * 4
+        self.steps = 0
+        self.rows: MetricsLog | None = None
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        self.rows = self.rows or MetricsLog(self.spec.job_dir / "metrics.csv", trainer.global_rank == 0)
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, index: int) -> None:
+        self.tick = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, index: int) -> None:
+        t = self.spec.train
+        seconds = time.perf_counter() - self.tick
+        real, slots = token_counts(batch)
+        self.local[2:] = [self.local[2] + real, self.local[3] + slots]
+        if t.compile and self.steps < t.warmup_compile_steps:
+            self.stats.times_s["warmup_compile"] += seconds
+        else:
+            self.stats.times_s["train"] += seconds
+            self.local[:2] = [self.local[0] + batch["labels"].shape[0], self.local[1] + real]
+        self.steps += 1
+        if trainer.global_step % t.log_every_n_steps == 0:
+            self.rows.add(epoch=trainer.current_epoch, step=trainer.global_step, split="train",
+                         loss=float(outputs["loss"]), lr=trainer.optimizers[0].param_groups[0]["lr"])
+        if self.watcher is not None and trainer.strategy.reduce_boolean_decision(self.watcher.requested, all=False):
+            self._checkpoint_and_stop(trainer)
+
+    def _checkpoint_and_stop(self, trainer: Any) -> None:
+        directory = self.spec.checkpoint_dir
+        final = directory / f"requeue-step-{trainer.global_step:07d}.ckpt"
+        tmp = directory / f".tmp-{final.name}"
+        trainer.save_checkpoint(tmp)
+        trainer.strategy.barrier()
+        if trainer.global_rank == 0:
+            os.replace(tmp, final)
+        trainer.strategy.barrier()
+        self.stats.interrupted = True
+        trainer.should_stop = True
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        self.eval_tick = time.perf_counter()
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        self.stats.times_s["eval"] += time.perf_counter() - self.eval_tick
+        if self.stats.val_acc_per_epoch and not trainer.sanity_checking:
+            self.rows.add(epoch=trainer.current_epoch, step=trainer.global_step, split="validation",
+                         acc=self.stats.val_acc_per_epoch[-1])
+            self.rows.flush()
+
+    on_test_start = on_validation_start
+
+    def on_test_end(self, trainer: Any, pl_module: Any) -> None:
+        self.stats.times_s["eval"] += time.perf_counter() - self.eval_tick
+        self.rows.add(epoch=trainer.current_epoch, step=trainer.global_step, split="test",
+                     acc=self.stats.test_acc, f1=self.stats.test_f1)
+        self.rows.flush()
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        sums = trainer.strategy.reduce(torch.tensor(self.local, dtype=torch.float64, device=pl_module.device),
+                                       reduce_op="sum").tolist()
+        s = self.stats
+        s.timed_samples, s.timed_tokens, s.real_tokens, s.padded_slots = (int(v) for v in sums)
+        self.local = [0.0] * 4
+
+
+def _trainer(spec: Spec, stats: Stats, callbacks: list[Any]) -> L.Trainer:
+    t = spec.train
+    stats.accelerator = resolve_accelerator(t)
+    stats.precision_effective = effective_precision(t.precision, stats.accelerator)
+    return L.Trainer(
+        accelerator=stats.accelerator, devices=t.devices, num_nodes=t.num_nodes,
+        strategy=make_strategy(t, stats.accelerator, fabric=False), precision=stats.precision_effective,
+        plugins=cluster_plugins(fabric=False), max_epochs=t.epochs, max_steps=t.max_steps or -1,
+        accumulate_grad_batches=t.grad_accum, log_every_n_steps=t.log_every_n_steps,
+        deterministic=t.deterministic or None, num_sanity_val_steps=0, use_distributed_sampler=False,
+        enable_model_summary=False, default_root_dir=str(spec.job_dir), callbacks=callbacks,
+        logger=CSVLogger(str(spec.job_dir), name="lightning_logs"))
+
+
+def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher | None) -> int:
+    L.seed_everything(spec.train.seed, verbose=False)
+    best = ModelCheckpoint(dirpath=str(spec.checkpoint_dir), filename="best-{epoch}", monitor="val_acc",
+                           mode="max", save_top_k=1, save_last=True)
+    book = Bookkeeping(spec, stats, watcher)
+    trainer = _trainer(spec, stats, [best, book])
+    module = Classifier(spec, prepared, stats)
+    common.record_sizes(stats, prepared)
+    resume_from = requeue.newest_checkpoint(spec.checkpoint_dir, ".ckpt")
+    stats.resumed = resume_from is not None
+    try:
+        trainer.fit(module, ckpt_path=str(resume_from) if resume_from else None)
+        stats.world_size = trainer.world_size
+        stats.epochs_done = trainer.current_epoch if not stats.interrupted else len(stats.val_acc_per_epoch)
+        if not stats.interrupted:
+            trainer.test(module, ckpt_path="best")
+        return trainer.global_rank
+    finally:
+        common.destroy_process_group()
