@@ -77,11 +77,13 @@ def main(debug: bool, output_root: str | None) -> None:
 @click.option("--dry-run", is_flag=True, help="Write the run directory and show the commands; submit nothing.")
 @click.option("--show", is_flag=True, help="With --dry-run: print every script too.")
 @click.option("--backend", type=click.Choice(["sbatch", "submitit", "local"]), help="Override launch.backend.")
+@click.option("--array", is_flag=True, default=None, help="Submit the sweep as Slurm job array(s) (launch.array).")
+@click.option("--array-parallelism", type=click.IntRange(min=1), help="Most array tasks running at once.")
 @click.option("--resume", "resume_run", type=click.Path(file_okay=False, exists=True),
               help="Submit the jobs of RUN that are not queued yet (after a failure midway).")
 @click.pass_context
 def submit(ctx: click.Context, experiment: str | None, dry_run: bool, show: bool, backend: str | None,
-           resume_run: str | None) -> None:
+           array: bool | None, array_parallelism: int | None, resume_run: str | None) -> None:
     """Validate EXPERIMENT, write a run directory, and submit (or run) its jobs."""
     from jobgen import submit as sub
 
@@ -94,7 +96,8 @@ def submit(ctx: click.Context, experiment: str | None, dry_run: bool, show: bool
         raise click.UsageError("missing EXPERIMENT (a .toml file), or --resume RUN")
     if show and not dry_run:
         raise click.UsageError("--show goes with --dry-run")
-    prepared = sub.prepare(experiment, _root(ctx), backend=backend, dry_run=dry_run)
+    prepared = sub.prepare(experiment, _root(ctx), backend=backend, dry_run=dry_run, array=array,
+                           array_parallelism=array_parallelism)  # fmt: skip
     if dry_run:
         click.echo("\n".join(sub.show(prepared.run_dir, prepared.manifest, show)))
         click.echo(f"dry run: {len(prepared.jobs)} job(s) written, nothing submitted")
@@ -107,7 +110,9 @@ def _submit_and_report(run_dir: Path) -> None:
     from jobgen import submit as sub
 
     def report(job: dict) -> None:
-        if job.get("job_id"):
+        if job.get("tasks"):
+            click.echo(f"  {job['name']}: submitted as array {job['job_id']} ({len(job['tasks'])} tasks)")
+        elif job.get("job_id"):
             click.echo(f"  {job['name']}: submitted as job {job['job_id']}")
         else:
             click.echo(f"  {job['name']}: {job['state']}")

@@ -150,12 +150,12 @@ def locked_manifest(run_dir: Path) -> Iterator[dict[str, Any]]:
         atomic_write(Path(run_dir) / MANIFEST, dumps(doc))
 
 
-def update_jobs(run_dir: Path, updates: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Merge fields into the named jobs' manifest entries; returns the new manifest."""
+def update_jobs(run_dir: Path, updates: dict[str, dict[str, Any]], key: str = "jobs") -> dict[str, Any]:
+    """Merge fields into the named entries of manifest[key] (jobs, or arrays); returns the new manifest."""
     with locked_manifest(run_dir) as doc:
-        for job in doc["jobs"]:
-            if job["name"] in updates:
-                job.update(updates[job["name"]])
+        for entry in doc.get(key, []):
+            if entry["name"] in updates:
+                entry.update(updates[entry["name"]])
     return doc
 
 

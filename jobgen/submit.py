@@ -32,18 +32,20 @@ class Prepared:
     jobs: list[Job]
 
 
-def load_experiment(path: str | Path, backend: str | None = None) -> config.Experiment:
+def load_experiment(path: str | Path, backend: str | None = None, **launch: Any) -> config.Experiment:
+    """Load an experiment; command-line choices (backend, array, ...) override its [launch] table."""
     exp = config.load(path)
-    if backend and backend != exp.launch.backend:
-        raw = {**exp.raw, "launch": {**exp.raw.get("launch", {}), "backend": backend}}
+    overrides = {k: v for k, v in {"backend": backend, **launch}.items() if v is not None}
+    if overrides:
+        raw = {**exp.raw, "launch": {**exp.raw.get("launch", {}), **overrides}}
         exp = config.build(raw, path=exp.path, text=exp.text, display=exp.label)
     return exp
 
 
 def prepare(path: str | Path, output_root: Path | None = None, *, backend: str | None = None,
-            dry_run: bool = False) -> Prepared:
+            dry_run: bool = False, **launch: Any) -> Prepared:
     """Validate, plan and render every job, then write the whole run directory at once."""
-    exp = load_experiment(path, backend)
+    exp = load_experiment(path, backend, **launch)
     jobs = plan(exp)
     root = _output_root(exp, output_root)
     run_id = record.new_run_id()
@@ -63,10 +65,33 @@ def prepare(path: str | Path, output_root: Path | None = None, *, backend: str |
         entries.append(_entry(job, rel, script_rel, backend_impl.submit_command(run.run_dir / script_rel), dry_run))
     manifest = record.manifest_doc(run_id, exp.name, exp.path, exp.launch.backend, dry_run, sha, dirty, entries,
                                    exp.experiment.description)  # fmt: skip
+    if exp.launch.array:
+        manifest["arrays"] = _arrays(jobs, entries, run, exp, files, backend_impl, dry_run)
     files[record.MANIFEST] = record.dumps(manifest)
     record.check_no_secrets({k: v for k, v in files.items() if isinstance(v, str)})
     record.write_run(run.run_dir, files, {"code/training": code_dir})
     return Prepared(run_dir=run.run_dir, manifest=manifest, jobs=jobs)
+
+
+def _arrays(jobs: list[Job], entries: list[dict[str, Any]], run: RunInfo, exp: config.Experiment,
+            files: dict[str, str | bytes], backend: Any, dry_run: bool) -> list[dict[str, Any]]:
+    """Render the sweep as job arrays; the jobs then carry their array and task index."""
+    from jobgen.arrays import max_array_size, render_arrays
+
+    if exp.launch.backend != "sbatch":
+        raise JobgenError(f"launch.array works with the sbatch backend, not {exp.launch.backend!r}")
+    arrays = render_arrays(jobs, [e["script"] for e in entries], run, exp.path, exp.launch.array_parallelism,
+                           max_array_size())  # fmt: skip
+    by_name = {e["name"]: e for e in entries}
+    out = []
+    for array in arrays:
+        files[array["script"]] = array.pop("text")
+        for index, name in enumerate(array["tasks"]):
+            by_name[name].update(array=array["name"], array_index=index, submit_command=None)
+        state = State.DRY_RUN if dry_run else State.NOT_SUBMITTED
+        out.append({**array, "submit_command": backend.submit_command(run.run_dir / array["script"]),
+                    "job_id": None, "state": state.value, "error": None})  # fmt: skip
+    return out
 
 
 def _entry(job: Job, rel: str, script_rel: str, command: list[str], dry_run: bool) -> dict[str, Any]:
@@ -103,30 +128,35 @@ def training_package_dir() -> Path:
 
 
 def submit_pending(run_dir: Path, on_submit: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Submit every job of a run that has no job id yet; record each one as soon as it is queued.
+    """Submit every job (or array) of a run that has no job id yet; record each one as soon as it is queued.
 
-    Safe to call again (`--resume`): jobs already submitted are skipped, so none is duplicated.
+    Safe to call again (`--resume`): what was submitted is skipped, so nothing is duplicated.
     """
     manifest = record.load_manifest(run_dir)
     if manifest.get("dry_run"):
         raise JobgenError(f"{run_dir} is a dry run; submit the experiment file again without --dry-run")
     backend = get_backend(manifest["backend"])
-    for job in manifest["jobs"]:
-        if job.get("job_id") or job["state"] not in (State.NOT_SUBMITTED.value,):
+    key = "arrays" if manifest.get("arrays") else "jobs"
+    for entry in manifest[key]:
+        if entry.get("job_id") or entry["state"] != State.NOT_SUBMITTED.value:
             continue
         try:
-            fields = backend.submit(run_dir, job)
+            fields = backend.submit(run_dir, entry)
         except SubmitError as exc:
-            record.update_jobs(run_dir, {job["name"]: {"error": exc.message}})
-            done = sum(1 for j in record.load_manifest(run_dir)["jobs"] if j.get("job_id") or j["state"] != "NOT_SUBMITTED")
+            record.update_jobs(run_dir, {entry["name"]: {"error": exc.message}}, key=key)
+            done = sum(1 for e in record.load_manifest(run_dir)[key] if e.get("job_id"))
             raise SubmitError(
-                f"{exc.message} ({done} of {len(manifest['jobs'])} jobs submitted; after fixing it run: "
+                f"{exc.message} ({done} of {len(manifest[key])} {key} submitted; after fixing it run: "
                 f"jobgen submit --resume {run_dir})"
             ) from None
-        job.update(fields)
-        record.update_jobs(run_dir, {job["name"]: {**fields, "error": None}})
+        entry.update(fields)
+        record.update_jobs(run_dir, {entry["name"]: {**fields, "error": None}}, key=key)
+        if key == "arrays":
+            tasks = {name: {**fields, "job_id": f"{fields['job_id']}_{i}", "error": None}
+                     for i, name in enumerate(entry["tasks"])}  # fmt: skip
+            record.update_jobs(run_dir, tasks)
         if on_submit:
-            on_submit(job)
+            on_submit(entry)
     return record.load_manifest(run_dir)
 
 
@@ -135,7 +165,7 @@ def show(run_dir: Path, manifest: dict[str, Any], with_scripts: bool) -> list[st
     import shlex
 
     lines = [f"run: {run_dir}"]
-    for job in manifest["jobs"]:
+    for job in manifest.get("arrays") or manifest["jobs"]:
         lines.append(f"  {job['name']}: {run_dir / job['script']}")
         lines.append(f"    $ {shlex.join(job['submit_command'])}")
         if with_scripts:

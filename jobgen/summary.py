@@ -91,6 +91,30 @@ def summarize(
     return RENDERERS[fmt](lines, color=color, width=width)
 
 
+def live_states(run_dirs: Sequence[Path]) -> dict[tuple[str, str], Any]:
+    """What Slurm says now about the submitted jobs of these runs, keyed as collect() wants it.
+
+    Jobs Slurm does not know (local backend, accounting purged, no Slurm here) are left out, so their
+    state comes from the manifest, the result and the logs instead.
+    """
+    from jobgen.record import load_manifest
+    from jobgen.track import query
+
+    jobs: dict[str, tuple[str, str]] = {}
+    for run_dir in run_dirs:
+        try:
+            manifest = load_manifest(run_dir)
+        except JobgenError:
+            continue  # collect() reports it on the run's row
+        if manifest.get("backend") == "local":
+            continue
+        for job in manifest.get("jobs", []):
+            if job.get("job_id"):
+                jobs[str(job["job_id"])] = (str(manifest.get("run_id")), str(job.get("name")))
+    found = query(list(jobs)) if jobs else {}
+    return {jobs[jid]: info for jid, info in found.items() if jid in jobs}
+
+
 # --- rows -> lines ----------------------------------------------------------------------------------------
 
 

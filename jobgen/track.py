@@ -75,12 +75,26 @@ def _sacct(ids: list[str]) -> dict[str, JobInfo]:
         if len(parts) != 9:
             continue
         jid, state, exit_code, elapsed, nnodes, nodelist, _submit, start, end = parts
-        out[jid] = JobInfo(from_slurm(state), elapsed, nnodes, nodelist, exit_code, _time(start), _time(end), "sacct")
+        info = JobInfo(from_slurm(state), elapsed, nnodes, nodelist, exit_code, _time(start), _time(end), "sacct")
+        for one in expand_array_id(jid):
+            out[one] = info
     return out
 
 
+def expand_array_id(jid: str) -> list[str]:
+    """'7_[0-2,5%2]' (a pending array, as sacct shows it) -> ['7_0', '7_1', '7_2', '7_5']."""
+    match = re.match(r"^(\d+)_\[([\d,\-]+)(?:%\d+)?\]$", jid)
+    if not match:
+        return [jid]
+    base, ids = match.group(1), []
+    for part in match.group(2).split(","):
+        low, _, high = part.partition("-")
+        ids += [f"{base}_{i}" for i in range(int(low), int(high or low) + 1)]
+    return ids
+
+
 def _squeue(ids: list[str]) -> dict[str, JobInfo]:
-    done = _run(["squeue", "-h", "-o", "%i|%T|%M|%D|%N|%S", "-j", ",".join(ids)])
+    done = _run(["squeue", "-h", "-r", "-o", "%i|%T|%M|%D|%N|%S", "-j", ",".join(ids)])
     if done is None or done.returncode != 0:
         # squeue refuses the whole list when one id is unknown: ask one by one.
         if len(ids) > 1:

@@ -115,3 +115,30 @@ def test_dry_run_cannot_be_resumed(runner, tmp_path: Path, fake_slurm: Path):
     result = runner.invoke(main, ["submit", "--resume", str(run_dir)])
     assert result.exit_code == 1 and "dry run" in result.output
     assert not (fake_slurm / "calls").exists()
+
+
+def test_array_split_by_max_array_size(runner, tmp_path: Path, fake_slurm: Path, monkeypatch):
+    bin_dir = Path(__import__("shutil").which("sbatch")).parent
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text("#!/bin/bash\necho 'MaxArraySize            = 2'\n")
+    scontrol.chmod(0o755)
+    result = _submit(runner, tmp_path, "--array", "--array-parallelism", "1")
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (tmp_path / "runs" / "fake").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert [a["tasks"] for a in manifest["arrays"]] == [["seed-1", "seed-2"], ["seed-3"]]
+    assert [j["job_id"] for j in manifest["jobs"]] == ["1001_0", "1001_1", "1002_0"]
+    first = (run_dir / "arrays" / "array-0.sbatch").read_text()
+    assert "#SBATCH --array=0-1%1" in first and "#SBATCH --array=0-0%1" in (run_dir / "arrays" / "array-1.sbatch").read_text()
+    assert str(run_dir / "jobs" / "seed-2" / "job.sbatch") in first
+    assert (fake_slurm / "calls").read_text().strip() == "2"
+    lint = __import__("subprocess").run(["shellcheck", str(run_dir / "arrays" / "array-0.sbatch")], capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout
+
+
+def test_array_refuses_mixed_resources(runner, tmp_path: Path):
+    exp = tmp_path / "mixed.toml"
+    exp.write_text(SWEEP.replace('"train.seed" = [1, 2, 3]', '"slurm.cpus_per_task" = [1, 2]'))
+    result = runner.invoke(main, ["--output-root", str(tmp_path / "runs"), "submit", str(exp), "--array", "--dry-run"])
+    assert result.exit_code == 1 and "launch.array" in result.output and "cpus-per-task" in result.output
+    assert not (tmp_path / "runs").exists()

@@ -1,0 +1,70 @@
+"""A sweep as Slurm job arrays: one array per chunk of at most MaxArraySize jobs.
+
+All jobs of an array share one allocation shape, so arrays are only made from sweeps whose points
+ask for identical resources; each task runs its own job's script inside the array's allocation.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from jobgen.errors import PlanError
+from jobgen.plan import Job
+from jobgen.render import RunInfo, environment, sbatch_options
+
+DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default; `scontrol show config` tells the real one
+_PER_JOB_FLAGS = {"job-name", "output", "error"}
+
+
+def max_array_size() -> int:
+    """The cluster's MaxArraySize (task ids must be below it), or Slurm's default if unknown."""
+    if shutil.which("scontrol") is None:
+        return DEFAULT_MAX_ARRAY_SIZE
+    try:
+        out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30).stdout
+    except subprocess.SubprocessError:
+        return DEFAULT_MAX_ARRAY_SIZE
+    match = re.search(r"^MaxArraySize\s*=\s*(\d+)", out, re.MULTILINE)
+    return int(match.group(1)) if match else DEFAULT_MAX_ARRAY_SIZE
+
+
+def shared_options(jobs: list[Job], run: RunInfo) -> list[tuple[str, str | None]]:
+    """The #SBATCH options every job shares; refuses a sweep whose jobs differ in resources."""
+    first = None
+    for job in jobs:
+        opts = [o for o in sbatch_options(job, run.job_dir(job)) if o[0] not in _PER_JOB_FLAGS]
+        if first is None:
+            first = opts
+        elif opts != first:
+            differ = sorted({f for f, _ in set(opts) ^ set(first)})
+            raise PlanError(
+                f"launch.array: job {job.name!r} asks for other resources ({', '.join(differ)}) than the first "
+                "job; an array shares one shape: drop launch.array or sweep only non-resource keys"
+            )
+    return first or []
+
+
+def render_arrays(jobs: list[Job], scripts: list[str], run: RunInfo, experiment_file: Path,
+                  parallelism: int, chunk: int) -> list[dict[str, Any]]:
+    """[{name, script (relative), text, tasks}] for each chunk of the sweep."""
+    shared = shared_options(jobs, run)
+    experiment = jobs[0].exp.name
+    out = []
+    for k, start in enumerate(range(0, len(jobs), chunk)):
+        part = jobs[start : start + chunk]
+        name = f"array-{k}"
+        spec = f"0-{len(part) - 1}" + (f"%{parallelism}" if parallelism else "")
+        log = str(run.run_dir / "arrays").replace("%", "%%")
+        opts = [("job-name", f"{experiment}.{name}"), *shared, ("array", spec),
+                ("output", f"{log}/slurm-%A_%a.out"), ("error", f"{log}/slurm-%A_%a.err")]  # fmt: skip
+        text = environment().get_template("array.sbatch.j2").render(
+            version=run.version, experiment_file=str(experiment_file), array_name=name, run_id=run.run_id,
+            git_sha=run.git_sha, git_dirty=run.git_dirty, sbatch=opts,
+            scripts=[str(run.run_dir / s) for s in scripts[start : start + chunk]],
+        )  # fmt: skip
+        out.append({"name": name, "script": f"arrays/{name}.sbatch", "text": text, "tasks": [j.name for j in part]})
+    return out
