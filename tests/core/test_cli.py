@@ -38,7 +38,7 @@ def test_schema_lists_every_key_with_default_and_doc(runner):
     result = runner.invoke(main, ["schema"])
     assert result.exit_code == 0
     for key, _, default, doc in schema_rows():
-        assert key in result.output and doc in result.output
+        assert key in result.output and doc in result.output and default in result.output
     md = runner.invoke(main, ["schema", "--format", "markdown"]).output
     assert "| `train.strategy` | `str` | `\"auto\"` |" in md
 
