@@ -140,6 +140,8 @@ def _broken_run_row(run_dir: Path, exc: Exception) -> JobRow:
 
 def read_job(run_dir: Path, run_id: str, experiment: str, entry: Mapping[str, Any], live: Live | None = None) -> JobRow:
     """One manifest entry + its job directory -> a row."""
+    if live is not None and (live if isinstance(live, State) else live.state) is State.UNKNOWN:
+        live = None  # an answer that says nothing must not hide what the files say
     name = str(entry.get("name") or f"job-{entry.get('index', '?')}")
     # Plain strings on the path every finished job takes: pathlib costs more than the JSON at 10k jobs.
     job_dir = os.path.join(run_dir, str(entry.get("dir") or f"jobs/{name}"))
@@ -328,7 +330,9 @@ def read_best_val_acc(path: Path) -> float | None:
 # --- logs: the likely cause of death --------------------------------------------------------------------
 
 # srun --label prefixes each line with "<rank>: ", torchrun with "[rank<n>]: ".
-_RANK_PREFIX = re.compile(r"^\s*(\d+:|\[rank\d+\]:)\s?")
+_RANK_PREFIX = re.compile(r"^\s*(?:\d+:\s?|\[rank\d+\]:\s?)+")
+# Slurm's own lines: "slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT ... ***" reads better without the frame.
+_SLURM_FRAME = re.compile(r"^(?:slurmstepd|srun|slurmd)(?:-\S+)?: error: (?:\*\*\* )?|\s*\*\*\*$")
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failure)(:.*)?$")
 
 
@@ -518,6 +522,7 @@ def _rel(path: Path, base: Path) -> str:
 
 
 def _clip(line: str, width: int = 200) -> str:
+    line = _SLURM_FRAME.sub("", line)
     return line if len(line) <= width else line[: width - 1] + "…"
 
 

@@ -348,6 +348,22 @@ def _check_paths(exp: Experiment, ctx: _Context) -> None:
             ctx.fail(f"env.vars.{key}", "value must be one line")
 
 
+def time_minutes(text: str) -> int:
+    """Minutes of a Slurm time limit (already validated): M, M:S, H:M:S, D-H, D-H:M, D-H:M:S."""
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return 365 * 24 * 60
+    days, _, rest = text.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+    elif len(parts) == 3:
+        hours, minutes, seconds = parts
+    else:
+        hours, (minutes, seconds) = 0, (parts + [0])[:2]
+    total = (int(days or 0) * 24 + hours) * 60 + minutes
+    return max(1, total + (1 if seconds else 0))
+
+
 def locate(text: str, dotted: str) -> int | None:
     """Best-effort line number of a dotted key (or table header) in TOML text."""
     parts = dotted.split(".")

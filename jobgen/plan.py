@@ -166,6 +166,9 @@ def check_shape(exp: Experiment, where: str = "") -> None:
         problems.append(f"slurm.gpu_type = {slurm.gpu_type!r} needs slurm.gpus_per_node > 0")
     if launch.backend == "local" and slurm.nodes > 1:
         problems.append(f"launch.backend = 'local' runs on this machine but slurm.nodes = {slurm.nodes}; use 1 node or sbatch")
+    if launch.backend == "submitit" and slurm.requeue:
+        problems.append("slurm.requeue is jobgen's own signal handling in sbatch scripts; submitit has its own: "
+                        "use launch.backend = 'sbatch' for requeue")
     if launch.array_parallelism and not launch.array:
         problems.append("launch.array_parallelism needs launch.array = true")
     if problems:

@@ -21,8 +21,8 @@ from jobgen import __version__
 from jobgen.errors import TemplateError
 from jobgen.plan import Job
 
-DEFAULT_TEMPLATES = {"sbatch": "srun.sbatch.j2", "submitit": "srun.sbatch.j2", "local": "local.sh.j2"}
-SCRIPT_NAMES = {"sbatch": "job.sbatch", "submitit": "job.sbatch", "local": "job.sh"}
+DEFAULT_TEMPLATES = {"sbatch": "srun.sbatch.j2", "submitit": "setup.sh.j2", "local": "local.sh.j2"}
+SCRIPT_NAMES = {"sbatch": "job.sbatch", "submitit": "setup.sh", "local": "job.sh"}
 _SBATCH_PLAIN = re.compile(r"^[A-Za-z0-9_./:@%,=+-]+$")
 
 
@@ -151,6 +151,8 @@ def job_context(job: Job, run: RunInfo) -> dict[str, Any]:
         "ntasks_per_node": job.ntasks_per_node,
         "devices": job.devices,
         "requeue": exp.slurm.requeue,
+        # submitit sources the setup file into its own script: leave that script's shell options alone.
+        "strict": exp.launch.backend != "submitit",
     }
 
 

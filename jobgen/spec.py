@@ -33,6 +33,8 @@ def build_spec(job: Job, run: RunInfo, cache_dir: Path) -> dict[str, Any]:
         "cache_dir": str(cache_dir),
         "train": train,
         "data": data,
+        "slurm": dataclasses.asdict(exp.slurm),
+        "env": dataclasses.asdict(exp.env),
         "requeue": {
             "enabled": exp.slurm.requeue,
             "signal": exp.slurm.signal.upper().removeprefix("SIG"),

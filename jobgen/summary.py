@@ -403,7 +403,7 @@ def render_table(lines: list[Line], color: bool = False, width: int | None = Non
         return "No jobs found.\n"
     if len(lines) > RICH_MAX_ROWS:
         return plain_table(lines, color)
-    table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
+    table = Table(box=box.SIMPLE_HEAD, header_style="bold", show_edge=False, pad_edge=False)
     for header in HEADERS:
         if header == "note":
             table.add_column(header, no_wrap=True, overflow="ellipsis", max_width=40)
@@ -412,9 +412,9 @@ def render_table(lines: list[Line], color: bool = False, width: int | None = Non
     for line in lines:
         values = cells(line)
         style = STATE_STYLES.get(line.state, "red")
-        table.add_row(
-            *values[:6], Text(values[6], style=style), *values[7:], style="bold" if line.is_baseline else None
-        )
+        texts = [Text(v) for v in values]  # Text, not markup: "[rank1]:" in a log line is not a tag
+        texts[6].stylize(style)
+        table.add_row(*texts, style="bold" if line.is_baseline else None)
     buf = io.StringIO()
     console = Console(
         file=buf,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = REPO / "tests" / "golden"
-TEMPLATES = ("srun.sbatch.j2", "local.sh.j2")
+TEMPLATES = ("srun.sbatch.j2", "local.sh.j2", "setup.sh.j2")
 SEPARATOR = "\n# ---------------------------------------------------------------- next job\n"
 
 
@@ -28,7 +28,8 @@ def render_all(experiment: Path, template: str) -> str:
     from jobgen.render import RunInfo, render_job
     from jobgen.submit import load_experiment
 
-    exp = load_experiment(experiment)
+    # The setup file is sourced by submitit's own script: render it as the submitit backend does.
+    exp = load_experiment(experiment, backend="submitit" if template == "setup.sh.j2" else None)
     run = RunInfo(run_id="RUNID", run_dir=Path("/RUNS") / exp.name / "RUNID", git_sha="GITSHA", version="VERSION")
     text = SEPARATOR.join(render_job(job, run, template=template) for job in plan(exp))
     return text.replace(str(REPO), "<REPO>")

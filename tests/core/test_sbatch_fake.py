@@ -142,3 +142,17 @@ def test_array_refuses_mixed_resources(runner, tmp_path: Path):
     result = runner.invoke(main, ["--output-root", str(tmp_path / "runs"), "submit", str(exp), "--array", "--dry-run"])
     assert result.exit_code == 1 and "launch.array" in result.output and "cpus-per-task" in result.output
     assert not (tmp_path / "runs").exists()
+
+
+def test_submitit_parameters_come_from_the_same_config(tmp_path: Path):
+    from jobgen.backends.submitit_backend import executor_parameters
+
+    spec = {"experiment": "e", "job": "j", "slurm": {
+        "nodes": 2, "ntasks_per_node": 4, "cpus_per_task": 8, "time": "1-00:30", "gpus_per_node": 4, "gpu_type": "",
+        "partition": "gpu", "account": "", "qos": "", "mem": "64g", "constraint": "", "exclusive": True,
+        "extra": {"mail-type": "END", "hold": False, "requeue-x": True}}}
+    params = executor_parameters(spec, tmp_path / "setup.sh")
+    assert params["nodes"] == 2 and params["tasks_per_node"] == 4 and params["gpus_per_node"] == 4
+    assert params["timeout_min"] == 1470 and params["slurm_mem"] == "64G" and params["slurm_partition"] == "gpu"
+    assert params["slurm_setup"] == [f"source {tmp_path / 'setup.sh'}"] and params["slurm_exclusive"] is True
+    assert params["slurm_additional_parameters"] == {"mail_type": "END", "requeue_x": None}

@@ -1,0 +1,82 @@
+"""Submit the same jobs through submitit: resources mapped from the experiment, same run directory.
+
+submitit writes its own sbatch script and srun line; each task runs the training entrypoint as a
+command, after sourcing the job's setup file (jobgen's environment and rendezvous).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from jobgen.config import time_minutes
+from jobgen.errors import SubmitError
+from jobgen.record import now_iso
+from jobgen.states import State
+
+
+class SubmititBackend:
+    name = "submitit"
+
+    def submit_command(self, script: Path) -> list[str]:
+        """What submitit will run in every task (after sourcing `script`), for the record."""
+        spec = script.parent / "spec.json"
+        return ["submitit", f"--folder={script.parent / 'submitit'}", "python", "-u", "-m", "training",
+                "--spec", str(spec)]  # fmt: skip
+
+    def submit(self, run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
+        import submitit
+        from submitit.helpers import CommandFunction
+
+        spec_path = run_dir / job["spec"]
+        spec = json.loads(spec_path.read_text(encoding="utf-8"))
+        folder = run_dir / job["dir"] / "submitit"
+        executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
+        executor.update_parameters(**executor_parameters(spec, run_dir / job["script"]))
+        python = spec["env"]["python"] or sys.executable
+        command = CommandFunction([python, "-u", "-m", "training", "--spec", str(spec_path)], verbose=True)
+        try:
+            submitted = executor.submit(command)
+        except Exception as exc:  # submitit wraps sbatch's failure in its own types
+            raise SubmitError(f"submitit: {' '.join(str(exc).split())}") from None
+        script = folder / f"{submitted.job_id}_submission.sh"
+        return {"job_id": str(submitted.job_id), "state": State.SUBMITTED.value, "submitted_at": now_iso(),
+                "submitit_script": str(script.relative_to(run_dir)) if script.exists() else None}  # fmt: skip
+
+    def states(self, job_ids: list[str]) -> dict[str, State]:
+        from jobgen.track import slurm_states
+
+        return slurm_states(job_ids)
+
+    def cancel(self, job_ids: list[str]) -> None:
+        from jobgen.backends.sbatch import SbatchBackend
+
+        SbatchBackend().cancel(job_ids)
+
+
+def executor_parameters(spec: dict[str, Any], setup_file: Path) -> dict[str, Any]:
+    """The experiment's resources in submitit's words (tasks per node = devices per node)."""
+    s = spec["slurm"]
+    params: dict[str, Any] = {
+        "name": f"{spec['experiment']}.{spec['job']}",
+        "nodes": s["nodes"],
+        "tasks_per_node": s["ntasks_per_node"],
+        "cpus_per_task": s["cpus_per_task"],
+        "timeout_min": time_minutes(s["time"]),
+        "slurm_setup": [f"source {shlex.quote(str(setup_file))}"],
+        "slurm_srun_args": ["--label", "--kill-on-bad-exit=1"],
+    }
+    if s["gpus_per_node"]:
+        params["gpus_per_node"] = f"{s['gpu_type']}:{s['gpus_per_node']}" if s["gpu_type"] else s["gpus_per_node"]
+    optional = {"slurm_partition": s["partition"], "slurm_account": s["account"], "slurm_qos": s["qos"],
+                "slurm_mem": s["mem"].upper(), "slurm_constraint": s["constraint"]}  # fmt: skip
+    params.update({k: v for k, v in optional.items() if v})
+    if s["exclusive"]:
+        params["slurm_exclusive"] = True
+    extra = {k: v for k, v in s["extra"].items() if v is not False}
+    if extra:
+        params["slurm_additional_parameters"] = {k.replace("-", "_"): (None if v is True else v) for k, v in extra.items()}
+    return params
