@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,108 +11,8 @@ import pytest
 
 from jobgen.collect import collect, collect_run, find_cause, read_best_val_acc, read_result
 from jobgen.states import State
-
-
-def _load_synth():
-    path = Path(__file__).parent / "data" / "summary" / "synth.py"
-    spec = importlib.util.spec_from_file_location("summary_synth", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while building the class
-    spec.loader.exec_module(module)
-    return module
-
-
-synth = _load_synth()
-FakeJob, write_run, log = synth.FakeJob, synth.write_run, synth.log
-
-TRUNCATED = '{"schema": 1, "job": "x", "times_s": {"train": 12'
-OLD = {"schema": 0, "job": "x", "train_time": 12.0, "acc": 0.9, "versions": {"jobgen": "0.0.3"}}
-
-# (id, job, expected state, text the row's problem must contain, expected cause kind or None)
-FAULTS = [
-    (
-        "missing-result",
-        FakeJob("j", state="COMPLETED", result=None),
-        State.COMPLETED,
-        "without writing",
-        None,
-    ),
-    ("truncated-json", FakeJob("j", result=TRUNCATED), State.COMPLETED, "corrupt or truncated", None),
-    ("older-format", FakeJob("j", result=OLD), State.COMPLETED, "result from an older format", None),
-    ("newer-format", FakeJob("j", result={**OLD, "schema": 9}), State.COMPLETED, "newer format", None),
-    ("not-a-dict", FakeJob("j", result="[1, 2]"), State.COMPLETED, "not a JSON object", None),
-    ("pending", FakeJob("j", state="PENDING", result=None), State.PENDING, "not started", None),
-    (
-        "not-submitted",
-        FakeJob("j", state="NOT_SUBMITTED", submitted_s=None, result=None, error="sbatch: invalid account"),
-        State.NOT_SUBMITTED,
-        "not submitted: sbatch: invalid account",
-        None,
-    ),
-    (
-        "cancelled",
-        FakeJob("j", result=None, logs={"slurm-4000.out": log("cancelled.out")}),
-        State.CANCELLED,
-        "CANCELLED AT",
-        "cancelled",
-    ),
-    (
-        "timeout",
-        FakeJob("j", result=None, logs={"slurm-4000.out": log("time_limit.out")}),
-        State.TIMEOUT,
-        "DUE TO TIME LIMIT",
-        "time_limit",
-    ),
-    (
-        "exception",
-        FakeJob("j", result=None, logs={"slurm-4000.out": log("exception.out")}),
-        State.FAILED,
-        "KeyError: 'sentence'",
-        "exception",
-    ),
-    (
-        "cuda-oom",
-        FakeJob("j", result=None, logs={"slurm-4000.out": log("oom.out")}),
-        State.FAILED,
-        "CUDA out of memory",
-        "gpu_oom",
-    ),
-    (
-        "oom-kill",
-        FakeJob("j", result=None, logs={"slurm-4000.out": log("oom_kill.out")}),
-        State.OUT_OF_MEMORY,
-        "Out Of Memory",
-        "host_oom",
-    ),
-    (
-        "address-in-use",
-        FakeJob("j", result=None, logs={"slurm-4000.out": "", "slurm-4000.err": log("address_in_use.err")}),
-        State.FAILED,
-        "Address already in use",
-        "address_in_use",
-    ),
-    (
-        "nccl-timeout",
-        FakeJob("j", result=None, logs={"slurm-4000.out": log("nccl_timeout.out")}),
-        State.FAILED,
-        "collective operation timeout",
-        "nccl_timeout",
-    ),
-    (
-        "node-failure",
-        FakeJob("j", result=None, logs={"slurm-4000.out": log("node_fail.out")}),
-        State.NODE_FAIL,
-        "NODE FAILURE",
-        "node_fail",
-    ),
-    (
-        "local-backend-exception",
-        FakeJob("j", result=None, logs={"local.out": log("exception.out")}),
-        State.FAILED,
-        "KeyError",
-        "exception",
-    ),
-]
+from tests.data.summary import synth
+from tests.data.summary.synth import FAULTS, FakeJob, log, write_run
 
 
 @pytest.mark.parametrize(("job", "state", "problem", "kind"), [f[1:] for f in FAULTS], ids=[f[0] for f in FAULTS])

@@ -13,6 +13,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from jobgen.states import State
+
 LOGS = Path(__file__).parent / "logs"
 T0 = datetime(2026, 11, 29, 20, 0, 0, tzinfo=timezone.utc)
 
@@ -90,11 +92,10 @@ def result_json(job: FakeJob, experiment: str) -> dict[str, Any]:
     }
 
 
-def write_run(
-    root: Path, experiment: str, jobs: Iterable[FakeJob], run_id: str = "20261129-200000-ab12"
-) -> Path:
+def write_run(root: Path, experiment: str, jobs: Iterable[FakeJob], run_id: str = "20261129-200000-ab12") -> Path:
     """Write <root>/<experiment>/<run_id>/ with its manifest and every job's files; return the run dir."""
     run_dir = root / experiment / run_id
+    run_dir.mkdir(parents=True)
     entries = []
     for index, job in enumerate(jobs):
         job_dir = run_dir / "jobs" / job.name
@@ -166,3 +167,95 @@ def _write_job(job_dir: Path, job: FakeJob, experiment: str) -> None:
 def log(name: str) -> str:
     """A realistic log tail from tests/data/summary/logs/."""
     return (LOGS / name).read_text(encoding="utf-8")
+
+
+# --- the fault table: every way a job can end without a usable result ----------------------------------
+
+TRUNCATED = '{"schema": 1, "job": "x", "times_s": {"train": 12'
+OLD = {"schema": 0, "job": "x", "train_time": 12.0, "acc": 0.9, "versions": {"jobgen": "0.0.3"}}
+
+# (id, job, expected state, text the row's problem must contain, expected cause kind or None)
+FAULTS = [
+    (
+        "missing-result",
+        FakeJob("j", state="COMPLETED", result=None),
+        State.COMPLETED,
+        "without writing",
+        None,
+    ),
+    ("truncated-json", FakeJob("j", result=TRUNCATED), State.COMPLETED, "corrupt or truncated", None),
+    ("older-format", FakeJob("j", result=OLD), State.COMPLETED, "result from an older format", None),
+    ("newer-format", FakeJob("j", result={**OLD, "schema": 9}), State.COMPLETED, "newer format", None),
+    ("not-a-dict", FakeJob("j", result="[1, 2]"), State.COMPLETED, "not a JSON object", None),
+    ("pending", FakeJob("j", state="PENDING", result=None), State.PENDING, "not started", None),
+    (
+        "not-submitted",
+        FakeJob("j", state="NOT_SUBMITTED", submitted_s=None, result=None, error="sbatch: invalid account"),
+        State.NOT_SUBMITTED,
+        "not submitted: sbatch: invalid account",
+        None,
+    ),
+    (
+        "cancelled",
+        FakeJob("j", result=None, logs={"slurm-4000.out": log("cancelled.out")}),
+        State.CANCELLED,
+        "CANCELLED AT",
+        "cancelled",
+    ),
+    (
+        "timeout",
+        FakeJob("j", result=None, logs={"slurm-4000.out": log("time_limit.out")}),
+        State.TIMEOUT,
+        "DUE TO TIME LIMIT",
+        "time_limit",
+    ),
+    (
+        "exception",
+        FakeJob("j", result=None, logs={"slurm-4000.out": log("exception.out")}),
+        State.FAILED,
+        "KeyError: 'sentence'",
+        "exception",
+    ),
+    (
+        "cuda-oom",
+        FakeJob("j", result=None, logs={"slurm-4000.out": log("oom.out")}),
+        State.FAILED,
+        "CUDA out of memory",
+        "gpu_oom",
+    ),
+    (
+        "oom-kill",
+        FakeJob("j", result=None, logs={"slurm-4000.out": log("oom_kill.out")}),
+        State.OUT_OF_MEMORY,
+        "Out Of Memory",
+        "host_oom",
+    ),
+    (
+        "address-in-use",
+        FakeJob("j", result=None, logs={"slurm-4000.out": "", "slurm-4000.err": log("address_in_use.err")}),
+        State.FAILED,
+        "Address already in use",
+        "address_in_use",
+    ),
+    (
+        "nccl-timeout",
+        FakeJob("j", result=None, logs={"slurm-4000.out": log("nccl_timeout.out")}),
+        State.FAILED,
+        "collective operation timeout",
+        "nccl_timeout",
+    ),
+    (
+        "node-failure",
+        FakeJob("j", result=None, logs={"slurm-4000.out": log("node_fail.out")}),
+        State.NODE_FAIL,
+        "NODE FAILURE",
+        "node_fail",
+    ),
+    (
+        "local-backend-exception",
+        FakeJob("j", result=None, logs={"local.out": log("exception.out")}),
+        State.FAILED,
+        "KeyError",
+        "exception",
+    ),
+]

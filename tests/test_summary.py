@@ -1,0 +1,267 @@
+"""jobgen.summary: one table of time and accuracy, in every format, compared against the files written."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobgen.errors import JobgenError
+from jobgen.summary import FIELDS, HEADERS, duration, summarize
+from tests.data.summary.synth import FAULTS, FakeJob, write_run
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Three configurations with different numbers everywhere, so a value shown in the wrong row is caught.
+CONFIGS = [
+    FakeJob("engine-torch", {"train.engine": "torch"}, engine="torch", strategy="auto", train_s=300.0,
+            samples_per_s=100.0, test_acc=0.80, best_val_acc=0.81, test_f1=0.79, queue_s=12.0, requeue_count=1),
+    FakeJob("engine-lightning", {"train.engine": "lightning"}, engine="lightning", train_s=150.0,
+            samples_per_s=200.0, test_acc=0.85, best_val_acc=0.86, test_f1=0.84, queue_s=20.0),
+    FakeJob("engine-fabric", {"train.engine": "fabric"}, engine="fabric", train_s=120.0, compile=True,
+            samples_per_s=250.0, test_acc=0.86, best_val_acc=0.87, test_f1=0.85, queue_s=7.0, peak_gpu_mb=3100.0),
+]  # fmt: skip
+
+
+def _rows(text: str) -> dict[str, dict[str, str]]:
+    return {r["config"]: r for r in csv.DictReader(io.StringIO(text))}
+
+
+def test_csv_and_json_carry_the_result_files_values(tmp_path: Path) -> None:
+    run = write_run(tmp_path, "exp", CONFIGS)
+    by_csv = _rows(summarize([run], fmt="csv"))
+    by_json = {r["config"]: r for r in json.loads(summarize([run], fmt="json"))["rows"]}
+    base = CONFIGS[0].train_s  # the torch job is the default baseline
+    for job in CONFIGS:
+        result = json.loads((run / "jobs" / job.name / "result.json").read_text())
+        expected = {
+            "engine": result["engine"],
+            "strategy": result["strategy"],
+            "precision": result["precision"]["effective"],
+            "state": "COMPLETED",
+            "train_s": result["times_s"]["train"],
+            "samples_per_s": result["throughput"]["samples_per_s"],
+            "peak_mem_mb": result["peak_memory_mb"]["gpu_max_allocated"],
+            "best_val_acc": result["best_val_acc"],
+            "test_acc": result["test_acc"],
+            "test_f1": result["test_f1"],
+            "requeues": result["requeue_count"],
+            "queue_wait_s": job.queue_s,
+            "speedup": round(base / job.train_s, 6),
+        }
+        for key, value in expected.items():
+            assert by_json[job.name][key] == pytest.approx(value), key
+            assert by_csv[job.name][key] == str(float(value) if isinstance(value, int) else value), key
+        assert by_json[job.name]["nodes"] == result["nodes"]
+        assert by_json[job.name]["devices_per_node"] == result["devices_per_node"]
+        assert by_json[job.name]["compile"] is result["compile"]
+    assert list(next(iter(by_csv.values()))) == FIELDS
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_human_formats_fill_every_column(tmp_path: Path, fmt: str) -> None:
+    run = write_run(tmp_path, "exp", CONFIGS)
+    text = summarize([run], fmt=fmt, width=400)
+    lines = {job.name: next(ln for ln in text.splitlines() if job.name in ln) for job in CONFIGS}
+    for job in CONFIGS:
+        line = lines[job.name]
+        for shown in (job.engine, job.strategy, job.precision, "1×2", "COMPLETED", duration(job.train_s),
+                      duration(job.queue_s), f"{100 * job.test_acc:.1f}", f"{100 * job.best_val_acc:.1f}",
+                      f"{100 * job.test_f1:.1f}", f"{job.samples_per_s:,.1f}", f"{job.peak_gpu_mb:,.0f} gpu"):  # fmt: skip
+            assert shown in line, (shown, line)
+    assert "baseline" in lines["engine-torch"]
+    assert f"{300 / 150:.2f}×" in lines["engine-lightning"] and f"{300 / 120:.2f}×" in lines["engine-fabric"]
+    assert "yes" in lines["engine-fabric"] and " no " in lines["engine-torch"]
+    for header in HEADERS:
+        assert header in text
+
+
+def test_markdown_is_a_pipe_table(tmp_path: Path) -> None:
+    text = summarize([write_run(tmp_path, "exp", CONFIGS)], fmt="markdown")
+    rows = [ln for ln in text.splitlines() if ln.startswith("|")]
+    assert len(rows) == 2 + len(CONFIGS)
+    assert {ln.count("|") for ln in rows} == {len(HEADERS) + 1}
+
+
+def test_runs_of_one_configuration_combine_into_mean_std_n(tmp_path: Path) -> None:
+    times, accs = [100.0, 110.0, 126.0], [0.80, 0.82, 0.87]
+    runs = [
+        write_run(tmp_path, "exp", [FakeJob("a", train_s=t, test_acc=a), FakeJob("b", train_s=50.0)], run_id=f"r{i}")
+        for i, (t, a) in enumerate(zip(times, accs, strict=True))
+    ]
+    rows = {r["config"]: r for r in json.loads(summarize(runs, fmt="json"))["rows"]}
+    assert rows["a"]["n"] == 3 and rows["a"]["run"] == "3 runs"
+    assert rows["a"]["train_s"] == pytest.approx(statistics.mean(times))
+    assert rows["a"]["train_s_std"] == pytest.approx(statistics.stdev(times))
+    assert rows["a"]["test_acc"] == pytest.approx(statistics.mean(accs), abs=1e-6)
+    assert rows["a"]["test_acc_std"] == pytest.approx(statistics.stdev(accs), abs=1e-6)
+    assert rows["b"]["train_s_std"] == 0.0
+    table = summarize(runs, width=400)
+    assert "a (n=3)" in table and f"{duration(statistics.mean(times))} ± {duration(statistics.stdev(times))}" in table
+
+
+def test_seeds_swept_in_one_run_are_one_configuration(tmp_path: Path) -> None:
+    jobs = [
+        FakeJob(f"strategy-{s}_seed-{seed}", {"train.strategy": s, "train.seed": seed}, strategy=s, train_s=t)
+        for s, t in (("ddp", 100.0), ("fsdp", 80.0))
+        for seed in (1, 2)
+    ]
+    rows = json.loads(summarize([write_run(tmp_path, "exp", jobs)], fmt="json"))["rows"]
+    assert [(r["config"], r["n"]) for r in rows] == [("strategy-ddp", 2), ("strategy-fsdp", 2)]
+
+
+def test_no_combine_lists_every_job_of_every_run(tmp_path: Path) -> None:
+    runs = [write_run(tmp_path, "exp", [FakeJob("a")], run_id=f"r{i}") for i in range(2)]
+    rows = json.loads(summarize(runs, fmt="json", combine=False))["rows"]
+    assert [(r["config"], r["run"], r["n"]) for r in rows] == [("r0/a", "r0", 1), ("r1/a", "r1", 1)]
+
+
+def test_default_baseline_without_torch_is_the_slowest(tmp_path: Path) -> None:
+    jobs = [FakeJob("fast", train_s=50.0), FakeJob("slow", train_s=200.0), FakeJob("mid", train_s=100.0)]
+    doc = json.loads(summarize([write_run(tmp_path, "exp", jobs)], fmt="json"))
+    assert doc["baseline"] == "slow"
+    assert {r["config"]: r["speedup"] for r in doc["rows"]} == {"fast": 4.0, "slow": 1.0, "mid": 2.0}
+
+
+def test_named_baseline(tmp_path: Path) -> None:
+    run = write_run(tmp_path, "exp", CONFIGS)
+    doc = json.loads(summarize([run], fmt="json", baseline="engine-lightning"))
+    assert doc["baseline"] == "engine-lightning"
+    assert {r["config"]: r["speedup"] for r in doc["rows"]}["engine-torch"] == pytest.approx(0.5)
+    assert json.loads(summarize([run], fmt="json", baseline="fabric"))["baseline"] == "engine-fabric"
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [("nope", "matches no configuration: choose one of engine-torch"), ("engine", "matches 3 configurations")],
+)
+def test_bad_baseline_is_a_one_line_error(tmp_path: Path, name: str, message: str) -> None:
+    with pytest.raises(JobgenError, match=message):
+        summarize([write_run(tmp_path, "exp", CONFIGS)], baseline=name)
+
+
+def test_baseline_without_time_is_refused(tmp_path: Path) -> None:
+    run = write_run(tmp_path, "exp", [*CONFIGS, FakeJob("dead", state="PENDING", result=None)])
+    with pytest.raises(JobgenError, match="'dead' has no training time"):
+        summarize([run], baseline="dead")
+
+
+def test_unknown_format(tmp_path: Path) -> None:
+    with pytest.raises(JobgenError, match="unknown format 'xml'"):
+        summarize([write_run(tmp_path, "exp", CONFIGS)], fmt="xml")
+
+
+def test_every_fault_is_a_row_with_its_state_cause_and_hint(tmp_path: Path) -> None:
+    jobs = [FakeJob(fid, **{k: v for k, v in vars(job).items() if k != "name"}) for fid, job, *_ in FAULTS]
+    run = write_run(tmp_path, "exp", [FakeJob("fine"), *jobs])
+    for fmt in ("json", "csv"):
+        text = summarize([run], fmt=fmt)
+        rows = json.loads(text)["rows"] if fmt == "json" else list(_rows(text).values())
+        by_name = {r["config"]: r for r in rows}
+        assert by_name["fine"]["state"] == "COMPLETED" and not by_name["fine"]["problem"]
+        for fid, _, state, problem, kind in FAULTS:
+            row = by_name[fid]
+            assert row["state"] == state.value and problem in row["problem"], fid
+            assert bool(row["hint"]) == (kind is not None), fid
+            assert not row["train_s"] and not row["speedup"], fid
+    table = summarize([run], width=300)
+    for fid, _, state, _, kind in FAULTS:
+        line = next(ln for ln in table.splitlines() if ln.startswith(fid + " "))
+        assert state.value in line
+        if kind:  # the full cause and what to do follow the table
+            assert any(ln.startswith(f"• {fid}: ") and " -> " in ln for ln in table.splitlines()), fid
+
+
+def test_broken_manifest_does_not_hide_the_other_runs(tmp_path: Path) -> None:
+    good = write_run(tmp_path, "exp", CONFIGS, run_id="good")
+    bad = tmp_path / "exp" / "bad"
+    bad.mkdir()
+    (bad / "manifest.json").write_text('{"schema": 1, "jobs": [')
+    text = summarize([good, bad], fmt="csv")
+    assert "manifest.json unreadable" in text and "engine-torch" in text
+
+
+def test_plot_draws_both_charts(tmp_path: Path) -> None:
+    from jobgen.collect import collect
+    from jobgen.summary import build_lines, draw_plot
+
+    run = write_run(tmp_path, "exp", [*CONFIGS, FakeJob("dead", result=None, state="CANCELLED")])
+    path = tmp_path / "out" / "summary.png"
+    summarize([run], plot=path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    fig = draw_plot(build_lines(collect([run])), tmp_path / "again.png")
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == ["Training time", "Test accuracy"]
+    time_ax, acc_ax = fig.axes
+    assert [round(p.get_width() * 60, 6) for p in time_ax.patches] == [j.train_s for j in CONFIGS] + [0.0]
+    assert [round(p.get_width() / 100, 6) for p in acc_ax.patches] == [j.test_acc for j in CONFIGS] + [0.0]
+    assert "CANCELLED" in [t.get_text() for t in acc_ax.texts]
+
+
+def test_large_tables_skip_rich_but_keep_the_columns(tmp_path: Path) -> None:
+    from jobgen import summary
+
+    jobs = [FakeJob(f"j{i}", train_s=100.0 + i) for i in range(summary.RICH_MAX_ROWS + 1)]
+    text = summarize([write_run(tmp_path, "exp", jobs)])
+    lines = text.splitlines()
+    assert all(h in lines[0] for h in HEADERS) and len(lines) == len(jobs) + 2
+    assert lines[2].startswith("j0 ") and "COMPLETED" in lines[2]
+
+
+def test_empty_run(tmp_path: Path) -> None:
+    assert summarize([write_run(tmp_path, "exp", [])]) == "No jobs found.\n"
+
+
+def test_importing_the_cli_and_summary_stays_light() -> None:
+    code = (
+        "import sys, jobgen.cli, jobgen.summary, jobgen.collect; "
+        "heavy = {'rich', 'matplotlib', 'torch'} & set(sys.modules); assert not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+# --- end to end: a real sweep with the local backend ------------------------------------------------------
+
+
+@pytest.mark.training
+@pytest.mark.slow
+def test_summary_of_a_real_local_sweep(tmp_path: Path, runner) -> None:
+    from jobgen.cli import main
+
+    root = tmp_path / "runs"
+    demo = REPO / "experiments" / "local_demo.toml"
+    submitted = runner.invoke(main, ["--output-root", str(root), "submit", str(demo)])
+    assert submitted.exit_code == 0, submitted.output
+    (run,) = (root / "local_demo").iterdir()
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert len(manifest["jobs"]) >= 3
+    plot = tmp_path / "summary.png"
+    outputs = {}
+    for fmt in ("table", "csv", "markdown", "json"):
+        args = ["--output-root", str(root), "summary", "local_demo", "--format", fmt]
+        done = runner.invoke(main, args + (["--plot", str(plot)] if fmt == "json" else []))
+        assert done.exit_code == 0, done.output
+        outputs[fmt] = done.output
+    rows = json.loads(outputs["json"])["rows"]
+    assert len(rows) == len(manifest["jobs"])
+    by_csv = _rows(outputs["csv"])
+    filled = [f for f in FIELDS if not f.endswith("_std") and f not in ("problem", "hint")]
+    for row in rows:
+        result = json.loads((run / "jobs" / row["config"] / "result.json").read_text())
+        assert row["state"] == "COMPLETED"
+        assert all(row[f] is not None and by_csv[row["config"]][f] != "" for f in filled), row
+        assert row["train_s"] == pytest.approx(result["times_s"]["train"])
+        assert row["test_acc"] == pytest.approx(result["test_acc"])
+        assert row["best_val_acc"] == pytest.approx(result["best_val_acc"])
+        assert row["samples_per_s"] == pytest.approx(result["throughput"]["samples_per_s"])
+        assert row["engine"] == result["engine"]
+        for fmt in ("table", "markdown"):
+            assert row["config"] in outputs[fmt] and f"{100 * result['test_acc']:.1f}" in outputs[fmt]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert next(r for r in rows if r["engine"] == "torch")["baseline"] is True
