@@ -151,8 +151,7 @@ def job_context(job: Job, run: RunInfo) -> dict[str, Any]:
         "ntasks_per_node": job.ntasks_per_node,
         "devices": job.devices,
         "requeue": exp.slurm.requeue,
-        # submitit sources the setup file into its own script: leave that script's shell options alone.
-        "strict": exp.launch.backend != "submitit",
+        "strict": True,
     }
 
 

@@ -28,8 +28,7 @@ def render_all(experiment: Path, template: str) -> str:
     from jobgen.render import RunInfo, render_job
     from jobgen.submit import load_experiment
 
-    # The setup file is sourced by submitit's own script: render it as the submitit backend does.
-    exp = load_experiment(experiment, backend="submitit" if template == "setup.sh.j2" else None)
+    exp = load_experiment(experiment)
     run = RunInfo(run_id="RUNID", run_dir=Path("/RUNS") / exp.name / "RUNID", git_sha="GITSHA", version="VERSION")
     text = SEPARATOR.join(render_job(job, run, template=template) for job in plan(exp))
     return text.replace(str(REPO), "<REPO>")
