@@ -198,7 +198,7 @@ def _may_have_died(state: State, live: Live | None) -> bool:
 
 def _state_from_cause(state: State, cause: Cause | None, live: Live | None) -> State:
     """Without live Slurm info, a job the manifest last saw queued or running may have died since."""
-    if live is not None or cause is None or state.is_final:
+    if live is not None or cause is None or cause.kind == LAST_LINE or state.is_final:
         return state
     return CAUSE_STATES.get(cause.kind, State.FAILED)
 
@@ -210,15 +210,17 @@ def _explain_missing(state: State, problem: str | None, error: Any, cause: Cause
         return "dry run: nothing was submitted"
     if problem and problem != NO_RESULT:
         return problem  # a result that exists but cannot be used says more than the logs
-    if cause is not None:
+    if cause is not None and cause.kind != LAST_LINE:
         return cause.message
-    if state in (State.SUBMITTED, State.PENDING):
+    if state in (State.SUBMITTED, State.PENDING) and cause is None:
         return "not started yet: no result"
-    if state in (State.RUNNING, State.REQUEUED, State.SUSPENDED):
-        return "still running: no result yet"
+    if not state.is_final:
+        return "still running: no result yet" + (f"; last log line: {cause.message}" if cause else "")
     if state is State.COMPLETED:
         return "completed without writing result.json: check the job's log"
-    return f"{NO_RESULT} and no cause found in the logs"
+    if cause is not None:
+        return f"last log line: {cause.message}"
+    return f"{NO_RESULT} and no log"
 
 
 def _started_at(live: Live | None, entry: Mapping[str, Any], result: Result | None) -> datetime | None:
@@ -404,6 +406,7 @@ CAUSE_STATES: dict[str, State] = {
     "preempted": State.PREEMPTED,
     "cancelled": State.CANCELLED,
 }
+LAST_LINE = "last_line"  # not a diagnosis: never changes a state
 EXCEPTION_HINT = "Python exception: fix it, the full traceback is in {log}"
 
 
@@ -435,6 +438,11 @@ def find_cause(job_dir: Path, run_dir: Path | None = None) -> Cause | None:
         if line is not None:
             log = _rel(path, base)
             return Cause("exception", _clip(line), EXCEPTION_HINT.format(log=log), log)
+    # Nothing recognised: a program that exits with a clean one-line error still says why on its last line.
+    for path, lines in reversed(logs):
+        if lines:
+            log = _rel(path, base)
+            return Cause(LAST_LINE, _clip(lines[-1]), f"no known cause: read {log}", log)
     return None
 
 

@@ -6,7 +6,6 @@ Errors name the file, the dotted key (and its line where it can be found) and wh
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import difflib
 import functools
@@ -114,11 +113,11 @@ def build(raw: dict[str, Any], *, path: Path, text: str = "", display: str | Non
 
 def with_overrides(exp: Experiment, overrides: dict[str, Any], where: str) -> Experiment:
     """The experiment with dotted-key overrides applied (one sweep point), validated again."""
-    raw = copy.deepcopy(exp.raw)
-    raw.pop("sweep", None)
+    # Shallow copies suffice: validation only reads the tree, and each touched table is copied.
+    raw = {k: v for k, v in exp.raw.items() if k != "sweep"}
     for dotted, value in overrides.items():
         section, key = dotted.split(".", 1)
-        raw.setdefault(section, {})[key] = value
+        raw[section] = {**raw.get(section, {}), key: value}
     return build(raw, path=exp.path, text=exp.text, display=exp.label, where=where)
 
 
@@ -396,4 +395,5 @@ def _tname(value: Any) -> str:
 
 
 def as_dict(section: Any) -> dict[str, Any]:
-    return dataclasses.asdict(section)
+    """A section's values by key (shallow: the values are plain TOML data)."""
+    return {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}

@@ -74,10 +74,13 @@ def write_run(run_dir: Path, files: dict[str, str | bytes], copy_dirs: dict[str,
     """Write a whole run directory at once: into a hidden folder, then rename into place."""
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = run_dir.parent / f".incomplete-{run_dir.name}"
+    made: set[Path] = set()
     try:
         for rel, content in files.items():
             target = tmp / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.parent not in made:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                made.add(target.parent)
             if isinstance(content, bytes):
                 target.write_bytes(content)
             else:

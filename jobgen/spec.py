@@ -5,10 +5,10 @@ Only the experiment's own values go in: never the submitting environment (tokens
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
+from jobgen.config import as_dict
 from jobgen.plan import Job
 from jobgen.render import RunInfo
 
@@ -17,12 +17,12 @@ SPEC_SCHEMA = 1
 
 def build_spec(job: Job, run: RunInfo, cache_dir: Path) -> dict[str, Any]:
     exp = job.exp
-    data = dataclasses.asdict(exp.data)
+    data = as_dict(exp.data)
     data["files"] = {role: str((exp.base_dir / rel).resolve()) for role, rel in exp.data.files.items()}
     model = exp.train.model
     if _is_local_path(model, exp.base_dir):
         model = str((exp.base_dir / Path(model).expanduser()).resolve())
-    train = dataclasses.asdict(exp.train) | {"model": model}
+    train = as_dict(exp.train) | {"model": model}
     return {
         "schema": SPEC_SCHEMA,
         "experiment": exp.name,
@@ -33,8 +33,8 @@ def build_spec(job: Job, run: RunInfo, cache_dir: Path) -> dict[str, Any]:
         "cache_dir": str(cache_dir),
         "train": train,
         "data": data,
-        "slurm": dataclasses.asdict(exp.slurm),
-        "env": dataclasses.asdict(exp.env),
+        "slurm": as_dict(exp.slurm),
+        "env": as_dict(exp.env),
         "requeue": {
             "enabled": exp.slurm.requeue,
             "signal": exp.slurm.signal.upper().removeprefix("SIG"),

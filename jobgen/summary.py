@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobgen.collect import JobRow, LiveStates, collect
+from jobgen.collect import LAST_LINE, JobRow, LiveStates, collect
 from jobgen.errors import JobgenError
 from jobgen.states import State
 
@@ -220,7 +220,9 @@ def _problem(jobs: list[JobRow]) -> tuple[str, str]:
     problem = job.problem or (job.cause.message if job.cause else "")
     if len(troubled) < len(jobs):
         problem = f"{len(troubled)} of {len(jobs)} without result ({job.run_id}: {problem})"
-    return problem, job.cause.hint if job.cause else ""
+    # "Read the log" is advice for a job that ended, not for one still at work.
+    advise = job.cause is not None and (job.cause.kind != LAST_LINE or job.state.is_final)
+    return problem, job.cause.hint if advise else ""
 
 
 # --- baseline and speed-up --------------------------------------------------------------------------------
@@ -322,6 +324,13 @@ HEADERS = (
     "requeues", "speed-up", "note",
 )  # fmt: skip
 NUMERIC = frozenset(HEADERS[7:16])
+# Two-line headers keep the terminal table narrow; words are never folded mid-way.
+TERMINAL_HEADERS = {
+    "nodes×GPUs": "nodes\n×GPUs", "queue wait": "queue\nwait", "train time": "train\ntime",
+    "samples/s": "samples\n/s", "peak mem (MB)": "peak mem\n(MB)", "best val acc (%)": "best val\nacc (%)",
+    "test acc (%)": "test acc\n(%)", "test F1 (%)": "test F1\n(%)", "speed-up": "speed-\nup",
+    "precision": "preci-\nsion", "requeues": "re-\nqueues",
+}  # fmt: skip
 
 
 def cells(line: Line) -> list[str]:
@@ -393,7 +402,7 @@ STATE_STYLES = {"COMPLETED": "green", "RUNNING": "cyan", "PENDING": "yellow", "S
 
 
 def render_table(lines: list[Line], color: bool = False, width: int | None = None, **_: Any) -> str:
-    """A rich table; the note column is cut short, and the full notes follow the table."""
+    """A rich table (two stacked ones on a narrow screen); the full notes follow it."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -403,29 +412,57 @@ def render_table(lines: list[Line], color: bool = False, width: int | None = Non
         return "No jobs found.\n"
     if len(lines) > RICH_MAX_ROWS:
         return plain_table(lines, color)
-    table = Table(box=box.SIMPLE_HEAD, header_style="bold", show_edge=False, pad_edge=False)
-    for header in HEADERS:
-        if header == "note":
-            table.add_column(header, no_wrap=True, overflow="ellipsis", max_width=40)
-        else:
-            table.add_column(header, justify="right" if header in NUMERIC else "left", overflow="fold")
-    for line in lines:
-        values = cells(line)
-        style = STATE_STYLES.get(line.state, "red")
-        texts = [Text(v) for v in values]  # Text, not markup: "[rank1]:" in a log line is not a tag
-        texts[6].stylize(style)
-        table.add_row(*texts, style="bold" if line.is_baseline else None)
+    width = width or shutil.get_terminal_size((200, 24)).columns
+    rows = [cells(ln) for ln in lines]
     buf = io.StringIO()
-    console = Console(
-        file=buf,
-        force_terminal=color,
-        no_color=not color,
-        width=width or shutil.get_terminal_size((200, 24)).columns,
-    )
-    console.print(table)
+    console = Console(file=buf, force_terminal=color, no_color=not color, width=width)
+    for n, shown in enumerate(column_groups(_natural_widths(rows), width)):
+        if n:
+            console.print()
+        table = Table(box=box.SIMPLE_HEAD, header_style="bold", show_edge=False, pad_edge=False)
+        for i in shown:
+            table.add_column(TERMINAL_HEADERS.get(HEADERS[i], HEADERS[i]), **_column_style(HEADERS[i]))
+        for line, values in zip(lines, rows, strict=True):
+            texts = {i: Text(values[i]) for i in shown}  # Text, not markup: "[rank1]:" is not a tag
+            texts[STATE].stylize(STATE_STYLES.get(line.state, "red"))
+            table.add_row(*texts.values(), style="bold" if line.is_baseline else None)
+        console.print(table)
     for note in notes(lines):
         console.print(Text(f"• {note}"))
     return buf.getvalue()
+
+
+STATE = HEADERS.index("state")
+
+
+def column_groups(natural: list[int], width: int) -> list[list[int]]:
+    """Which columns each stacked table shows: one table when it fits, else what the job is, then how it did.
+
+    Notes are repeated in full under the tables, so the note column is the first thing to go.
+    """
+    every = list(range(len(HEADERS)))
+
+    def fits(columns: list[int]) -> bool:
+        return sum(natural[i] + 3 for i in columns) <= width
+
+    for columns in (every, every[:-1]):
+        if fits(columns):
+            return [columns]
+    return [every[: STATE + 1], [0, STATE, *every[STATE + 1 : -1]]]
+
+
+def _natural_widths(rows: list[list[str]]) -> list[int]:
+    headers = [max(len(part) for part in TERMINAL_HEADERS.get(h, h).split("\n")) for h in HEADERS]
+    widths = [max(h, *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    widths[-1] = min(widths[-1], NOTE_WIDTH)
+    return widths
+
+
+def _column_style(header: str) -> dict[str, Any]:
+    if header == "note":
+        return {"no_wrap": True, "overflow": "ellipsis", "max_width": NOTE_WIDTH}
+    # Numbers and states fold rather than lose their end (rich crops no_wrap columns on a narrow screen).
+    return {"justify": "right" if header in NUMERIC else "left", "overflow": "fold"}
 
 
 # rich lays a table out at about 2 ms a row (measured): nothing on a screenful, 20 s for 10,000 jobs.

