@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from jobgen.collect import collect, collect_run, find_cause, read_best_val_acc, read_result
+from jobgen.collect import LAST_LINE, collect, collect_run, find_cause, read_best_val_acc, read_result
 from jobgen.states import State
 from tests.data.summary import synth
 from tests.data.summary.synth import FAULTS, FakeJob, log, write_run
@@ -122,13 +122,27 @@ def test_rank_labelled_exception_after_torchrun_wrapper(tmp_path: Path) -> None:
 
 def test_a_startup_timeout_setting_is_not_a_timeout(tmp_path: Path) -> None:
     (tmp_path / "slurm-1.out").write_text("NCCL INFO ProcessGroupNCCL initialized, TIMEOUT(ms): 600000\n")
-    assert find_cause(tmp_path) is None
+    assert find_cause(tmp_path).kind == LAST_LINE
 
 
 def test_only_the_log_tail_is_read(tmp_path: Path) -> None:
     # A cause far before the tail is history (e.g. an earlier attempt); the tail decides.
     (tmp_path / "slurm-1.out").write_text("CUDA out of memory\n" + "x" * 400_000 + "\nall good\n")
-    assert find_cause(tmp_path) is None
+    assert (find_cause(tmp_path).kind, find_cause(tmp_path).message) == (LAST_LINE, "all good")
+
+
+def test_a_clean_one_line_error_is_shown_as_the_last_log_line(tmp_path: Path) -> None:
+    error = "training: unknown key spec.slurm. Valid: cache_dir, data"
+    job = FakeJob("j", state="FAILED", result=None, logs={"local.out": f"starting\n{error}\n"})
+    [row] = collect_run(write_run(tmp_path, "exp", [job]))
+    assert row.state is State.FAILED and row.problem == f"last log line: {error}"
+
+
+def test_progress_in_the_log_of_a_submitted_job_is_not_a_failure(tmp_path: Path) -> None:
+    job = FakeJob("j", state="SUBMITTED", result=None, logs={"slurm-1.out": "Epoch 1: 50%\n"})
+    [row] = collect_run(write_run(tmp_path, "exp", [job]))
+    assert row.state is State.SUBMITTED
+    assert row.problem == "still running: no result yet; last log line: Epoch 1: 50%"
 
 
 def test_metrics_csv_best_val_acc(tmp_path: Path) -> None:
