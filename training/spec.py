@@ -98,6 +98,9 @@ class Spec:
     run_dir: str = ""
     sweep: dict[str, Any] = field(default_factory=dict)
     schema: int = 1
+    # Resources and environment as jobgen resolved them: recorded, not used by training itself.
+    slurm: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, Any] = field(default_factory=dict)
 
     @property
     def checkpoint_dir(self) -> Path:
