@@ -17,7 +17,7 @@ COMPILE_BUCKET = 32  # padded lengths round up to this when compiling, so graphs
 
 
 class ShardedSampler:
-    """Indices for one rank: seeded per-epoch shuffle, optional length grouping, equal count per rank.
+    """Indices for one rank: seeded per-epoch shuffle, optional length grouping, same steps per rank.
 
     Every rank builds the same global order and takes every world-th batch, so under length grouping
     the ranks' batches in one step have similar lengths too. Short shards are topped up with repeats

@@ -1,0 +1,84 @@
+"""Shared fixtures: offline hub, no inherited Slurm state, one cache for the whole session.
+
+The tiny model and the tokenized synthetic data are built once per session (cache_dir keyed by the
+data fingerprint), so each test pays only for its own training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+# Small and quick: ~60 steps per epoch; the synthetic signal is learnt within the first epoch.
+TINY_TRAIN = {"engine": "torch", "model": "builtin:tiny", "epochs": 2, "batch_size": 32, "eval_batch_size": 128,
+              "lr": 3e-3, "num_workers": 0, "accelerator": "cpu", "log_every_n_steps": 10, "seed": 7}
+TINY_DATA = {"dataset": "builtin:synthetic", "partition": [1600, 300, 400], "max_length": 64}
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith("SLURM_") or key in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+            monkeypatch.delenv(key, raising=False)
+    for key, value in OFFLINE.items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("training-cache")
+
+
+def spec_dict(job_dir: Path, cache_dir: Path, train: dict | None = None, data: dict | None = None,
+              requeue: dict | None = None) -> dict[str, Any]:
+    return {"schema": 1, "experiment": "test", "job": job_dir.name, "job_dir": str(job_dir),
+            "cache_dir": str(cache_dir), "train": {**TINY_TRAIN, **(train or {})},
+            "data": {**TINY_DATA, **(data or {})}, "requeue": requeue or {}}
+
+
+def write_spec(job_dir: Path, cache_dir: Path, **parts: Any) -> Path:
+    job_dir.mkdir(parents=True, exist_ok=True)
+    path = job_dir / "spec.json"
+    path.write_text(json.dumps(spec_dict(job_dir, cache_dir, **parts)))
+    return path
+
+
+def subprocess_env(request: pytest.FixtureRequest, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for entrypoint subprocesses.
+
+    Bytecode goes to a pycache kept in pytest's cache: with PYTHONDONTWRITEBYTECODE set (as on these
+    machines) every process would otherwise recompile torch/lightning from source (~10 s each).
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.update(OFFLINE, PYTHONPYCACHEPREFIX=str(request.config.cache.mkdir("training-pycache")),
+               PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", **(extra or {}))
+    return env
+
+
+def start(spec: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
+    handle = open(log, "w")  # noqa: SIM115 - closed by the process' end (kept for the test's diagnostics)
+    return subprocess.Popen([sys.executable, "-m", "training", "--spec", str(spec)], cwd=REPO, env=env,
+                            stdout=handle, stderr=subprocess.STDOUT)
+
+
+def run_entrypoint(spec: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:
+    """Run `python -m training --spec` to the end; return result.json (the log is shown on failure)."""
+    log = spec.parent / "entrypoint.log"
+    proc = start(spec, env, log)
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"entrypoint timed out; log:\n{log.read_text()[-4000:]}") from None
+    assert rc == 0, f"rc={rc}; log:\n{log.read_text()[-6000:]}"
+    return json.loads((spec.parent / "result.json").read_text())
