@@ -312,20 +312,28 @@ def _read_spec_train(path: Path) -> dict[str, Any]:
 
 
 VAL_ACC_COLUMNS = ("val_acc", "val_accuracy", "val/acc", "validation_acc")
+VAL_SPLITS = ("validation", "val")
 
 
 def read_best_val_acc(path: Path) -> float | None:
-    """Best validation accuracy logged so far, or None (no file, no such column, unreadable)."""
+    """Best validation accuracy logged so far, or None (no file, no such column, unreadable).
+
+    Reads both shapes: a wide `val_acc` column, or long rows with `split` = validation and an `acc` column.
+    """
     try:
         with path.open(newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
-            column = next((c for c in VAL_ACC_COLUMNS if c in (reader.fieldnames or [])), None)
-            if column is None:
+            fields = reader.fieldnames or []
+            column = next((c for c in VAL_ACC_COLUMNS if c in fields), None)
+            if column is None and {"split", "acc"} <= set(fields):
+                values = [_float_or_none(r.get("acc")) for r in reader if r.get("split") in VAL_SPLITS]
+            elif column is not None:
+                values = [_float_or_none(r.get(column)) for r in reader]
+            else:
                 return None
-            values = [_num(_float_or_none(r.get(column))) for r in reader]
     except (OSError, csv.Error, UnicodeDecodeError):
         return None
-    found = [v for v in values if v is not None]
+    found = [v for v in values if v is not None and v == v]
     return max(found) if found else None
 
 

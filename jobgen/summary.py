@@ -31,6 +31,7 @@ METRICS = (
     "test_acc",
     "test_f1",
     "requeues",
+    "val_acc_so_far",
 )
 
 
@@ -153,6 +154,8 @@ def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
         "test_acc": Stat.of(r.test_acc for r in results),
         "test_f1": Stat.of(r.test_f1 for r in results),
         "requeues": Stat.of(None if r.requeue_count is None else float(r.requeue_count) for r in results),
+        # From metrics.csv of jobs that have no result (yet): how far they got.
+        "val_acc_so_far": Stat.of(j.partial_val_acc for j in jobs if j.result is None),
     }
     label = f"{first.run_id}/{_label(jobs)}" if many_runs else _label(jobs)
     problem, hint = _problem(jobs)
@@ -350,7 +353,7 @@ def cells(line: Line) -> list[str]:
         _stat(m["train_s"], duration),
         _stat(m["samples_per_s"], "{:,.1f}".format),
         f"{memory} {line.mem_kind}" if memory else "",
-        _stat(m["best_val_acc"], _percent),
+        _stat(m["best_val_acc"], _percent) or _so_far(m["val_acc_so_far"]),
         _stat(m["test_acc"], _percent),
         _stat(m["test_f1"], _percent),
         _stat(m["requeues"], "{:g}".format),
@@ -364,6 +367,10 @@ def _stat(stat: Stat, show: Callable[[float], str]) -> str:
     if stat.mean is None:
         return ""
     return show(stat.mean) + ("" if stat.std is None else f" ± {show(stat.std)}")
+
+
+def _so_far(stat: Stat) -> str:
+    return f"({_stat(stat, _percent)} so far)" if stat.mean is not None else ""
 
 
 def _percent(value: float) -> str:

@@ -150,3 +150,23 @@ def test_metrics_csv_best_val_acc(tmp_path: Path) -> None:
     path.write_text("step,epoch,val_acc\n10,0,\n20,0,0.7\n30,1,0.8\n40,1,junk\n")
     assert read_best_val_acc(path) == pytest.approx(0.8)
     assert read_best_val_acc(tmp_path / "none.csv") is None
+
+
+def test_metrics_csv_long_format(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.csv"
+    path.write_text(
+        "epoch,step,split,loss,acc,f1\n0,10,train,0.7,,\n0,63,validation,,0.91,0.9\n"
+        "1,126,validation,,0.95,0.94\n2,126,test,,0.99,0.99\n"
+    )
+    assert read_best_val_acc(path) == pytest.approx(0.95)
+
+
+def test_an_unfinished_job_shows_its_validation_accuracy_so_far(tmp_path: Path) -> None:
+    from jobgen.summary import summarize
+
+    job = FakeJob("j", state="TIMEOUT", result=None, logs={"slurm-1.out": log("time_limit.out")})
+    run = write_run(tmp_path, "exp", [job])
+    (run / "jobs" / "j" / "metrics.csv").write_text("epoch,split,acc\n0,validation,0.9\n1,validation,0.93\n")
+    [row] = json.loads(summarize([run], fmt="json"))["rows"]
+    assert row["val_acc_so_far"] == pytest.approx(0.93) and row["best_val_acc"] is None
+    assert "(93.0 so far)" in summarize([run], width=300)
