@@ -33,8 +33,19 @@ def fsdp2_parallelize(model: Any, device_mesh: Any) -> Any:
     return model
 
 
+def _indexed_cpu(local_rank: int) -> Any:
+    # deepspeed.initialize reads the device index as this rank's device number; a bare "cpu" has None.
+    import torch
+
+    return torch.device("cpu", local_rank)
+
+
 class CpuDeepSpeedStrategy(DeepSpeedStrategy):
     """Trainer DeepSpeed without the CUDA-only checks (gloo on CPU)."""
+
+    @property
+    def root_device(self) -> Any:
+        return _indexed_cpu(self.local_rank)
 
     def setup_environment(self) -> None:
         _TrainerDDPBase.setup_environment(self)
@@ -49,6 +60,10 @@ class CpuDeepSpeedStrategy(DeepSpeedStrategy):
 
 class CpuFabricDeepSpeedStrategy(FabricDeepSpeed):
     """Fabric DeepSpeed without the CUDA-only checks (gloo on CPU)."""
+
+    @property
+    def root_device(self) -> Any:
+        return _indexed_cpu(self.local_rank)
 
     def setup_environment(self) -> None:
         FabricDDP.setup_environment(self)

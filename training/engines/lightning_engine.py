@@ -182,6 +182,17 @@ def _trainer(spec: Spec, stats: Stats, callbacks: list[Any]) -> L.Trainer:
         logger=CSVLogger(str(spec.job_dir), name="lightning_logs"))
 
 
+def _test_best(trainer: L.Trainer, module: Classifier, best: ModelCheckpoint, spec: Spec) -> None:
+    if "stage_3" not in spec.train.strategy or not best.best_model_path:
+        trainer.test(module, ckpt_path="best" if best.best_model_path else None)
+        return
+    # DeepSpeed cannot load a ZeRO-3 checkpoint into its inference engine (the fp32 partitions live in
+    # optimizer state it does not have there). Restore the best weights into the training engine,
+    # then test the module as it is in memory.
+    trainer.strategy.deepspeed_engine.load_checkpoint(best.best_model_path, load_lr_scheduler_states=False)
+    trainer.test(module)
+
+
 def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher | None) -> int:
     L.seed_everything(spec.train.seed, verbose=False)
     best = ModelCheckpoint(dirpath=str(spec.checkpoint_dir), filename="best-{epoch}", monitor="val_acc",
@@ -197,7 +208,7 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher |
         stats.world_size = trainer.world_size
         stats.epochs_done = trainer.current_epoch if not stats.interrupted else len(stats.val_acc_per_epoch)
         if not stats.interrupted:
-            trainer.test(module, ckpt_path="best")
+            _test_best(trainer, module, best, spec)
         return trainer.global_rank
     finally:
         common.destroy_process_group()
