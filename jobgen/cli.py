@@ -208,6 +208,34 @@ def cancel(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
 
 
 @main.command()
+@click.argument("runs", nargs=-1)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "markdown", "json"]), default="table",
+              show_default=True, help="Output format.")
+@click.option("--plot", type=click.Path(dir_okay=False), help="Also draw training time and test accuracy to this PNG.")
+@click.option("--baseline", help="Configuration (job name) speed-ups are measured against "
+              "(default: the slowest plain-PyTorch one, else the slowest).")
+@click.option("--combine/--no-combine", default=True, show_default=True,
+              help="Combine runs of one configuration (seeds, repeats) into mean ± std (n).")
+@click.option("--all-runs", is_flag=True, help="Every run of each experiment named, not only its latest.")
+@click.pass_context
+def summary(ctx: click.Context, runs: tuple[str, ...], fmt: str, plot: str | None, baseline: str | None,
+            combine: bool, all_runs: bool) -> None:
+    """Time and accuracy of every job of RUNS (run folders, experiment names or files; default: the latest run)."""
+    from jobgen.record import find_runs, runs_of
+    from jobgen.summary import live_states, summarize
+
+    run_dirs = find_runs(list(runs), _lookup_root(ctx))
+    if all_runs:
+        run_dirs = list(dict.fromkeys(r for d in run_dirs for r in runs_of(d.parent)))
+    text = summarize(run_dirs, baseline=baseline, fmt=fmt, plot=Path(plot) if plot else None,
+                     live_states=live_states(run_dirs), combine=combine,
+                     color=fmt == "table" and sys.stdout.isatty())
+    click.echo(text, nl=False)
+    if plot:
+        click.echo(f"plot: {plot}", err=True)
+
+
+@main.command()
 @click.argument("experiments", nargs=-1, required=True, type=click.Path(dir_okay=False))
 def validate(experiments: tuple[str, ...]) -> None:
     """Check experiment files: keys, values, sweep points, job shapes and templates."""
@@ -236,4 +264,4 @@ def schema(fmt: str) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -1,0 +1,84 @@
+"""Helpers for tests on the real test cluster (tests/cluster/up.sh): run jobgen, wait for states."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from jobgen.states import State
+
+REPO = Path(__file__).resolve().parents[2]
+JOBGEN = str(Path(sys.executable).parent / "jobgen")
+PYTHON = sys.executable
+
+
+def cluster_dir() -> Path:
+    return Path(os.environ.get("JOBGEN_CLUSTER_DIR", "/tmp/jobgen-cluster"))
+
+
+def jobgen(*args: str, root: Path, check: bool = True, timeout: float = 120, env: dict | None = None):
+    """Run the installed `jobgen` command as a user would."""
+    full_env = {**os.environ, "JOBGEN_OUTPUT_ROOT": str(root), **(env or {})}
+    done = subprocess.run([JOBGEN, *args], capture_output=True, text=True, timeout=timeout, env=full_env)
+    if check and done.returncode != 0:
+        raise AssertionError(f"jobgen {' '.join(args)} -> {done.returncode}\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+def only_run(root: Path, experiment: str) -> Path:
+    (run_dir,) = [p for p in (root / experiment).iterdir() if not p.name.startswith(".")]
+    return run_dir
+
+
+def manifest(run_dir: Path) -> dict:
+    return json.loads((run_dir / "manifest.json").read_text())
+
+
+def wait_states(run_dir: Path, wanted, timeout: float, poll: float = 2.0) -> dict[str, State]:
+    """Poll jobgen's own status logic until `wanted(states)` holds; fail with the last states."""
+    from jobgen.track import run_status
+
+    deadline = time.monotonic() + timeout
+    while True:
+        _, rows = run_status(run_dir)
+        states = {job["name"]: info.state for job, info in rows}
+        if wanted(states):
+            return states
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s; states: {states}")
+        time.sleep(poll)
+
+
+def all_final(states: dict[str, State]) -> bool:
+    return all(s.is_final for s in states.values())
+
+
+def write_experiment(folder: Path, name: str, body: str) -> Path:
+    path = folder / f"{name}.toml"
+    path.write_text(f'[experiment]\nname = "{name}"\n' + body)
+    return path
+
+
+TINY_TRAIN = f"""
+[env]
+python = "{PYTHON}"
+
+[train]
+model = "builtin:tiny"
+accelerator = "cpu"
+epochs = 1
+batch_size = 16
+eval_batch_size = 64
+lr = 3e-3
+num_workers = 0
+log_every_n_steps = 5
+
+[data]
+dataset = "builtin:synthetic"
+partition = [400, 100, 100]
+max_length = 32
+"""

@@ -1,0 +1,92 @@
+"""Jobs made to end each way show the right state in `jobgen status`, with and without accounting."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from jobgen.states import State
+from tests.slurm.helpers import jobgen, manifest, only_run, wait_states, write_experiment
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(420)]
+
+BODY = """
+[launch]
+template = "behave.sbatch.j2"
+
+[slurm]
+cpus_per_task = 1
+
+[data]
+dataset = "imdb"
+
+[[sweep.points]]
+name = "ok"
+"env.vars" = { BEHAVIOR = "ok" }
+
+[[sweep.points]]
+name = "fail"
+"env.vars" = { BEHAVIOR = "fail" }
+
+[[sweep.points]]
+name = "cancelme"
+"env.vars" = { BEHAVIOR = "sleep" }
+
+[[sweep.points]]
+name = "timeout"
+"env.vars" = { BEHAVIOR = "sleep" }
+"slurm.time" = "1"
+
+[[sweep.points]]
+name = "later"
+"env.vars" = { BEHAVIOR = "ok" }
+"slurm.extra" = { begin = "now+3600" }
+
+[[sweep.points]]
+name = "running"
+"env.vars" = { BEHAVIOR = "sleep" }
+"""
+
+
+def test_every_state_shows(slurm_any, root: Path, tmp_path: Path):
+    shutil.copy(Path(__file__).parent / "behave.sbatch.j2", tmp_path / "behave.sbatch.j2")
+    exp = write_experiment(tmp_path, "states", BODY)
+    jobgen("submit", str(exp), root=root)
+    run_dir = only_run(root, "states")
+    assert all(j["job_id"] for j in manifest(run_dir)["jobs"])
+
+    wait_states(run_dir, lambda s: s["ok"] is State.COMPLETED and s["fail"] is State.FAILED
+                and s["running"] is State.RUNNING and s["cancelme"] is State.RUNNING
+                and s["later"] is State.PENDING, timeout=90)  # fmt: skip
+    out = jobgen("cancel", str(run_dir), "cancelme", root=root).stdout
+    assert "cancel sent" in out
+    states = wait_states(run_dir, lambda s: s["cancelme"] is State.CANCELLED and s["timeout"] is State.TIMEOUT,
+                         timeout=240)  # fmt: skip
+    assert states["later"] is State.PENDING and states["running"] is State.RUNNING
+
+    table = jobgen("status", str(run_dir), root=root).stdout
+    for name, state in [("ok", "COMPLETED"), ("fail", "FAILED"), ("cancelme", "CANCELLED"), ("timeout", "TIMEOUT"),
+                        ("later", "PENDING"), ("running", "RUNNING")]:
+        line = next(line for line in table.splitlines() if line.startswith(name + " "))
+        assert state in line, table
+    fail_line = next(line for line in table.splitlines() if line.startswith("fail "))
+    assert "3:0" in fail_line  # the exit code the job gave
+
+    jobgen("cancel", str(run_dir), root=root)
+    wait_states(run_dir, lambda s: s["later"] is State.CANCELLED and s["running"] is State.CANCELLED, timeout=60)
+    watch = jobgen("status", str(run_dir), "--watch", "--interval", "1", "--timeout", "30", root=root)
+    assert watch.returncode == 0
+
+    errors = jobgen("logs", str(run_dir), "fail", "--err", root=root).stdout
+    assert "[rank 0] boom" in errors
+    out = jobgen("logs", str(run_dir), "ok", root=root).stdout
+    assert "[rank 0] rank 0 on n" in out
+
+
+def test_sacct_fails_without_accounting(slurm_any):
+    done = subprocess.run(["sacct", "-n", "-X"], capture_output=True, text=True)
+    mode = (Path(slurm_any["JOBGEN_CLUSTER_DIR"]) / "mode").read_text().strip()
+    assert (done.returncode == 0) == (mode == "accounting"), (mode, done.stderr)
