@@ -16,6 +16,13 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+# Compiled bytecode for this process and every entrypoint subprocess, kept between runs. These
+# machines set PYTHONDONTWRITEBYTECODE, so without it each process recompiles torch, transformers and
+# lightning from source (~10 s per process, most of a 2-rank test's time). The venv stays untouched.
+PYCACHE = REPO / ".pytest_cache" / "training-pycache"
+PYCACHE.mkdir(parents=True, exist_ok=True)
+sys.pycache_prefix = str(PYCACHE)
+sys.dont_write_bytecode = False
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 # Small and quick: ~60 steps per epoch; the synthetic signal is learnt within the first epoch.
@@ -52,16 +59,11 @@ def write_spec(job_dir: Path, cache_dir: Path, **parts: Any) -> Path:
     return path
 
 
-def subprocess_env(request: pytest.FixtureRequest, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for entrypoint subprocesses.
-
-    Bytecode goes to a pycache kept in pytest's cache: with PYTHONDONTWRITEBYTECODE set (as on these
-    machines) every process would otherwise recompile torch/lightning from source (~10 s each).
-    """
+def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for entrypoint subprocesses: offline, no inherited Slurm, the shared pycache."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env.update(OFFLINE, PYTHONPYCACHEPREFIX=str(request.config.cache.mkdir("training-pycache")),
-               PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", **(extra or {}))
+    env.update(OFFLINE, PYTHONPYCACHEPREFIX=str(PYCACHE), PYTHONPATH=str(REPO), **(extra or {}))
     return env
 
 

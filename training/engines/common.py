@@ -34,6 +34,11 @@ def record_sizes(stats: Any, prepared: Prepared) -> None:
     stats.samples = {split: len(prepared.splits[split]) for split in SPLITS}
 
 
+def announce(rank: int, world: int, cluster_environment: Any) -> None:
+    """One line per rank in the job log: which rank this is and who said so (Slurm, or our launcher)."""
+    print(f"training: rank {rank}/{world} via {type(cluster_environment).__name__}", flush=True)
+
+
 def destroy_process_group() -> None:
     """FSDP2 runs abort (rc 134) at exit when the process group outlives the run."""
     import torch.distributed as dist

@@ -86,6 +86,8 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: Watcher | None) -
         raise ValueError("engine='fabric' with DeepSpeed runs grad_accum=1 only; use engine='lightning'")
     fabric = _make_fabric(spec, stats)
     fabric.launch()
+    common.announce(fabric.global_rank, fabric.world_size,
+                    getattr(fabric.strategy, "cluster_environment", None))
     fabric.seed_everything(t.seed)
     try:
         stats.world_size = fabric.world_size

@@ -30,6 +30,11 @@ class Classifier(L.LightningModule):
         self.model = common.build_model(spec, prepared)
         self.scores: Scores | None = None
 
+    def setup(self, stage: str) -> None:
+        if stage == "fit":
+            strategy = self.trainer.strategy
+            common.announce(self.global_rank, self.trainer.world_size, getattr(strategy, "cluster_environment", None))
+
     def configure_model(self) -> None:
         # Called once per process after the strategy is set up: FSDP2 sharding needs the device mesh.
         if self.spec.train.strategy == "fsdp" and not getattr(self, "_sharded", False):

@@ -9,11 +9,11 @@ from typing import Any
 from training import loop
 from training.data import Prepared
 from training.engines import common
+from training.hardware import effective_precision, resolve_accelerator
 from training.optim import build_optimizer, build_scheduler, total_steps, warmup_steps
 from training.requeue import Watcher
 from training.results import MetricsLog, Stats
 from training.spec import Spec
-from training.hardware import effective_precision, resolve_accelerator
 
 
 class TorchRuntime:

@@ -1,0 +1,79 @@
+"""Real 2-rank runs (gloo on CPU) through the entrypoint, one subprocess tree each.
+
+Every strategy must finish with world_size 2 and pass the same accuracy bar as one process.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from tests.training.conftest import run_entrypoint, start, subprocess_env, write_spec
+
+pytestmark = [pytest.mark.training, pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def _check(result: dict, engine: str, strategy: str) -> None:
+    assert result["world_size"] == 2 and result["devices_per_node"] == 2, result
+    assert (result["engine"], result["strategy"]) == (engine, strategy)
+    assert result["test_acc"] >= 0.90, result
+    assert result["epochs_done"] == 2 and len(result["val_acc_per_epoch"]) == 2
+    assert result["samples"]["train"] == 1600
+
+
+@pytest.mark.parametrize(("engine", "strategy", "precision"), [
+    ("lightning", "ddp", "32-true"),
+    ("lightning", "fsdp", "32-true"),
+    ("fabric", "fsdp", "bf16-mixed"),
+    ("lightning", "deepspeed_stage_2", "32-true"),
+    ("fabric", "deepspeed_stage_3", "32-true"),
+    ("lightning", "deepspeed_stage_3", "32-true"),
+])
+def test_two_ranks_launched_locally(engine: str, strategy: str, precision: str, tmp_path: Path,
+                                    cache_dir: Path) -> None:
+    """devices=2 without Slurm: the entrypoint starts the second process itself."""
+    spec = write_spec(tmp_path / "job", cache_dir,
+                      train={"engine": engine, "strategy": strategy, "devices": 2, "precision": precision})
+    result = run_entrypoint(spec, subprocess_env(), timeout=200)
+    _check(result, engine, strategy)
+    assert result["precision"]["effective"] == precision
+    assert any((tmp_path / "job" / "checkpoints").iterdir())
+    log = (tmp_path / "job" / "entrypoint.log").read_text()
+    assert "rank 1/2" in log and "rank 0/2" in log
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_ranks_come_from_slurm_variables(tmp_path: Path, cache_dir: Path) -> None:
+    """Two tasks started as srun would (SLURM_PROCID=0/1 ...): Fabric ddp, bf16-mixed, no self-launch."""
+    job = tmp_path / "job"
+    spec = write_spec(job, cache_dir, train={"engine": "fabric", "strategy": "ddp", "devices": 2,
+                                             "precision": "bf16-mixed"})
+    common = {"SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2", "SLURM_NNODES": "1", "SLURM_NODEID": "0",
+              "SLURM_NODELIST": "localhost", "SLURM_JOB_NODELIST": "localhost", "SLURM_JOB_ID": "4242",
+              "SLURM_JOB_NAME": "jobgen-test", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+              "CUDA_VISIBLE_DEVICES": "0,1"}  # Slurm sets it on GPU nodes; accelerator="cpu" must still win
+    procs = [start(spec, subprocess_env({**common, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)}),
+                   job / f"task{r}.log") for r in (0, 1)]
+    try:
+        codes = [p.wait(timeout=200) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    logs = [(job / f"task{r}.log").read_text() for r in (0, 1)]
+    assert codes == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+    for r in (0, 1):
+        assert f"rank {r}/2 via SLURMEnvironment" in logs[r]
+    assert "wrote" in logs[0] and "wrote" not in logs[1]  # only rank 0 writes
+    import json
+
+    result = json.loads((job / "result.json").read_text())
+    _check(result, "fabric", "ddp")
+    assert result["precision"] == {"requested": "bf16-mixed", "effective": "bf16-mixed"}
+    assert result["slurm"] == {"job_id": "4242", "array_task_id": None, "nodelist": "localhost"}
