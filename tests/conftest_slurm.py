@@ -1,4 +1,4 @@
-"""pytest fixtures for the real Slurm test cluster; registered by tests/conftest.py as a plugin.
+"""pytest fixtures for the real Slurm test cluster; registered in tests/conftest.py (pytest_plugins).
 
 - ``slurm_cluster`` (session): starts the cluster once, in accounting mode; returns a SlurmCluster.
 - ``slurm_env`` (function): the cluster in accounting mode (checked per test, restarted only when
@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import slurm_cluster as cluster  # not "slurm_cluster": that is the fixture's name
+
+from tests import slurm_cluster as cluster  # not "slurm_cluster": that is the fixture's name
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-import slurm_cluster as cluster
+
+from tests import slurm_cluster as cluster
 
 pytestmark = pytest.mark.slurm
 

@@ -76,6 +76,7 @@ export SLURM_CONF="$D/etc/slurm.conf"
 if [ "${#inodes[@]}" -gt 0 ] && [ -r "$SLURM_CONF" ] && timeout 5 scontrol ping >/dev/null 2>&1; then
     mapfile -t jobs < <(timeout 10 squeue -h -o %A 2>/dev/null || true)
     if [ "${#jobs[@]}" -gt 0 ]; then
+        echo "down.sh: cancelling jobs ${jobs[*]}" >&2
         timeout 10 scancel "${jobs[@]}" 2>/dev/null || true
         deadline=$((SECONDS + 15))
         while [ -n "$(timeout 5 squeue -h -o %A 2>/dev/null || true)" ] && [ "$SECONDS" -lt "$deadline" ]; do
