@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -94,6 +95,35 @@ def test_max_array_size_is_small(tmp_path: Path, slurm_env: dict[str, str]) -> N
     assert rc == 0, out
     rc, out = cluster.sbatch_test_only(_script(tmp_path / "b.sbatch", "true", "--array=0-11"), env=slurm_env)
     assert rc != 0 and "array" in out.lower(), out
+
+
+def test_two_jobs_on_one_node_bind_ports_on_its_address(tmp_path: Path, slurm_env: dict[str, str]) -> None:
+    # Training ranks listen on the node's address (MASTER_ADDR); the venv's Python runs on the nodes
+    # because they share this machine's filesystem. Both jobs run on n3 at once, each on its own port.
+    listen = (
+        f"{sys.executable} -c 'import socket, sys, time; s = socket.socket(); "
+        "s.bind((socket.gethostbyname(socket.gethostname()), int(sys.argv[1]))); s.listen(); "
+        'print("bound", s.getsockname(), flush=True); time.sleep(5)\' "$PORT"'
+    )
+    jobs = []
+    for port in (29500, 29501):
+        run = tmp_path / str(port)
+        run.mkdir()
+        script = _script(run / "job.sbatch", f"PORT={port}\nsrun {listen}", f"--output={run}/out", "--nodelist=n3")
+        jobs.append((cluster.submit([str(script)], env=slurm_env), run / "out"))
+    for job_id, out in jobs:
+        assert cluster.wait_job(job_id, timeout=JOB_TIMEOUT_S, env=slurm_env) == "COMPLETED", out.read_text()
+    outputs = [out.read_text() for _, out in jobs]
+    assert all("bound (" in text for text in outputs), outputs
+    shown = [
+        subprocess.run(
+            ["scontrol", "show", "job", job_id], env=slurm_env, capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+        for job_id, _ in jobs
+    ]
+    assert all("NodeList=n3" in text for text in shown), shown
+    (start0, end0), (start1, end1) = (re.search(r"StartTime=(\S+) EndTime=(\S+)", t).groups() for t in shown)
+    assert start1 < end0 and start0 < end1, shown  # ISO times: they overlapped on n3
 
 
 def test_sacct_with_accounting(tmp_path: Path, slurm_env: dict[str, str]) -> None:

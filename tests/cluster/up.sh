@@ -296,6 +296,13 @@ ns_start() {
 tcp_open() { timeout 1 bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$1" "$2"; }
 
 # ---------------------------------------------------------------- (re)start
+# The bridge's /24 must be ours alone (checked before anything is stopped).
+taken="$( { ip -o -4 addr show to "$NET.0/24"; ip -4 route show to match "$NET.1"; } 2>/dev/null \
+    | grep -v -e "$BRIDGE" -e "^default " | tr -s "\n\\\\ " " " || true)"
+if [ -n "$taken" ]; then
+    echo "up.sh: $NET.0/24 is already in use on this machine: $taken; choose another JOBGEN_CLUSTER_NET" >&2
+    exit 1
+fi
 "$here/down.sh" >/dev/null
 
 rm -rf "${ETC:?}" "${D:?}/state" "${D:?}/spool" "${D:?}/log" "${D:?}/run" "${D:?}/dev" "${D:?}/mode" "${D:?}/env.sh"
@@ -307,9 +314,6 @@ done
 
 # Network: bridge (machine's leg $HOST_IP) + one veth per namespace. No default route inside: the
 # cluster's traffic stays on this bridge and on each namespace's loopback.
-for ip_cidr in "$(ip -o -4 addr show to "$NET.0/24" || true)" "$(ip -4 route show "$NET.0/24" || true)"; do
-    [ -z "$ip_cidr" ] || fail "$NET.0/24 is already used on this machine ($ip_cidr); set JOBGEN_CLUSTER_NET"
-done
 printf 'bridge=%s\nnamespaces=%s\n' "$BRIDGE" "$CTL_NS ${NODES[*]/#/jobgen-}" >"$D/cluster.state"
 ip link add "$BRIDGE" type bridge
 # Bridged frames need not pass the machine's iptables (net.bridge.bridge-nf-call-iptables=1 here).
