@@ -15,7 +15,8 @@ import pytest
 
 from tests import slurm_cluster as cluster
 
-pytestmark = pytest.mark.slurm
+# Each wait below is bounded; this is the backstop (it includes starting the cluster, apt included).
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 
 JOB_TIMEOUT_S = 90
 
