@@ -23,6 +23,11 @@ from training.spec import Spec
 from training.strategies import cluster_plugins, fsdp2_parallelize, make_strategy
 
 
+class Preempted(Exception):
+    """Raised by every rank after the requeue checkpoint: ends fit without Lightning's end-of-epoch
+    validation and checkpointing (which would save a 'last' checkpoint of a half-done epoch)."""
+
+
 class Classifier(L.LightningModule):
     def __init__(self, spec: Spec, prepared: Prepared, stats: Stats) -> None:
         super().__init__()
@@ -115,8 +120,11 @@ class Bookkeeping(Callback):
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self.rows = self.rows or MetricsLog(self.spec.job_dir / "metrics.csv", trainer.global_rank == 0)
 
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, index: int) -> None:
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        # Timed from one batch end to the next, like the shared loop: data loading counts as training.
         self.tick = time.perf_counter()
+
+    on_train_start = on_train_epoch_start  # a resume mid-epoch starts without an epoch start
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, index: int) -> None:
         t = self.spec.train
@@ -129,6 +137,7 @@ class Bookkeeping(Callback):
             self.stats.times_s["train"] += seconds
             self.local[:2] = [self.local[0] + batch["labels"].shape[0], self.local[1] + real]
         self.steps += 1
+        self.tick = time.perf_counter()
         if trainer.global_step % t.log_every_n_steps == 0:
             self.rows.add(epoch=trainer.current_epoch, step=trainer.global_step, split="train",
                          loss=float(outputs["loss"]), lr=trainer.optimizers[0].param_groups[0]["lr"])
@@ -144,8 +153,7 @@ class Bookkeeping(Callback):
         if trainer.global_rank == 0:
             os.replace(tmp, final)
         trainer.strategy.barrier()
-        self.stats.interrupted = True
-        trainer.should_stop = True
+        raise Preempted(f"checkpointed at step {trainer.global_step}")
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         self.eval_tick = time.perf_counter()
@@ -209,7 +217,10 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher |
     resume_from = requeue.newest_checkpoint(spec.checkpoint_dir, ".ckpt")
     stats.resumed = resume_from is not None
     try:
-        trainer.fit(module, ckpt_path=str(resume_from) if resume_from else None)
+        try:
+            trainer.fit(module, ckpt_path=str(resume_from) if resume_from else None)
+        except Preempted:
+            stats.interrupted = True
         stats.world_size = trainer.world_size
         stats.epochs_done = trainer.current_epoch if not stats.interrupted else len(stats.val_acc_per_epoch)
         if not stats.interrupted:
