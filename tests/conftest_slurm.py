@@ -31,7 +31,7 @@ class SlurmCluster:
     env: dict[str, str] = field(repr=False)
     """os.environ plus SLURM_CONF etc. as read at start; prefer the ``slurm_env`` fixture."""
     nodes: tuple[str, ...] = ("n1", "n2", "n3")
-    """Compute node names; each has 16 CPUs, 64000 MB and gpu:4."""
+    """Compute node names; each has 64 CPUs, 512000 MB and gpu:4."""
 
     @property
     def log_dir(self) -> Path:

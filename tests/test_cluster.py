@@ -79,10 +79,10 @@ def test_five_gpus_per_node_refused(tmp_path: Path, slurm_env: dict[str, str]) -
 
 
 def test_node_limits_and_partitions(tmp_path: Path, slurm_env: dict[str, str]) -> None:
-    fits = _script(tmp_path / "fits.sbatch", "true", "--partition=gpu", "--cpus-per-task=16", "--mem=64000")
+    fits = _script(tmp_path / "fits.sbatch", "true", "--partition=gpu", "--cpus-per-task=64", "--mem=512000")
     rc, out = cluster.sbatch_test_only(fits, env=slurm_env)
     assert rc == 0, out
-    too_big = _script(tmp_path / "too_big.sbatch", "true", "--cpus-per-task=17")
+    too_big = _script(tmp_path / "too_big.sbatch", "true", "--cpus-per-task=65")
     rc, out = cluster.sbatch_test_only(too_big, env=slurm_env)
     assert rc != 0, out
 

@@ -149,7 +149,7 @@ SchedulerParameters=sched_interval=5,bf_interval=5
 # A requeued job may start again only after the credential lifetime (default 120 s).
 AuthInfo=cred_expire=20
 MpiDefault=none
-# Nodes advertise 16 CPUs / 64000 MB / 4 GPUs whatever this box has.
+# Nodes advertise 64 CPUs / 512000 MB / 4 GPUs (a typical 4-GPU node) whatever this box has.
 SlurmdParameters=config_overrides
 ReturnToService=2
 MailProg=/bin/true
@@ -166,7 +166,7 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 EOF
 for n in "${NODES[@]}"; do
-    echo "NodeName=$n NodeHostname=$n NodeAddr=$(node_ip "$n") CPUs=16 RealMemory=64000 Gres=gpu:4 State=UNKNOWN"
+    echo "NodeName=$n NodeHostname=$n NodeAddr=$(node_ip "$n") CPUs=64 RealMemory=512000 Gres=gpu:4 State=UNKNOWN"
 done >>"$new/slurm.conf"
 nodelist="n[1-${#NODES[@]}]"
 cat >>"$new/slurm.conf" <<EOF
