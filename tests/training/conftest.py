@@ -63,7 +63,10 @@ def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for entrypoint subprocesses: offline, no inherited Slurm, the shared pycache."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env.update(OFFLINE, PYTHONPYCACHEPREFIX=str(PYCACHE), PYTHONPATH=str(REPO), **(extra or {}))
+    # DeepSpeed JIT-builds its CPU comm extension (~40 s); a directory of our own keeps the build
+    # between tests and runs (a shared ~/.cache one gets rebuilt whenever another user's flags differ).
+    env.update(OFFLINE, PYTHONPYCACHEPREFIX=str(PYCACHE), PYTHONPATH=str(REPO),
+               TORCH_EXTENSIONS_DIR=str(REPO / ".pytest_cache" / "torch-extensions"), **(extra or {}))
     return env
 
 
