@@ -1,0 +1,93 @@
+"""The controller goes away mid-sweep: a clear error, a manifest that says which jobs are queued, and
+`submit --resume` after the restart submits only the rest (no duplicates)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from jobgen.states import State
+from tests.slurm.helpers import REPO, all_final, jobgen, manifest, only_run, wait_states, write_experiment
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
+CONTROLLER = REPO / "tests" / "cluster" / "controller.sh"
+
+BODY = """
+[launch]
+template = "behave.sbatch.j2"
+[slurm]
+cpus_per_task = 1
+[env]
+vars = { BEHAVIOR = "ok" }
+[data]
+dataset = "imdb"
+[sweep.grid]
+"train.seed" = [1, 2, 3]
+"""
+
+# Passes every call to the real sbatch; after the first job is queued, stops the controller.
+WRAPPER = """#!/bin/bash
+"$REAL_SBATCH" "$@"
+rc=$?
+if [ ! -e "$MARK" ]; then touch "$MARK"; bash "$CONTROLLER" stop; fi
+exit $rc
+"""
+
+
+def _controller(action: str) -> None:
+    subprocess.run(["bash", str(CONTROLLER), action], check=True, timeout=60)
+
+
+def test_controller_down_midway_then_resume(slurm, root: Path, tmp_path: Path):
+    shutil.copy(Path(__file__).parent / "behave.sbatch.j2", tmp_path / "behave.sbatch.j2")
+    exp = write_experiment(tmp_path, "ctldown", BODY)
+    wrapper = tmp_path / "bin" / "sbatch"
+    wrapper.parent.mkdir()
+    wrapper.write_text(WRAPPER)
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+    env = {"PATH": f"{wrapper.parent}:{os.environ['PATH']}", "REAL_SBATCH": shutil.which("sbatch"),
+           "MARK": str(tmp_path / "stopped"), "CONTROLLER": str(CONTROLLER)}  # fmt: skip
+    try:
+        done = jobgen("submit", str(exp), root=root, env=env, check=False)
+        assert done.returncode == 1, done.stdout + done.stderr
+        message = done.stderr.strip().splitlines()[-1]
+        assert "Unable to contact slurm controller" in message and "1 of 3 jobs submitted" in message
+        assert "jobgen submit --resume" in message and "Traceback" not in done.stderr
+        run_dir = only_run(root, "ctldown")
+        jobs = manifest(run_dir)["jobs"]
+        assert jobs[0]["job_id"] and [j["job_id"] for j in jobs[1:]] == [None, None]
+        assert "Unable to contact" in jobs[1]["error"] and jobs[2]["state"] == "NOT_SUBMITTED"
+    finally:
+        _controller("start")
+    _wait_nodes_idle()
+    jobgen("submit", "--resume", str(run_dir), root=root)
+    jobgen("submit", "--resume", str(run_dir), root=root)  # again: nothing left, nothing duplicated
+    jobs = manifest(run_dir)["jobs"]
+    ids = [j["job_id"] for j in jobs]
+    assert all(ids) and len(set(ids)) == 3
+    states = wait_states(run_dir, all_final, timeout=120)
+    assert set(states.values()) == {State.COMPLETED}
+    # Every job the controller holds (finished ones stay for MinJobAge): ours appear once each.
+    # Ids grow, so any duplicate of this run's jobs has an id at least its first one's.
+    held = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i %j"], capture_output=True, text=True,
+                          check=True).stdout.split("\n")  # fmt: skip
+    first = min(int(i) for i in ids)
+    ours = [name for jid, _, name in (line.partition(" ") for line in held if line)
+            if int(jid) >= first and name.startswith("ctldown.")]  # fmt: skip
+    assert sorted(ours) == sorted(f"ctldown.{j['name']}" for j in jobs), ours
+
+
+def _wait_nodes_idle(timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = subprocess.run(["sinfo", "-h", "-N", "-p", "debug", "-o", "%T"], capture_output=True, text=True).stdout
+        if out.split() and all(s.startswith(("idle", "mix", "alloc")) for s in out.split()):
+            return
+        time.sleep(1)
+    raise AssertionError(f"nodes not back after the controller restart: {out}")
