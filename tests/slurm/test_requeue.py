@@ -1,0 +1,63 @@
+"""Requeue on the real cluster: a running training job sent its warning signal checkpoints, is
+requeued by Slurm, resumes, and finishes with the configured epochs and `resumed: true`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from jobgen.states import State
+from tests.slurm.helpers import TINY_TRAIN, all_final, jobgen, manifest, only_run, wait_states, write_experiment
+
+pytestmark = [pytest.mark.slurm, pytest.mark.training, pytest.mark.timeout(600)]
+
+BODY = """
+[slurm]
+cpus_per_task = 1
+time = "00:20:00"
+requeue = true
+signal = "USR2"
+signal_seconds = 60
+""" + TINY_TRAIN.replace("epochs = 1", "epochs = 3").replace("[400, 100, 100]", "[1500, 100, 100]")
+
+
+def _first_epoch_done(job_dir: Path) -> bool:
+    checkpoints = job_dir / "checkpoints"
+    metrics = job_dir / "metrics.csv"
+    return (checkpoints.is_dir() and any(checkpoints.iterdir())) or (
+        metrics.exists() and ",val," in metrics.read_text()
+    )
+
+
+@pytest.mark.parametrize("engine", ["lightning", "fabric"])
+def test_signal_checkpoint_requeue_resume(slurm, root: Path, tmp_path: Path, engine: str):
+    exp = write_experiment(
+        tmp_path,
+        f"requeue_{engine}",
+        BODY.replace('model = "builtin:tiny"', f'model = "builtin:tiny"\nengine = "{engine}"'),
+    )
+    jobgen("submit", str(exp), root=root)
+    run_dir = only_run(root, f"requeue_{engine}")
+    job = manifest(run_dir)["jobs"][0]
+    job_dir = run_dir / job["dir"]
+    deadline = time.monotonic() + 300
+    while not _first_epoch_done(job_dir):
+        assert time.monotonic() < deadline, "the first epoch never ended"
+        states = wait_states(run_dir, lambda s: True, timeout=1)
+        assert not all_final(states), f"the job ended before the signal: {states}"
+        time.sleep(1)
+    # What Slurm does before the time limit (--signal=USR2@60), sent now: to the job's steps.
+    subprocess.run(["scancel", "--signal=USR2", job["job_id"]], check=True)
+    states = wait_states(run_dir, all_final, timeout=420, poll=3)
+    assert states[job["name"]] is State.COMPLETED, jobgen("logs", str(run_dir), "--err", root=root).stdout
+    result = json.loads((job_dir / "result.json").read_text())
+    assert result["resumed"] is True and result["requeue_count"] >= 1
+    assert result["epochs_done"] == 3 and len(result["val_acc_per_epoch"]) == 3
+    out = jobgen("logs", str(run_dir), root=root).stdout
+    assert "restarts 0" in out and "restarts 1" in out  # one log, appended across the requeue
+    summary = json.loads(jobgen("summary", str(run_dir), "--format", "json", root=root).stdout)["rows"][0]
+    assert summary["requeues"] >= 1 and summary["state"] == "COMPLETED"
