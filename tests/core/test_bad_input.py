@@ -164,3 +164,33 @@ def test_debug_shows_the_traceback(tmp_path: Path, runner):
     result = runner.invoke(main, ["--debug", "validate", str(path)])
     assert result.exit_code == 1
     assert "Traceback" in result.output and "train.epochs" in result.output
+
+
+@pytest.mark.parametrize(("template", "words"), [
+    ("{{ nope }}\n", ["my.j2", "'nope' is undefined"]),
+    ("{% if %}\n", ["my.j2:1", "Expected an expression"]),
+    ('{% extends "missing.j2" %}\n', ["'missing.j2' not found"]),
+])  # fmt: skip
+def test_bad_user_template(tmp_path: Path, runner, template: str, words: list[str]):
+    (tmp_path / "my.j2").write_text(template)
+    path = tmp_path / "exp.toml"
+    path.write_text(with_lines(launch='template = "my.j2"'))
+    root = tmp_path / "runs"
+    result = runner.invoke(main, ["--output-root", str(root), "submit", str(path), "--dry-run"])
+    assert result.exit_code == 1, result.output
+    line = result.output.strip()
+    assert "\n" not in line and "Traceback" not in line
+    for word in words:
+        assert word in line, line
+    assert not root.exists() or not any(root.rglob("*"))
+
+
+def test_user_template_extends_or_replaces(tmp_path: Path, runner):
+    (tmp_path / "ext.j2").write_text('{% extends "srun.sbatch.j2" %}\n{% block launch %}echo {{ job_name | shquote }}\n{% endblock %}\n')
+    (tmp_path / "own.j2").write_text("#!/bin/bash\necho {{ spec_path | shquote }}\n")
+    for name, expect in (("ext.j2", "#SBATCH --nodes=1"), ("own.j2", "spec.json")):
+        path = tmp_path / f"{name}.toml"
+        path.write_text(with_lines(launch=f'template = "{name}"'))
+        result = runner.invoke(main, ["--output-root", str(tmp_path / "o"), "submit", str(path), "--dry-run", "--show"])
+        assert result.exit_code == 0, result.output
+        assert expect in result.output
