@@ -120,7 +120,7 @@ def build_result(spec: Spec, stats: Stats, requeue_count: int) -> dict[str, Any]
         "precision": {"requested": t.precision, "effective": stats.precision_effective or t.precision},
         "compile": t.compile, "accelerator": stats.accelerator,
         "nodes": t.num_nodes, "devices_per_node": t.devices, "world_size": stats.world_size,
-        "model": t.model, "dataset": spec.data.dataset or sorted(spec.data.files.values()),
+        "model": t.model, "dataset": spec.data.dataset or ",".join(sorted(spec.data.files.values())),
         "samples": stats.samples,
         "times_s": {k: round(v, 3) for k, v in stats.times_s.items()},
         "throughput": {"samples_per_s": round(stats.timed_samples / train_s, 2) if train_s else None,

@@ -24,8 +24,11 @@ def run(spec: Spec) -> int:
     if spec.requeue.enabled:
         watcher = requeue.Watcher()
         watcher.install(spec.requeue.signal)
+    from datasets.utils.logging import disable_progress_bar
+
     from training import data
 
+    disable_progress_bar()  # per-map bars from every rank drown the job log
     with Clock(stats, "data_prep"):
         prepared = data.prepare(spec)
     engine = importlib.import_module(ENGINE_MODULES[spec.train.engine])

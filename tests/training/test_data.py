@@ -144,3 +144,35 @@ def test_spec_rejects_unknown_keys_with_a_suggestion(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="one device"):
         from_dict(spec_dict(tmp_path, tmp_path, train={"engine": "torch", "devices": 2}))
     json.dumps(spec_dict(tmp_path, tmp_path))  # the helper itself writes valid JSON
+
+
+def test_concurrent_prepare_tokenizes_once(tmp_path: Path) -> None:
+    """Two ranks arriving together: one prepares under the lock, the other waits and loads its copy."""
+    import threading
+
+    spec = _spec(tmp_path, tmp_path / "shared-cache", partition=[300, 50, 50])
+    outcomes: list[bool] = []
+
+    def rank() -> None:
+        outcomes.append(data.prepare(spec).from_cache)
+
+    threads = [threading.Thread(target=rank) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=90)
+    assert sorted(outcomes) == [False, True]
+
+
+def test_entrypoint_help_and_cheap_import() -> None:
+    import subprocess
+    import sys
+
+    from tests.training.conftest import REPO
+
+    code = "import sys, training, training.spec, training.__main__; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    helped = subprocess.run([sys.executable, "-m", "training", "--help"], cwd=REPO, capture_output=True,
+                            text=True, check=True)
+    assert "--spec" in helped.stdout and "srun python -m training" in helped.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -86,23 +87,30 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: Watcher | None) -
         raise ValueError("engine='fabric' with DeepSpeed runs grad_accum=1 only; use engine='lightning'")
     fabric = _make_fabric(spec, stats)
     fabric.launch()
-    common.announce(fabric.global_rank, fabric.world_size,
-                    getattr(fabric.strategy, "cluster_environment", None))
-    fabric.seed_everything(t.seed)
+    common.announce(fabric.global_rank, fabric.world_size, getattr(fabric.strategy, "cluster_environment", None))
     try:
-        stats.world_size = fabric.world_size
-        model = common.maybe_compile(common.build_model(spec, prepared), spec)
-        loaders = common.loaders(spec, prepared, fabric.global_rank, fabric.world_size)
-        common.record_sizes(stats, prepared)
-        model, optimizer, scheduler = _setup(fabric, spec, model, loaders["train"].sampler.num_batches())
-        wrapped = dict(zip(loaders, fabric.setup_dataloaders(*loaders.values(), use_distributed_sampler=False),
-                           strict=True))
-        job = loop.Job(spec, FabricRuntime(fabric), model, optimizer, scheduler, wrapped,
-                       len(prepared.label_names), stats,
-                       MetricsLog(spec.job_dir / "metrics.csv", fabric.global_rank == 0), watcher)
-        loop.fit(job)
-        if not stats.interrupted:
-            loop.test(job)
+        _fit_and_test(fabric, spec, prepared, stats, watcher)
+        fabric.barrier()
         return fabric.global_rank
     finally:
+        # The DDP wrapper (its Reducer) must die before the process group it holds, or the gloo
+        # group's destructor can wait forever at exit; hence a separate function and a collect.
+        gc.collect()
         common.destroy_process_group()
+
+
+def _fit_and_test(fabric: Any, spec: Spec, prepared: Prepared, stats: Stats, watcher: Watcher | None) -> None:
+    fabric.seed_everything(spec.train.seed)
+    stats.world_size = fabric.world_size
+    model = common.maybe_compile(common.build_model(spec, prepared), spec)
+    loaders = common.loaders(spec, prepared, fabric.global_rank, fabric.world_size)
+    common.record_sizes(stats, prepared)
+    model, optimizer, scheduler = _setup(fabric, spec, model, loaders["train"].sampler.num_batches())
+    wrapped = dict(zip(loaders, fabric.setup_dataloaders(*loaders.values(), use_distributed_sampler=False),
+                       strict=True))
+    job = loop.Job(spec, FabricRuntime(fabric), model, optimizer, scheduler, wrapped,
+                   len(prepared.label_names), stats,
+                   MetricsLog(spec.job_dir / "metrics.csv", fabric.global_rank == 0), watcher)
+    loop.fit(job)
+    if not stats.interrupted:
+        loop.test(job)
