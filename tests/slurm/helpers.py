@@ -57,6 +57,19 @@ def all_final(states: dict[str, State]) -> bool:
     return all(s.is_final for s in states.values())
 
 
+def behave_sweep(folder: Path, name: str, seeds: int) -> Path:
+    """A sweep of `seeds` cheap jobs that only say hello (tests/slurm/behave.sbatch.j2), no training."""
+    import shutil
+
+    shutil.copy(Path(__file__).parent / "behave.sbatch.j2", folder / "behave.sbatch.j2")
+    values = ", ".join(str(i) for i in range(1, seeds + 1))
+    body = (
+        '[launch]\ntemplate = "behave.sbatch.j2"\n[slurm]\ncpus_per_task = 1\n[env]\nvars = { BEHAVIOR = "ok" }\n'
+        f'[data]\ndataset = "imdb"\n[sweep.grid]\n"train.seed" = [{values}]\n'
+    )
+    return write_experiment(folder, name, body)
+
+
 def write_experiment(folder: Path, name: str, body: str) -> Path:
     path = folder / f"{name}.toml"
     path.write_text(f'[experiment]\nname = "{name}"\n' + body)

@@ -2,33 +2,19 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from jobgen.states import State
-from tests.slurm.helpers import all_final, jobgen, manifest, only_run, wait_states, write_experiment
+from tests.slurm.helpers import all_final, behave_sweep, jobgen, manifest, only_run, wait_states
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 
-BODY = """
-[launch]
-template = "behave.sbatch.j2"
-[slurm]
-cpus_per_task = 1
-[env]
-vars = { BEHAVIOR = "ok" }
-[data]
-dataset = "imdb"
-[sweep.grid]
-"train.seed" = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
-"""
 
 
 def test_sweep_as_arrays(slurm, root: Path, tmp_path: Path):
-    shutil.copy(Path(__file__).parent / "behave.sbatch.j2", tmp_path / "behave.sbatch.j2")
-    exp = write_experiment(tmp_path, "arr", BODY)
+    exp = behave_sweep(tmp_path, "arr", 12)
     out = jobgen("submit", str(exp), "--array", "--array-parallelism", "4", root=root).stdout
     assert "array-0: submitted as array" in out and "(11 tasks)" in out and "(1 tasks)" in out
     run_dir = only_run(root, "arr")

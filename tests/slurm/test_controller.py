@@ -13,23 +13,11 @@ from pathlib import Path
 import pytest
 
 from jobgen.states import State
-from tests.slurm.helpers import REPO, all_final, jobgen, manifest, only_run, wait_states, write_experiment
+from tests.slurm.helpers import REPO, all_final, behave_sweep, jobgen, manifest, only_run, wait_states
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 CONTROLLER = REPO / "tests" / "cluster" / "controller.sh"
 
-BODY = """
-[launch]
-template = "behave.sbatch.j2"
-[slurm]
-cpus_per_task = 1
-[env]
-vars = { BEHAVIOR = "ok" }
-[data]
-dataset = "imdb"
-[sweep.grid]
-"train.seed" = [1, 2, 3]
-"""
 
 # Passes every call to the real sbatch; after the first job is queued, stops the controller.
 WRAPPER = """#!/bin/bash
@@ -45,8 +33,7 @@ def _controller(action: str) -> None:
 
 
 def test_controller_down_midway_then_resume(slurm, root: Path, tmp_path: Path):
-    shutil.copy(Path(__file__).parent / "behave.sbatch.j2", tmp_path / "behave.sbatch.j2")
-    exp = write_experiment(tmp_path, "ctldown", BODY)
+    exp = behave_sweep(tmp_path, "ctldown", 3)
     wrapper = tmp_path / "bin" / "sbatch"
     wrapper.parent.mkdir()
     wrapper.write_text(WRAPPER)
