@@ -162,7 +162,7 @@ def train_epoch(job: Job, epoch: int) -> str:
     index, job.progress["epoch"] = job.progress["batch"], epoch
     job.model.train()
     tick = time.perf_counter()
-    for batch in loader:
+    for batch in _progress(loader, job, epoch, last - index):
         batch = job.rt.to_device(batch)
         loss, stepped = _step(job, batch, index, last)
         now = time.perf_counter()
@@ -177,6 +177,17 @@ def train_epoch(job: Job, epoch: int) -> str:
             return "interrupted"
         tick = time.perf_counter()
     return "done"
+
+
+def _progress(loader: Any, job: Job, epoch: int, total: int) -> Any:
+    """A progress bar on rank 0; in a batch log (no terminal) it redraws rarely instead of per step."""
+    import sys
+
+    from tqdm.auto import tqdm
+
+    interactive = sys.stderr.isatty()
+    return tqdm(loader, desc=f"epoch {epoch}", total=total, disable=job.rt.rank != 0,
+                mininterval=0.5 if interactive else 30, dynamic_ncols=interactive)
 
 
 def _agreed(job: Job, flag: bool) -> bool:
