@@ -79,9 +79,7 @@ def checkpoint(job: Job) -> None:
     if job.rt.rank == 0:
         directory.mkdir(parents=True, exist_ok=True)
     job.rt.barrier()
-    state = state_of(job)
-    state["stats"] = job.stats.state()
-    job.rt.save(tmp, state)
+    job.rt.save(tmp, state_of(job))
     job.rt.barrier()
     if job.rt.rank == 0:
         _replace(tmp, directory / name)

@@ -9,7 +9,6 @@ Two things here are not stock Lightning:
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from lightning.fabric.strategies import DDPStrategy as FabricDDP
@@ -120,8 +119,3 @@ def cluster_plugins(fabric: bool) -> list[Any]:
     from lightning.pytorch.plugins.environments import SLURMEnvironment
 
     return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
-
-
-def quiet_environment() -> None:
-    """Each rank gets a share of the cores (DDP on a 2-core box would otherwise oversubscribe)."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
