@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from training import requeue
 from training.loaders import token_counts
 from training.metrics import Scores
-from training.results import Clock, MetricsLog, Stats
+from training.results import Clock, MetricsLog, Stats, graphs_compiled
 from training.spec import Spec
 
 
@@ -135,13 +135,14 @@ def _step(job: Job, batch: dict[str, Any], index: int, last: int) -> tuple[float
     return float(loss.detach()), not accumulating
 
 
-def _count(job: Job, batch: dict[str, Any], seconds: float, stepped: bool) -> None:
-    """Warm-up (compile) steps are timed apart and left out of the throughput counters."""
+def _count(job: Job, batch: dict[str, Any], seconds: float, stepped: bool, compiled: bool) -> None:
+    """Warm-up steps, and any later step that compiled a graph (a new length bucket), are timed as
+    warmup_compile and left out of the throughput counters."""
     t, s = job.spec.train, job.stats
     real, slots = token_counts(batch)
     job.local[2] += real
     job.local[3] += slots
-    in_warmup = t.compile and job.steps_this_attempt < t.warmup_compile_steps
+    in_warmup = t.compile and (job.steps_this_attempt < t.warmup_compile_steps or compiled)
     if in_warmup:
         s.times_s["warmup_compile"] += seconds
     else:
@@ -162,9 +163,10 @@ def train_epoch(job: Job, epoch: int) -> str:
     tick = time.perf_counter()
     for batch in _progress(loader, job, epoch, last - index):
         batch = job.rt.to_device(batch)
+        graphs = graphs_compiled() if t.compile else 0
         loss, stepped = _step(job, batch, index, last)
         now = time.perf_counter()
-        _count(job, batch, now - tick, stepped)
+        _count(job, batch, now - tick, stepped, t.compile and graphs_compiled() != graphs)
         index, job.progress["batch"] = index + 1, index + 1
         if stepped and job.progress["global_step"] % t.log_every_n_steps == 0:
             job.log.add(epoch=epoch, step=job.progress["global_step"], split="train", loss=loss,

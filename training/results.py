@@ -142,6 +142,13 @@ def write_result(spec: Spec, result: dict[str, Any]) -> Path:
     return path
 
 
+def graphs_compiled() -> int:
+    """Graphs torch.compile has built so far in this process: a step that adds one paid compile time."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
 class Clock:
     """Adds wall time spent in a `with` block to stats.times_s[name]."""
 

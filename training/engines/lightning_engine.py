@@ -18,7 +18,7 @@ from training.hardware import effective_precision, resolve_accelerator
 from training.loaders import make_loader, token_counts
 from training.metrics import Scores
 from training.optim import build_optimizer, build_scheduler, warmup_steps
-from training.results import MetricsLog, Stats
+from training.results import MetricsLog, Stats, graphs_compiled
 from training.spec import Spec
 from training.strategies import cluster_plugins, fsdp2_parallelize, make_strategy
 
@@ -126,12 +126,16 @@ class Bookkeeping(Callback):
 
     on_train_start = on_train_epoch_start  # a resume mid-epoch starts without an epoch start
 
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, index: int) -> None:
+        self.graphs = graphs_compiled() if self.spec.train.compile else 0
+
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, index: int) -> None:
         t = self.spec.train
         seconds = time.perf_counter() - self.tick
         real, slots = token_counts(batch)
         self.local[2:] = [self.local[2] + real, self.local[3] + slots]
-        if t.compile and self.steps < t.warmup_compile_steps:
+        compiled = t.compile and graphs_compiled() != self.graphs
+        if t.compile and (self.steps < t.warmup_compile_steps or compiled):
             self.stats.times_s["warmup_compile"] += seconds
         else:
             self.stats.times_s["train"] += seconds
