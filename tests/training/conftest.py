@@ -40,6 +40,18 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(key, value)
 
 
+@pytest.fixture
+def one_thread() -> Any:
+    """In-process runs of the tiny model use one intra-op thread: its ops are too small to gain from
+    two, and on a shared 2-core box two spinning threads slow them down many times over."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("training-cache")
@@ -65,7 +77,8 @@ def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     # DeepSpeed JIT-builds its CPU comm extension (~40 s); a directory of our own keeps the build
     # between tests and runs (a shared ~/.cache one gets rebuilt whenever another user's flags differ).
-    env.update(OFFLINE, PYTHONPYCACHEPREFIX=str(PYCACHE), PYTHONPATH=str(REPO),
+    # One thread per process: two ranks on two cores must not oversubscribe them.
+    env.update(OFFLINE, PYTHONPYCACHEPREFIX=str(PYCACHE), PYTHONPATH=str(REPO), OMP_NUM_THREADS="1",
                TORCH_EXTENSIONS_DIR=str(REPO / ".pytest_cache" / "torch-extensions"), **(extra or {}))
     return env
 

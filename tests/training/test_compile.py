@@ -13,7 +13,7 @@ from training.loaders import COMPILE_BUCKET, make_loader
 from training.run import run
 from training.spec import from_dict
 
-pytestmark = [pytest.mark.training, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.training, pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def test_compiled_run_reports_compile_time_apart_and_learns(tmp_path: Path, cache_dir: Path) -> None:

@@ -17,7 +17,7 @@ from training import model as model_lib
 from training.run import run
 from training.spec import from_dict
 
-pytestmark = [pytest.mark.training, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.training, pytest.mark.timeout(240)]
 
 
 class DropoutWatch:
