@@ -26,7 +26,6 @@ from jobgen.errors import JobgenError, RunNotFound
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = 1
 _RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}$")
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
 
 def new_run_id() -> str:
@@ -52,18 +51,19 @@ def git_info(path: Path) -> tuple[str | None, bool, str]:
     return sha, bool(patch), patch
 
 
-def secret_values() -> list[str]:
-    """Values of secret-looking variables in this environment (long enough to be real secrets)."""
-    return [v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v) >= 8]
+def secret_values() -> dict[str, str]:
+    """Secret-looking variables of this environment whose values are long enough to be real secrets."""
+    from jobgen.config import SECRET_RE
+
+    return {k: v for k, v in os.environ.items() if SECRET_RE.search(k) and len(v) >= 8}
 
 
 def check_no_secrets(files: dict[str, str]) -> None:
     """Refuse to write a file that contains the value of a secret from the environment."""
-    values = secret_values()
+    secrets_ = secret_values()
     for name, text in files.items():
-        for value in values:
+        for key, value in secrets_.items():
             if value in text:
-                key = next(k for k, v in os.environ.items() if v == value and _SECRET_NAME.search(k))
                 raise JobgenError(
                     f"{name} would contain the value of ${key}; remove it from the experiment file "
                     "(jobs inherit secrets from your shell)"

@@ -36,10 +36,6 @@ class JobInfo:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def slurm_states(job_ids: list[str]) -> dict[str, State]:
-    return {jid: info.state for jid, info in query(job_ids).items()}
-
-
 def query(job_ids: list[str]) -> dict[str, JobInfo]:
     """Info for each job id Slurm knows: sacct first, squeue + scontrol for what it lacks."""
     ids = [j for j in job_ids if j]

@@ -1,4 +1,7 @@
-"""Backends start jobs. They share one small interface; the run directory is written before them."""
+"""Backends start jobs. They share one small interface; the run directory is written before them.
+
+Where jobs stand is not a backend's business: jobgen.track asks Slurm (or reads the run's files).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from jobgen.errors import BackendError
-from jobgen.states import State
 
 
 class Backend(Protocol):
@@ -17,9 +19,6 @@ class Backend(Protocol):
 
     def submit(self, run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
         """Start one manifest job; returns the fields to record (job_id, state, ...)."""
-
-    def states(self, job_ids: list[str]) -> dict[str, State]:
-        """Current state of each job id it knows about."""
 
     def cancel(self, job_ids: list[str]) -> None:
         """Cancel the jobs."""

@@ -29,9 +29,6 @@ class LocalBackend:
         state = State.COMPLETED if code == 0 else State.FAILED
         return {"state": state.value, "submitted_at": started, "ended_at": now_iso(), "exit_code": code}
 
-    def states(self, job_ids: list[str]) -> dict[str, State]:
-        return {}
-
     def cancel(self, job_ids: list[str]) -> None:
         return None
 

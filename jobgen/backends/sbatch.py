@@ -27,11 +27,6 @@ class SbatchBackend:
         output = run_tool(command, timeout=SUBMIT_TIMEOUT_S, what=f"submitting {job['name']}")
         return {"job_id": parse_job_id(output), "state": State.SUBMITTED.value, "submitted_at": now_iso()}
 
-    def states(self, job_ids: list[str]) -> dict[str, State]:
-        from jobgen.track import slurm_states
-
-        return slurm_states(job_ids)
-
     def cancel(self, job_ids: list[str]) -> None:
         if job_ids:
             run_tool(["scancel", *job_ids], timeout=SUBMIT_TIMEOUT_S, what="cancelling")

@@ -12,13 +12,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jobgen.backends.sbatch import SbatchBackend
 from jobgen.config import time_minutes
 from jobgen.errors import SubmitError
 from jobgen.record import now_iso
 from jobgen.states import State
 
 
-class SubmititBackend:
+class SubmititBackend(SbatchBackend):
+    """Differs from the sbatch backend only in submission; cancelling is scancel all the same."""
+
     name = "submitit"
 
     def submit_command(self, script: Path) -> list[str]:
@@ -46,15 +49,6 @@ class SubmititBackend:
         return {"job_id": str(submitted.job_id), "state": State.SUBMITTED.value, "submitted_at": now_iso(),
                 "submitit_script": str(script.relative_to(run_dir)) if script.exists() else None}  # fmt: skip
 
-    def states(self, job_ids: list[str]) -> dict[str, State]:
-        from jobgen.track import slurm_states
-
-        return slurm_states(job_ids)
-
-    def cancel(self, job_ids: list[str]) -> None:
-        from jobgen.backends.sbatch import SbatchBackend
-
-        SbatchBackend().cancel(job_ids)
 
 
 def executor_parameters(spec: dict[str, Any], setup_file: Path) -> dict[str, Any]:
