@@ -155,7 +155,7 @@ def check_shape(exp: Experiment, where: str = "") -> None:
         )
     if train.engine == "torch" and train.strategy != "auto":
         problems.append(f"train.strategy = {train.strategy!r} needs engine 'lightning' or 'fabric'; the plain loop uses 'auto'")
-    if world == 1 and (train.strategy == "fsdp" or train.strategy in ("deepspeed_stage_2", "deepspeed_stage_3")):
+    if world == 1 and train.strategy in ("fsdp", "fsdp_offload", "deepspeed_stage_2", "deepspeed_stage_3"):
         problems.append(
             f"train.strategy = {train.strategy!r} shards across devices but the job has one; use 'auto', "
             "more devices, or a *_offload DeepSpeed stage"

@@ -15,6 +15,7 @@ STRATEGIES = (
     "auto",
     "ddp",
     "fsdp",
+    "fsdp_offload",
     "deepspeed_stage_2",
     "deepspeed_stage_2_offload",
     "deepspeed_stage_3",

@@ -15,12 +15,16 @@ from typing import Any
 
 ENGINES = ("torch", "lightning", "fabric")
 STRATEGIES = (
-    "auto", "ddp", "fsdp", "deepspeed_stage_2", "deepspeed_stage_2_offload",
+    "auto", "ddp", "fsdp", "fsdp_offload", "deepspeed_stage_2", "deepspeed_stage_2_offload",
     "deepspeed_stage_3", "deepspeed_stage_3_offload",
 )
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "bf16-true")
 ACCELERATORS = ("auto", "gpu", "cpu")
 PADDINGS = ("dynamic", "max_length")
+
+
+def is_fsdp(strategy: str) -> bool:
+    return strategy in ("fsdp", "fsdp_offload")
 
 
 class SpecError(ValueError):

@@ -9,6 +9,7 @@ Two things here are not stock Lightning:
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from lightning.fabric.strategies import DDPStrategy as FabricDDP
@@ -18,18 +19,35 @@ from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, ModelPa
 from lightning.pytorch.strategies.ddp import DDPStrategy as _TrainerDDPBase
 
 from training.model import transformer_blocks
-from training.spec import TrainSpec
+from training.spec import TrainSpec, is_fsdp
 
 
-def fsdp2_parallelize(model: Any, device_mesh: Any) -> Any:
-    """FSDP2: shard each transformer block, then the rest of the model (embeddings, head)."""
-    from torch.distributed.fsdp import fully_shard
+def fsdp2_parallelize(model: Any, device_mesh: Any, offload: bool = False) -> Any:
+    """FSDP2: shard each transformer block, then the rest of the model (embeddings, head). With
+    `offload`, sharded parameters, gradients and optimizer state live in host memory between uses."""
+    import torch
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
     mesh = device_mesh["data_parallel"]
-    for block in transformer_blocks(model):
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    # Pinned host memory speeds up the copies to a GPU; without an accelerator it cannot be had.
+    policy = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if offload else OffloadPolicy()
+    blocks = transformer_blocks(model)
+    for block in blocks:
+        fully_shard(block, mesh=mesh, offload_policy=policy)
+    fully_shard(model, mesh=mesh, offload_policy=policy)
+    where = "cpu" if isinstance(policy, CPUOffloadPolicy) else "none"
+    print(f"training: FSDP2 sharded {len(blocks)} blocks + root over {mesh.size()} ranks, offload={where}", flush=True)
     return model
+
+
+def describe(strategy: Any) -> str:
+    """What the strategy object will really do, for the job log (e.g. DeepSpeed's ZeRO offload targets)."""
+    zero = getattr(strategy, "config", None) or {}
+    zero = zero.get("zero_optimization") if isinstance(zero, dict) else None
+    if zero:
+        where = {part: zero.get(f"offload_{part}", {}).get("device", "none") for part in ("optimizer", "param")}
+        return f"DeepSpeed ZeRO stage {zero.get('stage')}, offload optimizer={where['optimizer']} param={where['param']}"
+    return type(strategy).__name__
 
 
 def _indexed_cpu(local_rank: int) -> Any:
@@ -101,9 +119,10 @@ def make_strategy(t: TrainSpec, accelerator: str, fabric: bool) -> Any:
         name = "ddp"
     if name == "ddp":
         return (FabricDDP if fabric else DDPStrategy)(process_group_backend=backend)
-    if name == "fsdp":
+    if is_fsdp(name):
         if fabric:
-            return FabricModelParallel(fsdp2_parallelize, data_parallel_size=t.world_size,
+            shard = functools.partial(fsdp2_parallelize, offload=name == "fsdp_offload")
+            return FabricModelParallel(shard, data_parallel_size=t.world_size,
                                        tensor_parallel_size=1, process_group_backend=backend)
         return ModelParallelStrategy(data_parallel_size=t.world_size, tensor_parallel_size=1,
                                      process_group_backend=backend)

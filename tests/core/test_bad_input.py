@@ -69,6 +69,7 @@ CASES = [
      ["train.strategy", "lightning"]),
     ("deepspeed-one-device", with_lines(train='strategy = "deepspeed_stage_2"'), 1, ["deepspeed_stage_2", "one"]),
     ("fsdp-one-device", with_lines(train='strategy = "fsdp"'), 1, ["fsdp", "one"]),
+    ("fsdp-offload-one-device", with_lines(train='strategy = "fsdp_offload"'), 1, ["fsdp_offload", "one"]),
     ("num-nodes-mismatch", with_lines(train="num_nodes = 2"), 1, ["train.num_nodes = 2", "slurm.nodes = 1"]),
     ("valid-4-gpus-control", BASE.replace("gpus_per_node = 1", "gpus_per_node = 4"), 0, []),
     ("devices-vs-gpus", with_lines(train="devices = 2"), 1, ["train.devices = 2", "slurm.gpus_per_node = 1"]),

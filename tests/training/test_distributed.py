@@ -30,6 +30,10 @@ def _check(result: dict, engine: str, strategy: str) -> None:
     ("lightning", "deepspeed_stage_2", "32-true"),
     ("fabric", "deepspeed_stage_3", "32-true"),
     ("lightning", "deepspeed_stage_3", "32-true"),
+    ("lightning", "fsdp_offload", "32-true"),
+    ("fabric", "fsdp_offload", "32-true"),
+    ("lightning", "deepspeed_stage_2_offload", "32-true"),
+    ("fabric", "deepspeed_stage_3_offload", "32-true"),
 ])
 def test_two_ranks_launched_locally(engine: str, strategy: str, precision: str, tmp_path: Path,
                                     cache_dir: Path) -> None:
@@ -42,6 +46,14 @@ def test_two_ranks_launched_locally(engine: str, strategy: str, precision: str, 
     assert any((tmp_path / "job" / "checkpoints").iterdir())
     log = (tmp_path / "job" / "entrypoint.log").read_text()
     assert "rank 1/2" in log and "rank 0/2" in log
+    # What each rank's strategy did: the DeepSpeed config it holds, the policy FSDP2 was given.
+    expected = {"fsdp": "offload=none", "fsdp_offload": "offload=cpu",
+                "deepspeed_stage_2": "ZeRO stage 2, offload optimizer=none param=none",
+                "deepspeed_stage_3": "ZeRO stage 3, offload optimizer=none param=none",
+                "deepspeed_stage_2_offload": "ZeRO stage 2, offload optimizer=cpu param=none",
+                "deepspeed_stage_3_offload": "ZeRO stage 3, offload optimizer=cpu param=cpu"}.get(strategy)
+    if expected:
+        assert log.count(expected) == 2, log[-3000:]
 
 
 def _free_port() -> int:

@@ -29,6 +29,7 @@ class DropoutWatch:
 
     def __init__(self) -> None:
         self.calls: list[tuple[bool, bool]] = []
+        self.dtypes: set[str] = set()
 
     def wrap(self, original: Any) -> Any:
         def load(*args: Any, **kwargs: Any) -> Any:
@@ -37,14 +38,19 @@ class DropoutWatch:
             model = original(*args, **kwargs).eval()
             for module in model.modules():
                 if isinstance(module, torch.nn.Dropout):
-                    module.register_forward_hook(
-                        lambda m, i, o: self.calls.append((m.training, torch.is_grad_enabled())))
+                    module.register_forward_hook(self.hook)
             return model
         return load
 
+    def hook(self, module: Any, inputs: Any, output: Any) -> None:
+        import torch
+
+        self.calls.append((module.training, torch.is_grad_enabled()))
+        self.dtypes.add(str(output.dtype).removeprefix("torch."))
+
 
 @pytest.mark.parametrize(("engine", "precision"), [("torch", "16-mixed"), ("lightning", "32-true"),
-                                                   ("fabric", "32-true")])
+                                                   ("fabric", "32-true"), ("lightning", "bf16-true")])
 def test_engine_learns_reports_and_trains_with_dropout(engine: str, precision: str, tmp_path: Path,
                                                        cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     watch = DropoutWatch()
@@ -62,6 +68,9 @@ def test_engine_learns_reports_and_trains_with_dropout(engine: str, precision: s
     # fp16 autocast does not exist on CPU: the run says what it did instead of pretending.
     expected = "bf16-mixed" if precision == "16-mixed" else precision
     assert result["precision"] == {"requested": precision, "effective": expected}
+    # ... and did it: activations are bf16 under bf16 autocast or bf16 weights, float32 otherwise.
+    assert ("bfloat16" in watch.dtypes) == expected.startswith("bf16"), watch.dtypes
+    assert (watch.dtypes == {"bfloat16"}) == (expected == "bf16-true"), watch.dtypes
     assert result["samples"] == {"train": 1600, "validation": 300, "test": 400}
     assert result["throughput"]["samples_per_s"] > 0 and result["throughput"]["tokens_per_s"] > 0
     assert 0.05 < result["padded_token_fraction"] < 0.6   # dynamic padding of 8-40 word texts

@@ -34,9 +34,13 @@ def record_sizes(stats: Any, prepared: Prepared) -> None:
     stats.samples = {split: len(prepared.splits[split]) for split in SPLITS}
 
 
-def announce(rank: int, world: int, cluster_environment: Any) -> None:
-    """One line per rank in the job log: which rank this is and who said so (Slurm, or our launcher)."""
-    print(f"training: rank {rank}/{world} via {type(cluster_environment).__name__}", flush=True)
+def announce(rank: int, world: int, strategy: Any) -> None:
+    """One line per rank in the job log: which rank this is, who said so (Slurm, or our launcher), and
+    what the strategy really does (for DeepSpeed: its ZeRO stage and offload targets)."""
+    from training.strategies import describe
+
+    environment = type(getattr(strategy, "cluster_environment", None)).__name__
+    print(f"training: rank {rank}/{world} via {environment}; strategy {describe(strategy)}", flush=True)
 
 
 def destroy_process_group() -> None:

@@ -14,7 +14,7 @@ from training.hardware import effective_precision, resolve_accelerator
 from training.optim import build_optimizer, build_scheduler, total_steps, warmup_steps
 from training.requeue import Watcher
 from training.results import MetricsLog, Stats
-from training.spec import Spec
+from training.spec import Spec, is_fsdp
 
 
 class FabricRuntime:
@@ -70,7 +70,7 @@ def _make_fabric(spec: Spec, stats: Stats) -> Any:
 def _setup(fabric: Any, spec: Spec, model: Any, batches: int) -> tuple[Any, Any, Any]:
     """FSDP2 shards the module before the optimizer sees its parameters; DeepSpeed wants both at once."""
     t = spec.train
-    if t.strategy == "fsdp":
+    if is_fsdp(t.strategy):
         model = fabric.setup_module(model)
         raw = build_optimizer(model, t)
         optimizer = fabric.setup_optimizers(raw)
@@ -87,7 +87,7 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: Watcher | None) -
         raise ValueError("engine='fabric' with DeepSpeed runs grad_accum=1 only; use engine='lightning'")
     fabric = _make_fabric(spec, stats)
     fabric.launch()
-    common.announce(fabric.global_rank, fabric.world_size, getattr(fabric.strategy, "cluster_environment", None))
+    common.announce(fabric.global_rank, fabric.world_size, fabric.strategy)
     try:
         _fit_and_test(fabric, spec, prepared, stats, watcher)
         fabric.barrier()

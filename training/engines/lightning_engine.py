@@ -19,7 +19,7 @@ from training.loaders import make_loader, token_counts
 from training.metrics import Scores
 from training.optim import build_optimizer, build_scheduler, warmup_steps
 from training.results import MetricsLog, Stats, graphs_compiled
-from training.spec import Spec
+from training.spec import Spec, is_fsdp
 from training.strategies import cluster_plugins, fsdp2_parallelize, make_strategy
 
 
@@ -37,13 +37,12 @@ class Classifier(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         if stage == "fit":
-            strategy = self.trainer.strategy
-            common.announce(self.global_rank, self.trainer.world_size, getattr(strategy, "cluster_environment", None))
+            common.announce(self.global_rank, self.trainer.world_size, self.trainer.strategy)
 
     def configure_model(self) -> None:
         # Called once per process after the strategy is set up: FSDP2 sharding needs the device mesh.
-        if self.spec.train.strategy == "fsdp" and not getattr(self, "_sharded", False):
-            fsdp2_parallelize(self.model, self.device_mesh)
+        if is_fsdp(self.spec.train.strategy) and not getattr(self, "_sharded", False):
+            fsdp2_parallelize(self.model, self.device_mesh, offload=self.spec.train.strategy == "fsdp_offload")
             self._sharded = True
         if self.spec.train.compile and not getattr(self, "_compiled", False):
             self.model = common.maybe_compile(self.model, self.spec)
