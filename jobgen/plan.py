@@ -160,6 +160,9 @@ def check_shape(exp: Experiment, where: str = "") -> None:
             f"train.strategy = {train.strategy!r} shards across devices but the job has one; use 'auto', "
             "more devices, or a *_offload DeepSpeed stage"
         )
+    if train.engine == "fabric" and train.strategy.startswith("deepspeed") and train.grad_accum > 1:
+        problems.append(f"train.grad_accum = {train.grad_accum} with engine 'fabric' and DeepSpeed is not supported; "
+                        "use engine 'lightning' or grad_accum = 1")
     if train.accelerator == "gpu" and not slurm.gpus_per_node and launch.backend != "local":
         problems.append("train.accelerator = 'gpu' but slurm.gpus_per_node = 0: ask for GPUs or use accelerator 'auto'")
     if slurm.gpu_type and not slurm.gpus_per_node:

@@ -219,6 +219,7 @@ def fit(job: Job) -> None:
         if outcome == "max_steps":
             break
     stats.epochs_done = len(stats.val_acc_per_epoch)
+    stats.optimizer_steps = job.progress["global_step"]
 
 
 def test(job: Job) -> None:

@@ -38,6 +38,7 @@ class Stats:
     test_acc: float | None = None
     test_f1: float | None = None
     epochs_done: int = 0
+    optimizer_steps: int = 0
     resumed: bool = False
     interrupted: bool = False
 
@@ -130,7 +131,7 @@ def build_result(spec: Spec, stats: Stats, requeue_count: int) -> dict[str, Any]
         "val_acc_per_epoch": [round(a, 5) for a in stats.val_acc_per_epoch],
         "best_val_acc": round(max(stats.val_acc_per_epoch), 5) if stats.val_acc_per_epoch else None,
         "test_acc": stats.test_acc, "test_f1": stats.test_f1,
-        "epochs_done": stats.epochs_done, "resumed": stats.resumed, "requeue_count": requeue_count,
+        "epochs_done": stats.epochs_done, "optimizer_steps": stats.optimizer_steps, "resumed": stats.resumed, "requeue_count": requeue_count,
         "versions": _versions(), "git_sha": os.environ.get("JOBGEN_GIT_SHA") or None,
         "slurm": _slurm(), "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

@@ -69,6 +69,9 @@ CASES = [
      ["train.strategy", "lightning"]),
     ("deepspeed-one-device", with_lines(train='strategy = "deepspeed_stage_2"'), 1, ["deepspeed_stage_2", "one"]),
     ("fsdp-one-device", with_lines(train='strategy = "fsdp"'), 1, ["fsdp", "one"]),
+    ("fabric-deepspeed-accum", with_lines(train='strategy = "deepspeed_stage_2"\ngrad_accum = 2')
+     .replace('"lightning"', '"fabric"').replace("gpus_per_node = 1", "gpus_per_node = 2"), 1,
+     ["train.grad_accum = 2", "engine 'lightning'"]),
     ("fsdp-offload-one-device", with_lines(train='strategy = "fsdp_offload"'), 1, ["fsdp_offload", "one"]),
     ("num-nodes-mismatch", with_lines(train="num_nodes = 2"), 1, ["train.num_nodes = 2", "slurm.nodes = 1"]),
     ("valid-4-gpus-control", BASE.replace("gpus_per_node = 1", "gpus_per_node = 4"), 0, []),

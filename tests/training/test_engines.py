@@ -49,20 +49,22 @@ class DropoutWatch:
         self.dtypes.add(str(output.dtype).removeprefix("torch."))
 
 
-@pytest.mark.parametrize(("engine", "precision"), [("torch", "16-mixed"), ("lightning", "32-true"),
-                                                   ("fabric", "32-true"), ("lightning", "bf16-true")])
-def test_engine_learns_reports_and_trains_with_dropout(engine: str, precision: str, tmp_path: Path,
+@pytest.mark.parametrize(("engine", "precision", "accum"), [("torch", "16-mixed", 1), ("lightning", "32-true", 2),
+                                                            ("fabric", "32-true", 2), ("lightning", "bf16-true", 1)])
+def test_engine_learns_reports_and_trains_with_dropout(engine: str, precision: str, accum: int, tmp_path: Path,
                                                        cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     watch = DropoutWatch()
     monkeypatch.setattr(model_lib, "load_model", watch.wrap(model_lib.load_model))
     job = tmp_path / engine
-    spec = from_dict(spec_dict(job, cache_dir, train={"engine": engine, "precision": precision}))
+    spec = from_dict(spec_dict(job, cache_dir, train={"engine": engine, "precision": precision,
+                                                                "grad_accum": accum}))
     assert run(spec) == 0
     result = json.loads((job / "result.json").read_text())
 
     assert result["test_acc"] >= 0.90, result
     assert result["test_f1"] is not None and result["test_f1"] >= 0.85
     assert result["epochs_done"] == 2 and len(result["val_acc_per_epoch"]) == 2
+    assert result["optimizer_steps"] == 2 * 50 // accum  # 1600 samples / 32 per batch = 50 batches an epoch
     assert result["best_val_acc"] == max(result["val_acc_per_epoch"])
     assert result["engine"] == engine and result["world_size"] == 1 and result["resumed"] is False
     # fp16 autocast does not exist on CPU: the run says what it did instead of pretending.

@@ -226,6 +226,7 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher |
             stats.interrupted = True
         stats.world_size = trainer.world_size
         stats.epochs_done = trainer.current_epoch if not stats.interrupted else len(stats.val_acc_per_epoch)
+        stats.optimizer_steps = trainer.global_step
         if not stats.interrupted:
             _test_best(trainer, module, best, spec)
         return trainer.global_rank
