@@ -208,6 +208,34 @@ def cancel(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
 
 
 @main.command()
+@click.argument("run")
+@click.argument("jobs", nargs=-1)
+@click.pass_context
+def requeue(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
+    """Start jobs of RUN again; each resumes from its newest checkpoint.
+
+    With no JOBS: every job that ended without success (failed, cancelled, timed out, out of memory,
+    node failure, preempted). Named JOBS may also be running: with slurm.requeue on they get the
+    warning signal and checkpoint first. Slurm keeps the job id when it can; a job it has forgotten is
+    submitted again (the manifest keeps its earlier ids).
+    """
+    from jobgen.record import find_runs
+    from jobgen.requeue import requeue as requeue_jobs
+
+    (run_dir,) = find_runs([run], _lookup_root(ctx))
+    outcomes = requeue_jobs(run_dir, list(jobs))
+    for o in outcomes:
+        click.echo(f"  {o.name} ({o.state.value}, job {o.job_id or '-'}): {o.action}: {o.detail}")
+    started = sum(o.action != "skipped" for o in outcomes)
+    if started:
+        click.echo(f"{started} job(s) requeued; follow them with: jobgen status {run_dir} --watch")
+    elif jobs:
+        click.echo("nothing requeued")
+    else:
+        click.echo("nothing to requeue: no job of this run ended without success")
+
+
+@main.command()
 @click.argument("runs", nargs=-1)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "markdown", "json"]), default="table",
               show_default=True, help="Output format.")

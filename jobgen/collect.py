@@ -146,6 +146,10 @@ def read_job(run_dir: Path, run_id: str, experiment: str, entry: Mapping[str, An
     # Plain strings on the path every finished job takes: pathlib costs more than the JSON at 10k jobs.
     job_dir = os.path.join(run_dir, str(entry.get("dir") or f"jobs/{name}"))
     result, problem = read_result(os.path.join(job_dir, "result.json"))
+    resubmitted = len(entry.get("previous_job_ids") or ())
+    if result is not None and resubmitted:
+        # Slurm's restart count starts again under a new job id: add the times jobgen resubmitted it.
+        result = dataclasses.replace(result, requeue_count=(result.requeue_count or 0) + resubmitted)
     state = _state(entry, live, result, has_result_file=problem != NO_RESULT)
     row = JobRow(
         run_dir=run_dir,
@@ -388,22 +392,25 @@ RULES: tuple[_Rule, ...] = (
     _Rule(
         "time_limit",
         re.compile(r"DUE TO TIME LIMIT"),
-        "hit the time limit: raise slurm time, or enable requeue so it resumes from its checkpoint",
+        "hit the time limit: `jobgen requeue` continues it from its last checkpoint; raise slurm.time, "
+        "or set slurm.requeue so it checkpoints before the limit",
     ),
     _Rule(
         "node_fail",
         re.compile(r"DUE TO NODE FAIL|NODE_FAIL|Node failure", re.IGNORECASE),
-        "a node failed: resubmit, excluding the node (--exclude) if it fails again",
+        "a node failed: `jobgen requeue` starts it again from its last checkpoint (exclude the node via "
+        "slurm.extra if it fails again)",
     ),
     _Rule(
         "preempted",
         re.compile(r"DUE TO PREEMPTION"),
-        "preempted by a higher-priority job: enable requeue so it resumes from its checkpoint",
+        "preempted by a higher-priority job: `jobgen requeue` resumes it from its last checkpoint; set "
+        "slurm.requeue to have that happen by itself",
     ),
     _Rule(
         "cancelled",
         re.compile(r"\*\*\* JOB \S+ ON \S+ CANCELLED AT"),
-        "cancelled (scancel or an admin): resubmit if that was not intended",
+        "cancelled (scancel or an admin): `jobgen requeue` starts it again if that was not intended",
     ),
 )
 CAUSE_STATES: dict[str, State] = {

@@ -175,11 +175,12 @@ def sbatch_options(job: Job, job_dir: Path) -> list[tuple[str, str | None]]:
             opts.append((flag, getattr(s, flag)))
     if s.exclusive:
         opts.append(("exclusive", None))
-    opts += [("output", f"{log}/slurm-%j.out"), ("error", f"{log}/slurm-%j.err")]
+    # A requeued job keeps its id, hence its log files (whoever requeues it: its own warning signal,
+    # `jobgen requeue`, or Slurm after a node failure); appending keeps the earlier attempt's lines.
+    opts += [("output", f"{log}/slurm-%j.out"), ("error", f"{log}/slurm-%j.err"), ("open-mode", "append")]
     if s.requeue:
-        # Appending keeps the log of the run before the requeue.
         signal = s.signal.upper().removeprefix("SIG")
-        opts += [("requeue", None), ("signal", f"{signal}@{s.signal_seconds}"), ("open-mode", "append")]
+        opts += [("requeue", None), ("signal", f"{signal}@{s.signal_seconds}")]
     for flag, value in sorted(s.extra.items()):
         if value is True:
             opts.append((flag, None))

@@ -46,6 +46,15 @@ def test_finished_job_reads_every_field(tmp_path: Path) -> None:
     assert row.queue_wait_s == pytest.approx(job.queue_s)
 
 
+def test_requeues_count_resubmissions_under_a_new_job_id(tmp_path: Path) -> None:
+    """Slurm's restart count (result.json) starts again when `jobgen requeue` had to resubmit a job."""
+    run = write_run(tmp_path, "exp", [FakeJob("a", requeue_count=1), FakeJob("b", requeue_count=1)])
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["jobs"][0]["previous_job_ids"] = ["7", "9"]
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    assert [row.result.requeue_count for row in collect_run(run)] == [3, 1]
+
+
 def test_a_valid_result_overrides_a_stale_failure_state(tmp_path: Path) -> None:
     [row] = collect_run(write_run(tmp_path, "exp", [FakeJob("a", state="SUBMITTED")]))
     assert row.state is State.COMPLETED

@@ -1,5 +1,6 @@
 """Requeue on the real cluster: a running training job sent its warning signal checkpoints, is
-requeued by Slurm, resumes, and finishes with the configured epochs and `resumed: true`."""
+requeued by Slurm, resumes, and finishes with the configured epochs and `resumed: true`. The signal
+comes from `scancel --signal` (as Slurm sends it before the time limit) or from `jobgen requeue`."""
 
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ def _first_epoch_done(job_dir: Path) -> bool:
     )
 
 
-@pytest.mark.parametrize("engine", ["lightning", "fabric"])
-def test_signal_checkpoint_requeue_resume(slurm, root: Path, tmp_path: Path, engine: str):
+@pytest.mark.parametrize(("engine", "how"), [("lightning", "scancel"), ("fabric", "jobgen")])
+def test_signal_checkpoint_requeue_resume(slurm, root: Path, tmp_path: Path, engine: str, how: str):
     exp = write_experiment(
         tmp_path,
         f"requeue_{engine}",
@@ -50,8 +51,12 @@ def test_signal_checkpoint_requeue_resume(slurm, root: Path, tmp_path: Path, eng
         states = wait_states(run_dir, lambda s: True, timeout=1)
         assert not all_final(states), f"the job ended before the signal: {states}"
         time.sleep(1)
-    # What Slurm does before the time limit (--signal=USR2@60), sent now: to the job's steps.
-    subprocess.run(["scancel", "--signal=USR2", job["job_id"]], check=True)
+    if how == "scancel":
+        # What Slurm does before the time limit (--signal=USR2@60), sent now: to the job's steps.
+        subprocess.run(["scancel", "--signal=USR2", job["job_id"]], check=True)
+    else:
+        out = jobgen("requeue", str(run_dir), job["name"], root=root).stdout
+        assert "signalled: sent SIGUSR2" in out, out
     states = wait_states(run_dir, all_final, timeout=420, poll=3)
     assert states[job["name"]] is State.COMPLETED, jobgen("logs", str(run_dir), "--err", root=root).stdout
     result = json.loads((job_dir / "result.json").read_text())

@@ -1,0 +1,129 @@
+"""`jobgen requeue`: start jobs of a run again; the training resumes from the job's newest checkpoint.
+
+- A job that ended without success (failed, cancelled, timed out, out of memory, node failure,
+  preempted, or gone with no result) is requeued by Slurm (`scontrol requeue`: same job id, same log,
+  appended). When Slurm refuses (it forgets ended jobs after MinJobAge, or the cluster disables
+  requeue), its script is submitted again; the manifest keeps the earlier ids in `previous_job_ids`.
+- A running job is only requeued when named. With `slurm.requeue` on it is sent its warning signal, so
+  it checkpoints first and requeues itself; otherwise Slurm stops it and queues it again.
+- Pending, completed and never-submitted jobs are left alone, with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jobgen import record
+from jobgen.backends import get_backend
+from jobgen.backends.sbatch import SUBMIT_TIMEOUT_S, parse_job_id, run_tool
+from jobgen.errors import JobgenError, SubmitError
+from jobgen.states import State
+from jobgen.track import run_status
+
+UNSUCCESSFUL = frozenset({State.FAILED, State.CANCELLED, State.TIMEOUT, State.OUT_OF_MEMORY, State.NODE_FAIL,
+                          State.PREEMPTED, State.UNKNOWN})  # fmt: skip
+
+
+@dataclass
+class Outcome:
+    name: str
+    job_id: str | None
+    state: State
+    action: str  # "signalled", "requeued", "resubmitted" or "skipped"
+    detail: str
+
+
+def requeue(run_dir: Path, names: list[str]) -> list[Outcome]:
+    """Requeue the named jobs of a run, or (none named) every job that ended without success."""
+    manifest, rows = run_status(run_dir)
+    if manifest.get("dry_run"):
+        raise JobgenError(f"{run_dir} is a dry run: nothing was submitted, so nothing can be requeued")
+    if manifest["backend"] == "local":
+        raise JobgenError(f"{run_dir} ran with the local backend; requeue is for Slurm runs "
+                          "(run the experiment again to repeat a local run)")  # fmt: skip
+    known = {job["name"] for job, _ in rows}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise JobgenError(f"no job {unknown[0]!r} in {run_dir}; jobs: {', '.join(sorted(known))}")
+    outcomes = []
+    for job, info in rows:
+        if names and job["name"] not in names:
+            continue
+        if not names and info.state not in UNSUCCESSFUL:
+            continue
+        outcomes.append(_one(run_dir, manifest, job, info.state))
+    return outcomes
+
+
+def _one(run_dir: Path, manifest: dict[str, Any], job: dict[str, Any], state: State) -> Outcome:
+    name, job_id = job["name"], job.get("job_id")
+
+    def skip(why: str) -> Outcome:
+        return Outcome(name, job_id, state, "skipped", why)
+
+    if not job_id:
+        return skip(f"never submitted; run: jobgen submit --resume {run_dir}")
+    if state is State.COMPLETED:
+        return skip("completed; submit the experiment again for a new run")
+    if state in (State.PENDING, State.SUBMITTED, State.REQUEUED, State.SUSPENDED):
+        return skip(f"{state.value.lower()}: it is still queued")
+    if state is State.RUNNING:
+        return _running(run_dir, job, state)
+    try:
+        run_tool(["scontrol", "requeue", job_id], timeout=SUBMIT_TIMEOUT_S, what=f"requeueing {name}")
+    except SubmitError as exc:
+        return _resubmit(run_dir, manifest, job, state, refused=exc.message)
+    _record(run_dir, job, job_id)
+    return Outcome(name, job_id, state, "requeued", "queued again under the same job id")
+
+
+def _running(run_dir: Path, job: dict[str, Any], state: State) -> Outcome:
+    name, job_id = job["name"], job["job_id"]
+    settings = _requeue_settings(run_dir, job)
+    if settings.get("enabled"):
+        signal = settings.get("signal") or "USR2"
+        # To the job's steps, as Slurm sends it before the time limit: the training checkpoints and
+        # calls `scontrol requeue` itself.
+        run_tool(["scancel", f"--signal={signal}", job_id], timeout=SUBMIT_TIMEOUT_S, what=f"signalling {name}")
+        _record(run_dir, job, job_id)
+        return Outcome(name, job_id, state, "signalled", f"sent SIG{signal}: it checkpoints, then requeues itself")
+    run_tool(["scontrol", "requeue", job_id], timeout=SUBMIT_TIMEOUT_S, what=f"requeueing {name}")
+    _record(run_dir, job, job_id)
+    return Outcome(name, job_id, state, "requeued",
+                   "stopped and queued again (slurm.requeue is off: no checkpoint was asked for first)")
+
+
+def _resubmit(run_dir: Path, manifest: dict[str, Any], job: dict[str, Any], state: State, refused: str) -> Outcome:
+    name, old = job["name"], job["job_id"]
+    if job.get("array"):
+        (array,) = [a for a in manifest["arrays"] if a["name"] == job["array"]]
+        index = job["array_index"]
+        command = ["sbatch", "--parsable", f"--array={index}", str(run_dir / array["script"])]
+        output = run_tool(command, timeout=SUBMIT_TIMEOUT_S, what=f"submitting {name} again")
+        new, extra = f"{parse_job_id(output)}_{index}", {}
+    else:
+        extra = get_backend(manifest["backend"]).submit(run_dir, job)
+        new = extra.pop("job_id")
+        extra.pop("state", None)
+    _record(run_dir, job, new, extra)
+    why = refused.split("failed: ", 1)[-1]
+    return Outcome(name, new, state, "resubmitted", f"Slurm would not requeue job {old} ({why}); submitted again")
+
+
+def _requeue_settings(run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return json.loads((run_dir / job["spec"]).read_text(encoding="utf-8")).get("requeue") or {}
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def _record(run_dir: Path, job: dict[str, Any], job_id: str, extra: dict[str, Any] | None = None) -> None:
+    fields: dict[str, Any] = {"state": State.REQUEUED.value, "requeued_at": record.now_iso(),
+                              "requeues": int(job.get("requeues") or 0) + 1, "error": None}  # fmt: skip
+    if job_id != job["job_id"]:
+        fields |= {"job_id": job_id, "previous_job_ids": [*job.get("previous_job_ids", []), job["job_id"]],
+                   "submitted_at": record.now_iso(), **(extra or {})}  # fmt: skip
+    record.update_jobs(run_dir, {job["name"]: fields})

@@ -1,0 +1,147 @@
+"""`jobgen requeue` against stub Slurm tools: which jobs it picks, which Slurm command each gets, what
+the manifest keeps. tests/slurm/test_requeue_command.py runs the same command on the real cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from jobgen import requeue as requeue_mod
+from jobgen.cli import main
+from jobgen.states import State
+from jobgen.track import JobInfo
+
+SWEEP = """
+[experiment]
+name = "rq"
+[slurm]
+gpus_per_node = 1
+requeue = {requeue}
+[data]
+dataset = "imdb"
+[sweep.grid]
+"train.seed" = [1, 2, 3, 4]
+"""
+
+# sbatch prints ids 1001, 1002, ...; scontrol/scancel log their argv, and scontrol refuses the ids
+# listed in $FORGOTTEN as Slurm does for a job past MinJobAge.
+STUBS = {
+    "sbatch": """n=$(( $(cat "$STATE/calls" 2>/dev/null || echo 0) + 1 ))
+echo "$n" > "$STATE/calls"
+echo "sbatch $*" >> "$STATE/argv"
+echo "$(( 1000 + n ))"
+""",
+    "scontrol": """echo "scontrol $*" >> "$STATE/argv"
+for id in $FORGOTTEN; do
+  if [ "$2" = "$id" ]; then echo "Requeue of JobId=$id failed: Invalid job id specified" >&2; exit 1; fi
+done
+""",
+    "scancel": """echo "scancel $*" >> "$STATE/argv"
+""",
+}
+
+
+@pytest.fixture
+def stubs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    bin_dir, state = tmp_path / "bin", tmp_path / "state"
+    bin_dir.mkdir()
+    state.mkdir()
+    for name, body in STUBS.items():
+        tool = bin_dir / name
+        tool.write_text("#!/bin/bash\n" + body)
+        tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("STATE", str(state))
+    return state
+
+
+def _run(runner, tmp_path: Path, stubs: Path, monkeypatch, states: list[State], *names: str,
+         requeue: bool = False, forgotten: str = ""):  # fmt: skip
+    """Submit a 4-job sweep to the stub sbatch, make Slurm report `states`, then `jobgen requeue`."""
+    exp = tmp_path / "rq.toml"
+    exp.write_text(SWEEP.format(requeue=str(requeue).lower()))
+    root = tmp_path / "runs"
+    assert runner.invoke(main, ["--output-root", str(root), "submit", str(exp)]).exit_code == 0
+    (stubs / "argv").unlink()
+    by_id = {str(1001 + i): JobInfo(state) for i, state in enumerate(states)}
+    monkeypatch.setattr("jobgen.track.query", lambda ids: {i: by_id[i] for i in ids if i in by_id})
+    monkeypatch.setenv("FORGOTTEN", forgotten)
+    result = runner.invoke(main, ["--output-root", str(root), "requeue", "rq", *names])
+    (run_dir,) = [p for p in (root / "rq").iterdir() if p.is_dir()]
+    argv = (stubs / "argv").read_text().splitlines() if (stubs / "argv").exists() else []
+    jobs = json.loads((run_dir / "manifest.json").read_text())["jobs"]
+    return result, argv, jobs, run_dir
+
+
+def test_default_picks_only_jobs_that_ended_without_success(runner, tmp_path, stubs, monkeypatch):
+    states = [State.FAILED, State.COMPLETED, State.RUNNING, State.TIMEOUT]
+    result, argv, jobs, _ = _run(runner, tmp_path, stubs, monkeypatch, states)
+    assert result.exit_code == 0, result.output
+    assert argv == ["scontrol requeue 1001", "scontrol requeue 1004"]
+    assert [j["job_id"] for j in jobs] == ["1001", "1002", "1003", "1004"]  # Slurm keeps the ids
+    assert [j.get("requeues") for j in jobs] == [1, None, None, 1]
+    assert jobs[0]["state"] == State.REQUEUED.value and jobs[1]["state"] == State.COMPLETED.value
+    assert "2 job(s) requeued" in result.output
+    assert "seed-2" not in result.output and "seed-3" not in result.output  # not picked, so not listed
+
+
+def test_a_job_slurm_forgot_is_submitted_again_and_keeps_its_old_id(runner, tmp_path, stubs, monkeypatch):
+    states = [State.FAILED, State.NODE_FAIL, State.COMPLETED, State.COMPLETED]
+    result, argv, jobs, run_dir = _run(runner, tmp_path, stubs, monkeypatch, states, forgotten="1002")
+    assert result.exit_code == 0, result.output
+    assert argv[:2] == ["scontrol requeue 1001", "scontrol requeue 1002"]
+    assert argv[2] == f"sbatch --parsable {run_dir / jobs[1]['script']}"
+    assert jobs[1]["job_id"] == "1005" and jobs[1]["previous_job_ids"] == ["1002"] and jobs[1]["requeues"] == 1
+    assert "resubmitted" in result.output and "Invalid job id specified" in result.output
+
+
+def test_named_running_job_gets_its_warning_signal_when_requeue_is_on(runner, tmp_path, stubs, monkeypatch):
+    states = [State.RUNNING, State.RUNNING, State.PENDING, State.COMPLETED]
+    result, argv, jobs, _ = _run(runner, tmp_path, stubs, monkeypatch, states, "seed-1", "seed-3", "seed-4",
+                                 requeue=True)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert argv == ["scancel --signal=USR2 1001"]  # the pending and the completed job are left alone
+    lines = result.output.splitlines()
+    assert any("seed-3" in line and "skipped" in line and "still queued" in line for line in lines), result.output
+    assert any("seed-4" in line and "skipped" in line and "completed" in line for line in lines), result.output
+    assert jobs[1].get("requeues") is None
+
+
+def test_named_running_job_without_requeue_is_requeued_by_slurm(runner, tmp_path, stubs, monkeypatch):
+    states = [State.RUNNING, State.RUNNING, State.RUNNING, State.RUNNING]
+    result, argv, _, _ = _run(runner, tmp_path, stubs, monkeypatch, states, "seed-2")
+    assert result.exit_code == 0, result.output
+    assert argv == ["scontrol requeue 1002"]
+    assert "no checkpoint was asked for first" in result.output
+
+
+def test_nothing_to_requeue_says_so(runner, tmp_path, stubs, monkeypatch):
+    states = [State.COMPLETED, State.RUNNING, State.PENDING, State.COMPLETED]
+    result, argv, _, _ = _run(runner, tmp_path, stubs, monkeypatch, states)
+    assert result.exit_code == 0 and argv == []
+    assert "nothing to requeue" in result.output
+
+
+def test_unknown_job_name_is_one_line_error(runner, tmp_path, stubs, monkeypatch):
+    states = [State.FAILED] * 4
+    result, argv, jobs, _ = _run(runner, tmp_path, stubs, monkeypatch, states, "seed-9")
+    assert result.exit_code == 1 and argv == []
+    assert "no job 'seed-9'" in result.output and "seed-1" in result.output
+    assert all(j.get("requeues") is None for j in jobs)
+
+
+def test_local_and_dry_runs_are_refused(runner, tmp_path, monkeypatch):
+    exp = tmp_path / "rq.toml"
+    exp.write_text(SWEEP.format(requeue="false"))
+    root = tmp_path / "runs"
+    assert runner.invoke(main, ["--output-root", str(root), "submit", str(exp), "--dry-run"]).exit_code == 0
+    result = runner.invoke(main, ["--output-root", str(root), "requeue", "rq"])
+    assert result.exit_code == 1 and "dry run" in result.output
+    manifest = {"backend": "local", "jobs": []}
+    monkeypatch.setattr(requeue_mod, "run_status", lambda run_dir: (manifest, []))
+    with pytest.raises(requeue_mod.JobgenError, match="local backend"):
+        requeue_mod.requeue(tmp_path, [])

@@ -1,0 +1,85 @@
+"""`jobgen requeue` on the real cluster: failed jobs start again (same id and an appended log when Slurm
+requeues them; a new id when Slurm refuses), completed ones stay, and a named running job is requeued."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from jobgen.states import State
+from tests.slurm.helpers import all_final, jobgen, manifest, only_run, wait_states, write_experiment
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(420)]
+
+BODY = """
+[launch]
+template = "behave.sbatch.j2"
+
+[slurm]
+cpus_per_task = 1
+
+[data]
+dataset = "imdb"
+
+[[sweep.points]]
+name = "steady"
+"env.vars" = { BEHAVIOR = "ok" }
+
+[[sweep.points]]
+name = "flaky"
+"env.vars" = { BEHAVIOR = "fail-once" }
+
+[[sweep.points]]
+name = "pinned"
+"env.vars" = { BEHAVIOR = "fail-once" }
+"slurm.extra" = { no-requeue = true }
+
+[[sweep.points]]
+name = "sleeper"
+"env.vars" = { BEHAVIOR = "sleep" }
+"""
+
+
+def _restarts(job_id: str) -> int:
+    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=True).stdout
+    return int(re.search(r"Restarts=(\d+)", out).group(1))
+
+
+def test_requeue_failed_then_running(slurm_any, root: Path, tmp_path: Path):
+    shutil.copy(Path(__file__).parent / "behave.sbatch.j2", tmp_path / "behave.sbatch.j2")
+    exp = write_experiment(tmp_path, "rqcmd", BODY)
+    jobgen("submit", str(exp), root=root)
+    run_dir = only_run(root, "rqcmd")
+    before = {j["name"]: j["job_id"] for j in manifest(run_dir)["jobs"]}
+    wait_states(run_dir, lambda s: s["steady"] is State.COMPLETED and s["flaky"] is State.FAILED
+                and s["pinned"] is State.FAILED and s["sleeper"] is State.RUNNING, timeout=120)  # fmt: skip
+
+    out = jobgen("requeue", str(run_dir), root=root).stdout
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
+    assert set(lines) == {"flaky", "pinned"}, out  # the completed and the running job are not picked
+    assert "requeued: queued again under the same job id" in lines["flaky"]
+    assert "resubmitted" in lines["pinned"] and "2 job(s) requeued" in out
+    jobs = {j["name"]: j for j in manifest(run_dir)["jobs"]}
+    assert jobs["flaky"]["job_id"] == before["flaky"] and jobs["flaky"]["requeues"] == 1
+    # --no-requeue: Slurm refuses, so the script went in again under a new id; the old one is kept.
+    assert jobs["pinned"]["job_id"] != before["pinned"] and jobs["pinned"]["previous_job_ids"] == [before["pinned"]]
+
+    states = wait_states(run_dir, lambda s: all_final({k: v for k, v in s.items() if k != "sleeper"}), timeout=180)
+    assert (states["steady"], states["flaky"], states["pinned"]) == (State.COMPLETED,) * 3, states
+    # One log across both attempts of the requeued job: its failure, then its success.
+    err = jobgen("logs", str(run_dir), "flaky", "--err", root=root).stdout
+    out = jobgen("logs", str(run_dir), "flaky", root=root).stdout
+    assert "boom once" in err and out.count("[rank 0] rank 0 on n") == 2, (out, err)
+
+    assert "nothing to requeue" in jobgen("requeue", str(run_dir), root=root).stdout
+    out = jobgen("requeue", str(run_dir), "steady", "sleeper", root=root).stdout
+    assert "steady (COMPLETED" in out and "skipped" in out
+    assert "sleeper (RUNNING" in out and "no checkpoint was asked for first" in out
+    sleeper = before["sleeper"]
+    assert _restarts(sleeper) == 1  # Slurm stopped it and queued it again, same id
+    jobgen("cancel", str(run_dir), "sleeper", root=root)
+    wait_states(run_dir, lambda s: s["sleeper"] is State.CANCELLED, timeout=90)
