@@ -20,7 +20,7 @@ def pick_job(manifest: dict[str, Any], name: str | None) -> dict[str, Any]:
             return jobs[0]
         raise JobgenError(f"this run has {len(jobs)} jobs; name one: {', '.join(j['name'] for j in jobs)}")
     for job in jobs:
-        if name in (job["name"], job.get("job_id")):
+        if name in (job["name"], job.get("job_id"), *job.get("previous_job_ids", ())):
             return job
     raise JobgenError(f"no job {name!r} in this run; jobs: {', '.join(j['name'] for j in jobs)}")
 

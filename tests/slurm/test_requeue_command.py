@@ -74,6 +74,10 @@ def test_requeue_failed_then_running(slurm_any, root: Path, tmp_path: Path):
     err = jobgen("logs", str(run_dir), "flaky", "--err", root=root).stdout
     out = jobgen("logs", str(run_dir), "flaky", root=root).stdout
     assert "boom once" in err and out.count("[rank 0] rank 0 on n") == 2, (out, err)
+    # The resubmitted job: found by its old id too, and its logs cover both ids' attempts.
+    err = jobgen("logs", str(run_dir), before["pinned"], "--err", root=root).stdout
+    out = jobgen("logs", str(run_dir), "pinned", root=root).stdout
+    assert "boom once" in err and out.count("[rank 0] rank 0 on n") == 2, (out, err)
 
     assert "nothing to requeue" in jobgen("requeue", str(run_dir), root=root).stdout
     out = jobgen("requeue", str(run_dir), "steady", "sleeper", root=root).stdout
