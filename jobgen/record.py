@@ -203,6 +203,21 @@ def _find_one(ref: str, output_root: Path) -> Path:
     raise RunNotFound(f"no run found for {ref!r} under {output_root} (experiments with runs: {known})")
 
 
+def list_runs(refs: list[str], output_root: Path) -> list[Path]:
+    """Every run of the experiments named (names, folders or .toml files; none: all), oldest first."""
+    folders = []
+    for ref in refs:
+        path = Path(ref)
+        folder = path if path.is_dir() and not is_run_dir(path) else output_root / (
+            _experiment_name(path) if path.suffix == ".toml" and path.is_file() else ref)
+        if not runs_of(folder):
+            known = ", ".join(d.name for d in _experiment_dirs(output_root)) or "none"
+            raise RunNotFound(f"no runs of {ref!r} under {output_root} (experiments with runs: {known})")
+        folders.append(folder)
+    runs = [run for folder in folders or _experiment_dirs(output_root) for run in runs_of(folder)]
+    return sorted(runs, key=lambda p: p.name)
+
+
 def _experiment_name(path: Path) -> str:
     from jobgen.config import load
 

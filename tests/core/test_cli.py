@@ -18,7 +18,7 @@ HEAVY = {"torch", "lightning", "transformers", "datasets", "deepspeed", "submiti
 
 
 @pytest.mark.parametrize("command", [[], ["submit"], ["validate"], ["schema"], ["status"], ["logs"], ["cancel"],
-                                     ["requeue"], ["summary"]])
+                                     ["requeue"], ["runs"], ["summary"]])
 def test_help(runner, command):
     result = runner.invoke(main, [*command, "--help"])
     assert result.exit_code == 0, result.output
@@ -57,6 +57,21 @@ def test_dry_run_prints_scripts_and_commands(runner, out_root: Path):
     assert (run_dir / "code" / "training" / "__main__.py").exists()
     assert (run_dir / "code.patch").exists()
     assert manifest["git"]["sha"] is None or len(manifest["git"]["sha"]) == 40
+
+
+def test_runs_lists_every_run_oldest_first(runner, out_root: Path):
+    root = ["--output-root", str(out_root)]
+    assert runner.invoke(main, [*root, "runs"]).output.strip() == f"no runs under {out_root}"
+    for exp in ("local_demo", "imdb_ddp", "local_demo"):
+        assert runner.invoke(main, [*root, "submit", str(REPO / "experiments" / f"{exp}.toml"), "--dry-run"]).exit_code == 0
+    lines = runner.invoke(main, [*root, "runs"]).output.splitlines()
+    assert lines[0].split()[:4] == ["run", "created", "backend", "jobs"] and len(lines) == 4
+    demo_runs = sorted(p.name for p in (out_root / "local_demo").iterdir())
+    only_demo = runner.invoke(main, [*root, "runs", str(REPO / "experiments" / "local_demo.toml")]).output
+    assert [line.split()[0] for line in only_demo.splitlines()[1:]] == [f"local_demo/{r}" for r in demo_runs]
+    assert all(line.split()[-4:] == ["local", "3", "3", "DRY_RUN"] for line in only_demo.splitlines()[1:])
+    missing = runner.invoke(main, [*root, "runs", "imdb_fsdp"])
+    assert missing.exit_code == 1 and "no runs of 'imdb_fsdp'" in missing.output and "imdb_ddp" in missing.output
 
 
 def test_sbatch_dry_run_command_is_exact(runner, out_root: Path):

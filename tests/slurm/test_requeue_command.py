@@ -3,6 +3,7 @@ requeues them; a new id when Slurm refuses), completed ones stay, and a named ru
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -87,3 +88,9 @@ def test_requeue_failed_then_running(slurm_any, root: Path, tmp_path: Path):
     assert _restarts(sleeper) == 1  # Slurm stopped it and queued it again, same id
     jobgen("cancel", str(run_dir), "sleeper", root=root)
     wait_states(run_dir, lambda s: s["sleeper"] is State.CANCELLED, timeout=90)
+    # `jobgen runs --refresh` asks Slurm again for what the manifest had last seen running.
+    with_run = manifest(run_dir)
+    with_run["jobs"][0]["state"] = State.RUNNING.value
+    (run_dir / "manifest.json").write_text(json.dumps(with_run))
+    listed = jobgen("runs", "rqcmd", "--refresh", root=root).stdout.splitlines()
+    assert listed[1].split()[-5:] == ["4", "3", "COMPLETED,", "1", "CANCELLED"], listed
