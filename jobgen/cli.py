@@ -72,6 +72,10 @@ def main(debug: bool, output_root: str | None) -> None:
     """
 
 
+SET_HELP = ("Override one experiment key, e.g. --set train.epochs=1 --set slurm.partition=debug "
+            "(VALUE as in TOML; repeatable).")
+
+
 @main.command()
 @click.argument("experiment", required=False, type=click.Path(dir_okay=False))
 @click.option("--dry-run", is_flag=True, help="Write the run directory and show the commands; submit nothing.")
@@ -81,22 +85,23 @@ def main(debug: bool, output_root: str | None) -> None:
 @click.option("--array-parallelism", type=click.IntRange(min=1), help="Most array tasks running at once.")
 @click.option("--resume", "resume_run", type=click.Path(file_okay=False, exists=True),
               help="Submit the jobs of RUN that are not queued yet (after a failure midway).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 @click.pass_context
 def submit(ctx: click.Context, experiment: str | None, dry_run: bool, show: bool, backend: str | None,
-           array: bool | None, array_parallelism: int | None, resume_run: str | None) -> None:
+           array: bool | None, array_parallelism: int | None, resume_run: str | None, sets: tuple[str, ...]) -> None:
     """Validate EXPERIMENT, write a run directory, and submit (or run) its jobs."""
     from jobgen import submit as sub
 
     if resume_run:
-        if experiment:
-            raise click.UsageError("give either EXPERIMENT or --resume RUN, not both")
+        if experiment or sets:
+            raise click.UsageError("--resume RUN submits a run as it was written: no EXPERIMENT or --set with it")
         _submit_and_report(Path(resume_run).resolve())
         return
     if not experiment:
         raise click.UsageError("missing EXPERIMENT (a .toml file), or --resume RUN")
     if show and not dry_run:
         raise click.UsageError("--show goes with --dry-run")
-    prepared = sub.prepare(experiment, _root(ctx), backend=backend, dry_run=dry_run, array=array,
+    prepared = sub.prepare(experiment, _root(ctx), backend=backend, dry_run=dry_run, sets=list(sets), array=array,
                            array_parallelism=array_parallelism)  # fmt: skip
     if dry_run:
         click.echo("\n".join(sub.show(prepared.run_dir, prepared.manifest, show)))
@@ -305,12 +310,13 @@ def summary(ctx: click.Context, runs: tuple[str, ...], fmt: str, plot: str | Non
 
 @main.command()
 @click.argument("experiments", nargs=-1, required=True, type=click.Path(dir_okay=False))
-def validate(experiments: tuple[str, ...]) -> None:
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
+def validate(experiments: tuple[str, ...], sets: tuple[str, ...]) -> None:
     """Check experiment files: keys, values, sweep points, job shapes and templates."""
     from jobgen.validate import validate_file
 
     for path in experiments:
-        count = validate_file(path)
+        count = validate_file(path, list(sets))
         click.echo(f"ok: {path} ({count} job{'s' if count != 1 else ''})")
 
 

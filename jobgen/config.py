@@ -121,6 +121,66 @@ def with_overrides(exp: Experiment, overrides: dict[str, Any], where: str) -> Ex
     return build(raw, path=exp.path, text=exp.text, display=exp.label, where=where)
 
 
+def with_sets(exp: Experiment, sets: list[str]) -> Experiment:
+    """The experiment with command-line `--set KEY=VALUE` items applied, validated again.
+
+    VALUE is read as a TOML value (1, 2e-5, true, "text", [1, 2]); anything TOML cannot read, and
+    dates or times (`01:00:00` is a Slurm time here), stays text.
+    """
+    if not sets:
+        return exp
+    raw = _copy_tables(exp.raw)
+    swept = _swept_keys(raw.get("sweep"))
+    for item in sets:
+        key, value = parse_set(item)
+        clash = next((s for s in swept if key == s or key.startswith(s + ".") or s.startswith(key + ".")), None)
+        if clash:
+            raise ConfigError(f"{exp.label}: --set {key}: the sweep sets {clash!r} per job; change it in [sweep]")
+        node = raw
+        *parents, last = key.split(".")
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"{exp.label}: --set {key}: {part!r} is not a table here")
+            node = child
+        node[last] = value
+    return build(raw, path=exp.path, text=exp.text, display=exp.label, where="--set")
+
+
+def parse_set(item: str) -> tuple[str, Any]:
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or "." not in key or not all(key.split(".")):
+        raise ConfigError(f"--set {item!r}: write KEY=VALUE with a dotted key, e.g. --set train.epochs=1")
+    if key.split(".")[0] == "sweep":
+        raise ConfigError(f"--set {key}: sweeps are edited in the experiment file's [sweep] table")
+    return key, _set_value(text.strip())
+
+
+def _set_value(text: str) -> Any:
+    import datetime
+
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+    return text if isinstance(value, (datetime.date, datetime.time)) else value
+
+
+def _copy_tables(tree: dict[str, Any]) -> dict[str, Any]:
+    return {k: _copy_tables(v) if isinstance(v, dict) else v for k, v in tree.items()}
+
+
+def _swept_keys(sweep: Any) -> set[str]:
+    if not isinstance(sweep, dict):
+        return set()
+    keys = set(sweep.get("grid") or {}) if isinstance(sweep.get("grid"), dict) else set()
+    for point in sweep.get("points") or []:
+        if isinstance(point, dict):
+            keys |= {k for k in point if k != "name"}
+    return keys
+
+
 class _Context:
     def __init__(self, display: str, text: str, where: str):
         self.display, self.text, self.where = display, text, where

@@ -32,9 +32,10 @@ class Prepared:
     jobs: list[Job]
 
 
-def load_experiment(path: str | Path, backend: str | None = None, **launch: Any) -> config.Experiment:
-    """Load an experiment; command-line choices (backend, array, ...) override its [launch] table."""
-    exp = config.load(path)
+def load_experiment(path: str | Path, backend: str | None = None, sets: list[str] | None = None,
+                    **launch: Any) -> config.Experiment:
+    """Load an experiment; `--set` items and command-line choices (backend, array, ...) override it."""
+    exp = config.with_sets(config.load(path), sets or [])
     overrides = {k: v for k, v in {"backend": backend, **launch}.items() if v is not None}
     if overrides:
         raw = {**exp.raw, "launch": {**exp.raw.get("launch", {}), **overrides}}
@@ -43,9 +44,9 @@ def load_experiment(path: str | Path, backend: str | None = None, **launch: Any)
 
 
 def prepare(path: str | Path, output_root: Path | None = None, *, backend: str | None = None,
-            dry_run: bool = False, **launch: Any) -> Prepared:
+            dry_run: bool = False, sets: list[str] | None = None, **launch: Any) -> Prepared:
     """Validate, plan and render every job, then write the whole run directory at once."""
-    exp = load_experiment(path, backend, **launch)
+    exp = load_experiment(path, backend, sets, **launch)
     jobs = plan(exp)
     root = _output_root(exp, output_root)
     run_id = record.new_run_id()
@@ -65,6 +66,8 @@ def prepare(path: str | Path, output_root: Path | None = None, *, backend: str |
         entries.append(_entry(job, rel, script_rel, backend_impl.submit_command(run.run_dir / script_rel), dry_run))
     manifest = record.manifest_doc(run_id, exp.name, exp.path, exp.launch.backend, dry_run, sha, dirty, entries,
                                    exp.experiment.description)  # fmt: skip
+    if sets:
+        manifest["overrides"] = list(sets)
     if exp.launch.array:
         manifest["arrays"] = _arrays(jobs, entries, run, exp, files, backend_impl, dry_run)
     files[record.MANIFEST] = record.dumps(manifest)

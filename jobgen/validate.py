@@ -9,9 +9,9 @@ from jobgen.render import RunInfo, render_job
 from jobgen.submit import load_experiment
 
 
-def validate_file(path: str | Path) -> int:
+def validate_file(path: str | Path, sets: list[str] | None = None) -> int:
     """Load, plan and render every job of an experiment in memory; returns the number of jobs."""
-    exp = load_experiment(path)
+    exp = load_experiment(path, sets=sets)
     jobs = plan(exp)
     run = RunInfo(run_id="validate", run_dir=Path("/nonexistent/validate"))
     for job in jobs:

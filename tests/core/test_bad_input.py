@@ -198,3 +198,36 @@ def test_user_template_extends_or_replaces(tmp_path: Path, runner):
         result = runner.invoke(main, ["--output-root", str(tmp_path / "o"), "submit", str(path), "--dry-run", "--show"])
         assert result.exit_code == 0, result.output
         assert expect in result.output
+
+
+SWEPT = BASE + '\n[sweep.grid]\n"train.seed" = [1, 2]\n'
+# (id, --set items, words the one-line message must contain)
+SETS = [
+    ("set-no-equals", ["train.epochs"], ["--set 'train.epochs'", "KEY=VALUE"]),
+    ("set-no-section", ["epochs=1"], ["--set 'epochs=1'", "dotted key"]),
+    ("set-empty-part", ["train..epochs=1"], ["--set 'train..epochs=1'"]),
+    ("set-unknown-key", ["train.epoch=2"], ["--set: train.epoch", "did you mean 'epochs'"]),
+    ("set-bad-value", ["train.epochs=0"], ["--set: train.epochs", "positive"]),
+    ("set-wrong-type", ["train.lr=fast"], ["--set: train.lr", "expected float", "'fast'"]),
+    ("set-bad-choice", ["train.strategy=fdsp"], ["--set: train.strategy", "did you mean 'fsdp'"]),
+    ("set-swept-key", ["train.seed=3"], ["--set train.seed", "the sweep sets 'train.seed'"]),
+    ("set-sweep", ["sweep.grid=1"], ["--set sweep.grid", "[sweep]"]),
+    ("set-into-a-value", ["slurm.time.x=1"], ["--set slurm.time.x", "'time' is not a table"]),
+    ("set-table-for-value", ["train.epochs.x=1"], ["--set: train.epochs", "expected int, got table"]),
+]
+
+
+@pytest.mark.parametrize(("sets", "words"), [c[1:] for c in SETS], ids=[c[0] for c in SETS])
+def test_bad_set(tmp_path: Path, runner, sets: list[str], words: list[str]):
+    path = tmp_path / "exp.toml"
+    path.write_text(SWEPT)
+    root = tmp_path / "runs"
+    flags = [arg for item in sets for arg in ("--set", item)]
+    for argv in (["validate", str(path), *flags], ["--output-root", str(root), "submit", str(path), "--dry-run", *flags]):
+        result = runner.invoke(main, argv)
+        assert result.exit_code == 1, result.output
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+        for word in words:
+            assert word in lines[0], f"{word!r} not in {lines[0]!r}"
+        assert not root.exists() or not any(root.rglob("*")), "a failed submit left files behind"

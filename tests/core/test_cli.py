@@ -74,6 +74,28 @@ def test_runs_lists_every_run_oldest_first(runner, out_root: Path):
     assert missing.exit_code == 1 and "no runs of 'imdb_fsdp'" in missing.output and "imdb_ddp" in missing.output
 
 
+def test_set_overrides_keys_and_is_recorded(runner, out_root: Path):
+    exp = REPO / "experiments" / "imdb_ddp.toml"
+    sets = ["train.epochs=1", "train.lr=2e-5", "train.compile=true", "slurm.time=00:30:00",
+            "slurm.partition=debug", "env.vars.WANDB_MODE=offline", 'experiment.description="quick check"']
+    argv = ["--output-root", str(out_root), "submit", str(exp), "--dry-run", *[a for s in sets for a in ("--set", s)]]
+    result = runner.invoke(main, argv)
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (out_root / "imdb_ddp").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["overrides"] == sets
+    assert (run_dir / "experiment.toml").read_text() == exp.read_text()  # the file as written, beside them
+    spec = json.loads((run_dir / manifest["jobs"][0]["spec"]).read_text())
+    assert (spec["train"]["epochs"], spec["train"]["lr"], spec["train"]["compile"]) == (1, 2e-5, True)
+    assert spec["env"]["vars"] == {"WANDB_MODE": "offline"} and spec["slurm"]["time"] == "00:30:00"
+    script = (run_dir / manifest["jobs"][0]["script"]).read_text()
+    assert "#SBATCH --time=00:30:00" in script and "#SBATCH --partition=debug" in script
+    assert "export WANDB_MODE=offline" in script
+    assert runner.invoke(main, ["validate", str(exp), "--set", "train.epochs=1"]).output == f"ok: {exp} (1 job)\n"
+    both = runner.invoke(main, ["submit", "--resume", str(run_dir), "--set", "train.epochs=2"])
+    assert both.exit_code == 2 and "no EXPERIMENT or --set" in both.output
+
+
 def test_sbatch_dry_run_command_is_exact(runner, out_root: Path):
     exp = REPO / "experiments" / "imdb_deepspeed.toml"
     result = runner.invoke(main, ["--output-root", str(out_root), "submit", str(exp), "--dry-run"])
