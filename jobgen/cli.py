@@ -80,6 +80,8 @@ SET_HELP = ("Override one experiment key, e.g. --set train.epochs=1 --set slurm.
 @click.argument("experiment", required=False, type=click.Path(dir_okay=False))
 @click.option("--dry-run", is_flag=True, help="Write the run directory and show the commands; submit nothing.")
 @click.option("--show", is_flag=True, help="With --dry-run: print every script too.")
+@click.option("--test-only", is_flag=True,
+              help="A dry run that also asks Slurm (sbatch --test-only) whether it accepts every job, and when it would start.")
 @click.option("--backend", type=click.Choice(["sbatch", "submitit", "local"]), help="Override launch.backend.")
 @click.option("--array", is_flag=True, default=None, help="Submit the sweep as Slurm job array(s) (launch.array).")
 @click.option("--array-parallelism", type=click.IntRange(min=1), help="Most array tasks running at once.")
@@ -87,7 +89,7 @@ SET_HELP = ("Override one experiment key, e.g. --set train.epochs=1 --set slurm.
               help="Submit the jobs of RUN that are not queued yet (after a failure midway).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 @click.pass_context
-def submit(ctx: click.Context, experiment: str | None, dry_run: bool, show: bool, backend: str | None,
+def submit(ctx: click.Context, experiment: str | None, dry_run: bool, show: bool, test_only: bool, backend: str | None,
            array: bool | None, array_parallelism: int | None, resume_run: str | None, sets: tuple[str, ...]) -> None:
     """Validate EXPERIMENT, write a run directory, and submit (or run) its jobs."""
     from jobgen import submit as sub
@@ -99,16 +101,38 @@ def submit(ctx: click.Context, experiment: str | None, dry_run: bool, show: bool
         return
     if not experiment:
         raise click.UsageError("missing EXPERIMENT (a .toml file), or --resume RUN")
+    dry_run = dry_run or test_only
     if show and not dry_run:
         raise click.UsageError("--show goes with --dry-run")
+    if test_only:
+        chosen = sub.load_experiment(experiment, backend, list(sets)).launch.backend
+        if chosen != "sbatch":
+            raise JobgenError(f"--test-only checks sbatch scripts; {experiment} uses the {chosen} backend "
+                              "(add --backend sbatch)")  # fmt: skip
     prepared = sub.prepare(experiment, _root(ctx), backend=backend, dry_run=dry_run, sets=list(sets), array=array,
                            array_parallelism=array_parallelism)  # fmt: skip
     if dry_run:
         click.echo("\n".join(sub.show(prepared.run_dir, prepared.manifest, show)))
         click.echo(f"dry run: {len(prepared.jobs)} job(s) written, nothing submitted")
+        if test_only:
+            _test_only(prepared.run_dir, prepared.manifest)
         return
     click.echo(f"run: {prepared.run_dir}")
     _submit_and_report(prepared.run_dir)
+
+
+def _test_only(run_dir: Path, manifest: dict) -> None:
+    from jobgen.submit import test_only
+
+    refused = []
+    for name, accepted, words in test_only(run_dir, manifest):
+        click.echo(f"  {name}: {'accepted' if accepted else 'REFUSED'}: {words}")
+        if not accepted:
+            refused.append(f"{name}: {words}")
+    total = len(manifest.get("arrays") or manifest["jobs"])
+    if refused:
+        raise JobgenError(f"sbatch --test-only refused {len(refused)} of {total}; first: {refused[0]}")
+    click.echo(f"sbatch --test-only accepts all {total}; submit without --test-only to queue them")
 
 
 def _submit_and_report(run_dir: Path) -> None:

@@ -163,6 +163,13 @@ def submit_pending(run_dir: Path, on_submit: Callable[[dict[str, Any]], None] | 
     return record.load_manifest(run_dir)
 
 
+def test_only(run_dir: Path, manifest: dict[str, Any]) -> list[tuple[str, bool, str]]:
+    """(name, accepted, sbatch's words) for every job (or array) of a dry run; nothing is queued."""
+    from jobgen.backends.sbatch import test_only as sbatch_test_only
+
+    return [(job["name"], *sbatch_test_only(run_dir / job["script"])) for job in manifest.get("arrays") or manifest["jobs"]]
+
+
 def show(run_dir: Path, manifest: dict[str, Any], with_scripts: bool) -> list[str]:
     """Lines that show what a run holds: per job the script and the exact submit command."""
     import shlex

@@ -32,6 +32,19 @@ class SbatchBackend:
             run_tool(["scancel", *job_ids], timeout=SUBMIT_TIMEOUT_S, what="cancelling")
 
 
+def test_only(script: Path) -> tuple[bool, str]:
+    """Ask sbatch whether it would accept a script, and when it would start; submits nothing."""
+    command = ["sbatch", "--test-only", str(script)]
+    if shutil.which(command[0]) is None:
+        raise BackendError("sbatch not found on PATH; --test-only needs a Slurm login node")
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return False, f"sbatch did not answer in {SUBMIT_TIMEOUT_S} s; is slurmctld up?"
+    words = " ".join((done.stderr + done.stdout).split()) or f"exit code {done.returncode}"
+    return done.returncode == 0, words
+
+
 def parse_job_id(output: str) -> str:
     """sbatch --parsable prints "<id>" or "<id>;<cluster>"; anything else is an error we show whole."""
     lines = [line.strip() for line in output.strip().splitlines() if line.strip()]

@@ -156,3 +156,31 @@ def test_submitit_parameters_come_from_the_same_config(tmp_path: Path):
     assert params["timeout_min"] == 1470 and params["slurm_mem"] == "64G" and params["slurm_partition"] == "gpu"
     assert params["slurm_setup"] == [f"source {tmp_path / 'setup.sh'}"] and params["slurm_exclusive"] is True
     assert params["slurm_additional_parameters"] == {"mail_type": "END", "requeue_x": None}
+
+
+TEST_ONLY_SBATCH = """#!/bin/bash
+echo "$*" >> "$STATE/argv"
+[ "$1" = "--test-only" ] || { echo "queued for real" >&2; exit 9; }
+if grep -q -- "--partition=nope" "$2"; then
+  echo "sbatch: error: Batch job submission failed: Invalid partition name specified" >&2; exit 1
+fi
+echo "sbatch: Job 77 to start at 2026-11-29T20:00:00 using 1 processors on nodes n1 in partition debug" >&2
+"""
+
+
+def test_test_only_asks_sbatch_for_every_job_and_queues_nothing(runner, tmp_path: Path, fake_slurm: Path):
+    (tmp_path / "bin" / "sbatch").write_text(TEST_ONLY_SBATCH)
+    exp = tmp_path / "fake.toml"
+    exp.write_text(SWEEP + '[[sweep.points]]\nname = "good"\n[[sweep.points]]\nname = "bad"\n"slurm.partition" = "nope"\n')
+    result = runner.invoke(main, ["--output-root", str(tmp_path / "runs"), "submit", str(exp), "--test-only"])
+    assert result.exit_code == 1
+    calls = (fake_slurm / "argv").read_text().splitlines()
+    assert len(calls) == 6 and all(c.startswith("--test-only ") for c in calls)  # 3 seeds x 2 points
+    lines = result.output.splitlines()
+    assert sum("accepted: sbatch: Job 77 to start at" in line for line in lines) == 3
+    assert sum("REFUSED: sbatch: error" in line for line in lines) == 3
+    assert lines[-1].startswith("Error: sbatch --test-only refused 3 of 6; first: ")
+    assert "Invalid partition name specified" in lines[-1]
+    (run_dir,) = (tmp_path / "runs" / "fake").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["dry_run"] is True and not any(j["job_id"] for j in manifest["jobs"])

@@ -19,12 +19,27 @@ pytestmark = [pytest.mark.slurm, pytest.mark.training]
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("experiment", experiments(), ids=[p.stem for p in experiments()])
 def test_shipped_experiments_are_accepted_by_sbatch(slurm, root: Path, experiment: Path):
-    jobgen("submit", str(experiment), "--dry-run", "--backend", "sbatch", root=root)
+    out = jobgen("submit", str(experiment), "--test-only", "--backend", "sbatch", root=root).stdout
     run_dir = only_run(root, json.loads(json.dumps(experiment.stem)))
-    for job in manifest(run_dir)["jobs"]:
-        done = subprocess.run(["sbatch", "--test-only", str(run_dir / job["script"])], capture_output=True, text=True)
-        assert done.returncode == 0, f"{job['name']}: {done.stderr}"
-        assert "to start at" in done.stderr
+    jobs = manifest(run_dir)["jobs"]
+    assert manifest(run_dir)["dry_run"] and not any(j["job_id"] for j in jobs)
+    for job in jobs:
+        line = next(line for line in out.splitlines() if line.startswith(f"  {job['name']}: "))
+        assert "accepted" in line and "to start at" in line, out
+    assert f"accepts all {len(jobs)}" in out
+    # Nothing was queued: --test-only only asks.
+    queued = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True, check=True).stdout
+    assert experiment.stem not in queued
+
+
+@pytest.mark.timeout(60)
+def test_test_only_names_what_slurm_refuses(slurm, root: Path):
+    experiment = experiments()[0]
+    done = jobgen("submit", str(experiment), "--test-only", "--backend", "sbatch", "--set", "slurm.partition=nope",
+                  root=root, check=False)  # fmt: skip
+    assert done.returncode == 1 and "REFUSED" in done.stdout
+    error = done.stderr.strip().splitlines()
+    assert len(error) == 1 and "sbatch --test-only refused" in error[0] and "invalid partition" in error[0].lower()
 
 
 TWO_NODES = """
