@@ -161,13 +161,26 @@ def run_status(run_dir: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any]
 def status_table(run_dir: Path) -> tuple[list[str], list[list[str]], bool]:
     """(header, rows, all_final) for `jobgen status`."""
     _, rows = run_status(run_dir)
-    header = ["job", "sweep", "job id", "state", "elapsed", "nodes", "exit", "source"]
+    header = ["job", "sweep", "job id", "state", "elapsed", "nodes", "exit", "progress", "source"]
     table = []
     for job, info in rows:
         sweep = " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in job.get("sweep", {}).items())
         table.append([job["name"], sweep, job.get("job_id") or "-", info.state.value, info.elapsed or "-",
-                      info.nodelist or info.nodes or "-", info.exit_code or "-", info.source])  # fmt: skip
+                      info.nodelist or info.nodes or "-", info.exit_code or "-",
+                      progress(run_dir / job["dir"], info.state), info.source])  # fmt: skip
     return header, table, all(info.state.is_final for _, info in rows)
+
+
+def progress(job_dir: Path, state: State) -> str:
+    """'epoch 2/3 45%' from the job's progress.json (written by the training as it goes); '-' if none."""
+    if state is State.COMPLETED:
+        return "done"
+    try:
+        doc = json.loads((job_dir / "progress.json").read_text(encoding="utf-8"))
+        epoch, epochs, batch, batches = (int(doc[k]) for k in ("epoch", "epochs", "batch", "batches"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return "-"
+    return f"epoch {epoch + 1}/{epochs} {100 * batch // max(batches, 1)}%"
 
 
 def format_table(header: list[str], rows: list[list[str]]) -> str:

@@ -168,6 +168,8 @@ def train_epoch(job: Job, epoch: int) -> str:
         now = time.perf_counter()
         _count(job, batch, now - tick, stepped, t.compile and graphs_compiled() != graphs)
         index, job.progress["batch"] = index + 1, index + 1
+        job.log.progress(epoch=epoch, epochs=t.epochs, batch=index, batches=last, step=job.progress["global_step"],
+                         force=index == last)
         if stepped and job.progress["global_step"] % t.log_every_n_steps == 0:
             job.log.add(epoch=epoch, step=job.progress["global_step"], split="train", loss=loss,
                         lr=job.scheduler.get_last_lr()[0])

@@ -18,6 +18,7 @@ from training.spec import Spec
 
 RESULT_SCHEMA = 1
 CSV_FIELDS = ("epoch", "step", "split", "loss", "acc", "f1", "lr", "samples_per_s", "time_s")
+PROGRESS_EVERY_S = 5.0
 
 
 @dataclass
@@ -63,8 +64,20 @@ class MetricsLog:
 
     def __init__(self, path: Path, enabled: bool) -> None:
         self.path, self.enabled, self.rows = path, enabled, []
+        self._progress_at = float("-inf")
         if enabled and path.exists():
             self.rows = list(csv.DictReader(io.StringIO(path.read_text())))
+
+    def progress(self, *, epoch: int, epochs: int, batch: int, batches: int, step: int, force: bool = False) -> None:
+        """progress.json beside metrics.csv: where a running job is, for `jobgen status` (rank 0, at
+        most every few seconds; `epoch` counts from 0, `batch` is batches done in it)."""
+        now = time.monotonic()
+        if not self.enabled or (not force and now - self._progress_at < PROGRESS_EVERY_S):
+            return
+        self._progress_at = now
+        doc = {"epoch": epoch, "epochs": epochs, "batch": batch, "batches": batches, "step": step,
+               "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        atomic_write(self.path.with_name("progress.json"), json.dumps(doc) + "\n")
 
     def add(self, **row: Any) -> None:
         if self.enabled:

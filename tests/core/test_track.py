@@ -72,3 +72,16 @@ def test_state_table(text, state):
 def test_rank_labels():
     assert label("3: hello", None) == "[rank 3] hello"
     assert label("3: hello", 2) is None and label("plain line", None) == "plain line"
+
+
+@pytest.mark.parametrize(("doc", "state", "shown"), [
+    ('{"epoch": 1, "epochs": 3, "batch": 45, "batches": 100, "step": 145}', State.RUNNING, "epoch 2/3 45%"),
+    ('{"epoch": 0, "epochs": 3, "batch": 100, "batches": 100, "step": 100}', State.FAILED, "epoch 1/3 100%"),
+    ('{"epoch": 2, "epochs": 3, "batch": 100, "batches": 100, "step": 300}', State.COMPLETED, "done"),
+    ('{"epoch": 1, "epochs": 3, "batch": 4', State.RUNNING, "-"),  # torn by hand: never a crash
+    (None, State.PENDING, "-"),
+])  # fmt: skip
+def test_progress_column(tmp_path: Path, doc: str | None, state: State, shown: str):
+    if doc is not None:
+        (tmp_path / "progress.json").write_text(doc)
+    assert track.progress(tmp_path, state) == shown

@@ -5,6 +5,7 @@ comes from `scancel --signal` (as Slurm sends it before the time limit) or from 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -51,6 +52,9 @@ def test_signal_checkpoint_requeue_resume(slurm, root: Path, tmp_path: Path, eng
         states = wait_states(run_dir, lambda s: True, timeout=1)
         assert not all_final(states), f"the job ended before the signal: {states}"
         time.sleep(1)
+    # Where the running job is, from the progress.json the training keeps up to date.
+    table = jobgen("status", str(run_dir), root=root).stdout
+    assert re.search(r"RUNNING .* epoch [1-3]/3 \d+%", table), table
     if how == "scancel":
         # What Slurm does before the time limit (--signal=USR2@60), sent now: to the job's steps.
         subprocess.run(["scancel", "--signal=USR2", job["job_id"]], check=True)

@@ -79,6 +79,11 @@ def test_engine_learns_reports_and_trains_with_dropout(engine: str, precision: s
     assert result["times_s"]["train"] > 0 and result["times_s"]["total"] >= result["times_s"]["train"]
     assert result["peak_memory_mb"]["host_rss"] > 100
 
+    progress = json.loads((job / "progress.json").read_text())  # what `jobgen status` shows of a running job
+    assert {k: progress[k] for k in ("epoch", "epochs", "batch", "batches")} == {"epoch": 1, "epochs": 2, "batch": 50,
+                                                                                "batches": 50}  # fmt: skip
+    assert progress["step"] == result["optimizer_steps"]
+
     rows = list(csv.DictReader((job / "metrics.csv").open()))
     assert {r["split"] for r in rows} == {"train", "validation", "test"}
 

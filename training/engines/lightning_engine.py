@@ -141,6 +141,9 @@ class Bookkeeping(Callback):
             self.local[:2] = [self.local[0] + batch["labels"].shape[0], self.local[1] + real]
         self.steps += 1
         self.tick = time.perf_counter()
+        batches = trainer.num_training_batches
+        self.rows.progress(epoch=trainer.current_epoch, epochs=t.epochs, batch=index + 1, batches=batches,
+                           step=trainer.global_step, force=index + 1 == batches)
         if trainer.global_step % t.log_every_n_steps == 0:
             self.rows.add(epoch=trainer.current_epoch, step=trainer.global_step, split="train",
                          loss=float(outputs["loss"]), lr=trainer.optimizers[0].param_groups[0]["lr"])
