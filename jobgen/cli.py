@@ -333,6 +333,35 @@ def summary(ctx: click.Context, runs: tuple[str, ...], fmt: str, plot: str | Non
 
 
 @main.command()
+@click.argument("runs", nargs=-1)
+@click.option("--all-runs", is_flag=True, help="Every run of each experiment named, not only its latest.")
+@click.option("--yes", is_flag=True, help="Delete; without it, only list what would go.")
+@click.pass_context
+def clean(ctx: click.Context, runs: tuple[str, ...], all_runs: bool, yes: bool) -> None:
+    """Delete the checkpoints of completed jobs of RUNS (default: the latest run).
+
+    Jobs that did not complete keep theirs (`jobgen requeue` resumes from them); results, metrics and
+    logs always stay. Lists what would go unless --yes.
+    """
+    from jobgen.clean import human, reclaimable, remove
+    from jobgen.record import find_runs, runs_of
+
+    run_dirs = find_runs(list(runs), _lookup_root(ctx))
+    if all_runs:
+        run_dirs = list(dict.fromkeys(r for d in run_dirs for r in runs_of(d.parent)))
+    items = [item for run_dir in run_dirs for item in reclaimable(run_dir)]
+    for item in items:
+        click.echo(f"  {human(item.size):>9}  {item.path}")
+    total = sum(item.size for item in items)
+    if not items:
+        click.echo("nothing to clean: no completed job has checkpoints left")
+    elif yes:
+        click.echo(f"freed {human(remove(items))} from {len(items)} job(s)")
+    else:
+        click.echo(f"would free {human(total)} from {len(items)} job(s); run again with --yes to delete")
+
+
+@main.command()
 @click.argument("experiments", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 def validate(experiments: tuple[str, ...], sets: tuple[str, ...]) -> None:

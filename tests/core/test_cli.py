@@ -18,7 +18,7 @@ HEAVY = {"torch", "lightning", "transformers", "datasets", "deepspeed", "submiti
 
 
 @pytest.mark.parametrize("command", [[], ["submit"], ["validate"], ["schema"], ["status"], ["logs"], ["cancel"],
-                                     ["requeue"], ["runs"], ["summary"]])
+                                     ["requeue"], ["runs"], ["clean"], ["summary"]])
 def test_help(runner, command):
     result = runner.invoke(main, [*command, "--help"])
     assert result.exit_code == 0, result.output

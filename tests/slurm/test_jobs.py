@@ -69,6 +69,11 @@ def test_two_nodes_two_tasks_each(slurm, root: Path, tmp_path: Path, backend: st
     summary = jobgen("summary", str(run_dir), "--format", "json", root=root).stdout
     rows = json.loads(summary)["rows"]
     assert rows[0]["state"] == "COMPLETED" and abs(rows[0]["test_acc"] - result["test_acc"]) < 1e-9
+    # The finished job's checkpoints can go; its result stays.
+    checkpoints = run_dir / job["dir"] / "checkpoints"
+    assert any(checkpoints.iterdir())
+    out = jobgen("clean", str(run_dir), "--yes", root=root).stdout
+    assert "freed" in out and not checkpoints.exists() and (run_dir / job["dir"] / "result.json").exists()
 
 
 SHARED_NODE = """
