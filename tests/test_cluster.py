@@ -130,16 +130,19 @@ def test_two_jobs_on_one_node_bind_ports_on_its_address(tmp_path: Path, slurm_en
 def test_sacct_with_accounting(tmp_path: Path, slurm_env: dict[str, str]) -> None:
     job_id, state, out = _run_job(tmp_path, slurm_env, "echo hello from $(hostname)")
     assert state == "COMPLETED", out
-    # slurmctld sends the end record to slurmdbd asynchronously: give sacct a few seconds.
-    deadline = time.monotonic() + 30
+    # slurmctld sends the end record and the job's script to slurmdbd asynchronously (the script can
+    # come last on a busy machine): give sacct some seconds for both.
+    deadline = time.monotonic() + 60
     while True:
         rows = _sacct(slurm_env, "-n", "-P", "-o", "JobID,State,ExitCode", "-j", job_id)
-        if f"{job_id}.batch|COMPLETED|0:0" in rows or time.monotonic() > deadline:
+        script = _sacct(slurm_env, "-j", job_id, "--batch-script")
+        stored = f"{job_id}.batch|COMPLETED|0:0" in rows and "echo hello from" in script
+        if stored or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     assert f"{job_id}|COMPLETED|0:0" in rows, rows
     assert f"{job_id}.batch|COMPLETED|0:0" in rows, rows
-    assert "echo hello from" in _sacct(slurm_env, "-j", job_id, "--batch-script")
+    assert "echo hello from" in script, script
     assert '"job_id"' in _sacct(slurm_env, "-j", job_id, "--json")
 
 
