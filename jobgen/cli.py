@@ -125,6 +125,7 @@ def _test_only(run_dir: Path, manifest: dict) -> None:
     from jobgen.submit import test_only
 
     refused = []
+    click.echo("sbatch --test-only:")
     for name, accepted, words in test_only(run_dir, manifest):
         click.echo(f"  {name}: {'accepted' if accepted else 'REFUSED'}: {words}")
         if not accepted:

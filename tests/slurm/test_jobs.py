@@ -23,8 +23,9 @@ def test_shipped_experiments_are_accepted_by_sbatch(slurm, root: Path, experimen
     run_dir = only_run(root, json.loads(json.dumps(experiment.stem)))
     jobs = manifest(run_dir)["jobs"]
     assert manifest(run_dir)["dry_run"] and not any(j["job_id"] for j in jobs)
+    answers = out.split("sbatch --test-only:\n", 1)[1].splitlines()
     for job in jobs:
-        line = next(line for line in out.splitlines() if line.startswith(f"  {job['name']}: "))
+        line = next(line for line in answers if line.startswith(f"  {job['name']}: "))
         assert "accepted" in line and "to start at" in line, out
     assert f"accepts all {len(jobs)}" in out
     # Nothing was queued: --test-only only asks.
