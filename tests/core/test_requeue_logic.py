@@ -145,3 +145,24 @@ def test_local_and_dry_runs_are_refused(runner, tmp_path, monkeypatch):
     monkeypatch.setattr(requeue_mod, "run_status", lambda run_dir: (manifest, []))
     with pytest.raises(requeue_mod.JobgenError, match="local backend"):
         requeue_mod.requeue(tmp_path, [])
+
+
+def test_an_array_task_slurm_forgot_goes_in_again_as_a_one_task_array(runner, tmp_path, stubs, monkeypatch):
+    exp = tmp_path / "rq.toml"
+    exp.write_text(SWEEP.format(requeue="false"))
+    root = tmp_path / "runs"
+    assert runner.invoke(main, ["--output-root", str(root), "submit", str(exp), "--array"]).exit_code == 0
+    (stubs / "argv").unlink()
+    states = {"1001_0": State.COMPLETED, "1001_1": State.FAILED, "1001_2": State.COMPLETED, "1001_3": State.FAILED}
+    monkeypatch.setattr("jobgen.track.query", lambda ids: {i: JobInfo(states[i]) for i in ids if i in states})
+    monkeypatch.setenv("FORGOTTEN", "1001_3")
+    result = runner.invoke(main, ["--output-root", str(root), "requeue", "rq"])
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (root / "rq").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    script = run_dir / manifest["arrays"][0]["script"]
+    argv = (stubs / "argv").read_text().splitlines()
+    assert argv == ["scontrol requeue 1001_1", "scontrol requeue 1001_3", f"sbatch --parsable --array=3 {script}"]
+    jobs = manifest["jobs"]
+    assert [j["job_id"] for j in jobs] == ["1001_0", "1001_1", "1001_2", "1002_3"]
+    assert jobs[3]["previous_job_ids"] == ["1001_3"]
