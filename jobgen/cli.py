@@ -195,38 +195,12 @@ def status(ctx: click.Context, run: str | None, watch: bool, interval: float, ti
 @click.pass_context
 def runs(ctx: click.Context, experiments: tuple[str, ...], refresh: bool) -> None:
     """List the runs of EXPERIMENTS (names or files; default: all), oldest first, with their jobs' states."""
-    from collections import Counter
-
-    from jobgen.record import list_runs, load_manifest
-    from jobgen.states import parse
-    from jobgen.track import format_table, run_status
+    from jobgen.record import list_runs
+    from jobgen.track import format_table, runs_table
 
     root = _lookup_root(ctx)
     found = list_runs(list(experiments), root)
-    if not found:
-        click.echo(f"no runs under {root}")
-        return
-    rows = []
-    for run_dir in found:
-        manifest = load_manifest(run_dir)
-        if refresh and not all(parse(j["state"]).is_final for j in manifest["jobs"]):
-            manifest, _ = run_status(run_dir)
-        counts = Counter(j["state"] for j in manifest["jobs"])
-        states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-        rows.append([str(run_dir.relative_to(root)) if run_dir.is_relative_to(root) else str(run_dir),
-                     _local_time(manifest.get("created")), manifest["backend"],
-                     str(len(manifest["jobs"])), states])  # fmt: skip
-    click.echo(format_table(["run", "created", "backend", "jobs", "states (last known)" if not refresh else "states"],
-                            rows))
-
-
-def _local_time(iso: str | None) -> str:
-    from datetime import datetime
-
-    try:
-        return datetime.fromisoformat(iso or "").astimezone().strftime("%Y-%m-%d %H:%M:%S")
-    except ValueError:
-        return "-"
+    click.echo(format_table(*runs_table(found, root, refresh)) if found else f"no runs under {root}")
 
 
 @main.command()

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from jobgen import record
-from jobgen.states import State, from_slurm
+from jobgen.states import State, from_slurm, parse
 
 QUERY_TIMEOUT_S = 30
 SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,NNodes,NodeList,Submit,Start,End"
@@ -169,6 +169,28 @@ def status_table(run_dir: Path) -> tuple[list[str], list[list[str]], bool]:
                       info.nodelist or info.nodes or "-", info.exit_code or "-",
                       progress(run_dir / job["dir"], info.state), info.source])  # fmt: skip
     return header, table, all(info.state.is_final for _, info in rows)
+
+
+def runs_table(run_dirs: list[Path], root: Path, refresh: bool) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) for `jobgen runs`: one row per run with its jobs' states counted; `refresh` asks
+    Slurm about runs whose manifest still has jobs not known to have ended."""
+    from collections import Counter
+    from datetime import datetime
+
+    rows = []
+    for run_dir in run_dirs:
+        manifest = record.load_manifest(run_dir)
+        if refresh and not all(parse(j["state"]).is_final for j in manifest["jobs"]):
+            manifest, _ = run_status(run_dir)
+        counts = Counter(j["state"] for j in manifest["jobs"])
+        states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        try:
+            created = datetime.fromisoformat(manifest.get("created") or "").astimezone().strftime("%Y-%m-%d %H:%M:%S")
+        except ValueError:
+            created = "-"
+        name = str(run_dir.relative_to(root)) if run_dir.is_relative_to(root) else str(run_dir)
+        rows.append([name, created, manifest["backend"], str(len(manifest["jobs"])), states])
+    return ["run", "created", "backend", "jobs", "states" if refresh else "states (last known)"], rows
 
 
 def progress(job_dir: Path, state: State) -> str:
