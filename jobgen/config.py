@@ -37,6 +37,20 @@ _SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "CONT", "URG")
 SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
 # #SBATCH flags that jobgen writes itself: set them through their typed keys instead.
+# sbatch's long options (Slurm 22.05-24.11 man pages). A flag outside this list is still passed on
+# (newer Slurm may know it) unless it looks like a misspelling of one inside it.
+SBATCH_OPTIONS = frozenset("""
+account acctg-freq array batch bb bbf begin chdir cluster-constraint clusters comment constraint container
+container-id contiguous core-spec cores-per-socket cpu-freq cpus-per-gpu cpus-per-task deadline delay-boot
+dependency distribution error exclude exclusive export export-file extra extra-node-info get-user-env gid
+gpu-bind gpu-freq gpus gpus-per-node gpus-per-socket gpus-per-task gres gres-flags hint hold ignore-pbs input
+job-name kill-on-invalid-dep licenses mail-type mail-user mcs-label mem mem-bind mem-per-cpu mem-per-gpu mincpus
+network nice no-kill no-requeue nodefile nodelist nodes ntasks ntasks-per-core ntasks-per-gpu ntasks-per-node
+ntasks-per-socket open-mode output overcommit oversubscribe partition power prefer priority profile propagate
+qos quiet reboot requeue reservation resv-ports segment signal sockets-per-node spread-job switches test-only
+thread-spec threads-per-core time time-min tmp tres-bind tres-per-task uid use-min-nodes verbose wait
+wait-all-nodes wckey wrap x11
+""".split())
 MANAGED_FLAGS = {
     "nodes": "slurm.nodes", "N": "slurm.nodes", "ntasks-per-node": "slurm.ntasks_per_node",
     "gpus-per-node": "slurm.gpus_per_node", "cpus-per-task": "slurm.cpus_per_task", "mem": "slurm.mem",
@@ -313,7 +327,13 @@ def _check_extra(v: dict[str, Any]) -> str | None:
         if flag in MANAGED_FLAGS:
             return f"{flag!r} is set by jobgen; use {MANAGED_FLAGS[flag]} instead"
         if not _FLAG_RE.match(flag):
-            return f"{flag!r} is not an sbatch long option name (write mail-type, not --mail-type)"
+            fixed = flag.lstrip("-").replace("_", "-").lower()
+            hint = f"write {fixed}" if fixed in SBATCH_OPTIONS else "write mail-type, not --mail-type"
+            return f"{flag!r} is not an sbatch long option name ({hint})"
+        if flag not in SBATCH_OPTIONS:
+            near = difflib.get_close_matches(flag, SBATCH_OPTIONS, n=1, cutoff=0.8)
+            if near:
+                return f"{flag!r} is not an sbatch option (did you mean '{near[0]}'?)"
         if isinstance(value, str) and any(c in value for c in "\n\r"):
             return f"{flag}: value must be one line"
     return None
