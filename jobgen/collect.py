@@ -176,7 +176,7 @@ def _unfinished(row: JobRow, job_dir: Path, problem: str | None, error: Any, liv
         row,
         state=state,
         train=_read_spec_train(job_dir / "spec.json"),
-        problem=_explain_missing(state, problem, error, cause),
+        problem=_explain_missing(state, problem, error, cause, job_dir),
         cause=cause,
         partial_val_acc=read_best_val_acc(job_dir / "metrics.csv"),
     )
@@ -207,7 +207,7 @@ def _state_from_cause(state: State, cause: Cause | None, live: Live | None) -> S
     return CAUSE_STATES.get(cause.kind, State.FAILED)
 
 
-def _explain_missing(state: State, problem: str | None, error: Any, cause: Cause | None) -> str:
+def _explain_missing(state: State, problem: str | None, error: Any, cause: Cause | None, job_dir: Path) -> str:
     if state is State.NOT_SUBMITTED:
         return f"not submitted: {error}" if error else "not submitted"
     if state is State.DRY_RUN:
@@ -219,7 +219,11 @@ def _explain_missing(state: State, problem: str | None, error: Any, cause: Cause
     if state in (State.SUBMITTED, State.PENDING) and cause is None:
         return "not started yet: no result"
     if not state.is_final:
-        return "still running: no result yet" + (f"; last log line: {cause.message}" if cause else "")
+        from jobgen.track import progress
+
+        done = progress(job_dir, state)
+        where = f"at {done}" if done != "-" else "no result yet"
+        return f"still running: {where}" + (f"; last log line: {cause.message}" if cause else "")
     if state is State.COMPLETED:
         return "completed without writing result.json: check the job's log"
     if cause is not None:

@@ -68,7 +68,10 @@ def test_live_state_wins_and_gives_the_start_time(tmp_path: Path) -> None:
     live = SimpleNamespace(state=State.RUNNING, start=start.isoformat())
     [row] = collect_run(run, {("r1", "a"): live})
     assert row.state is State.RUNNING
-    assert row.cause is None and "still running" in row.problem
+    assert row.cause is None and row.problem == "still running: no result yet"
+    (run / "jobs" / "a" / "progress.json").write_text('{"epoch": 0, "epochs": 2, "batch": 5, "batches": 20}')
+    [row] = collect_run(run, {("r1", "a"): live})
+    assert row.problem == "still running: at epoch 1/2 25%"
     assert row.queue_wait_s == pytest.approx(90)
 
 
