@@ -27,6 +27,10 @@ UNSUCCESSFUL = frozenset({State.FAILED, State.CANCELLED, State.TIMEOUT, State.OU
                           State.PREEMPTED, State.UNKNOWN})  # fmt: skip
 
 
+# What Slurm's clients print when the controller did not answer (as opposed to refusing).
+UNREACHABLE = ("Unable to contact slurm controller", "did not answer", "Socket timed out", "Connection refused")
+
+
 @dataclass
 class Outcome:
     name: str
@@ -75,6 +79,9 @@ def _one(run_dir: Path, manifest: dict[str, Any], job: dict[str, Any], state: St
     try:
         run_tool(["scontrol", "requeue", job_id], timeout=SUBMIT_TIMEOUT_S, what=f"requeueing {name}")
     except SubmitError as exc:
+        if any(sign in exc.message for sign in UNREACHABLE):
+            # No answer is not a refusal: the job may be alive, and a second copy must not be queued.
+            raise SubmitError(f"{exc.message}; run jobgen requeue again once Slurm answers") from None
         return _resubmit(run_dir, manifest, job, state, refused=exc.message)
     _record(run_dir, job, job_id)
     return Outcome(name, job_id, state, "requeued", "queued again under the same job id")

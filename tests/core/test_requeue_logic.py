@@ -36,6 +36,7 @@ echo "sbatch $*" >> "$STATE/argv"
 echo "$(( 1000 + n ))"
 """,
     "scontrol": """echo "scontrol $*" >> "$STATE/argv"
+if [ -n "$DOWN" ]; then echo "scontrol: error: Unable to contact slurm controller (connect failure)" >&2; exit 1; fi
 for id in $FORGOTTEN; do
   if [ "$2" = "$id" ]; then echo "Requeue of JobId=$id failed: Invalid job id specified" >&2; exit 1; fi
 done
@@ -166,3 +167,15 @@ def test_an_array_task_slurm_forgot_goes_in_again_as_a_one_task_array(runner, tm
     jobs = manifest["jobs"]
     assert [j["job_id"] for j in jobs] == ["1001_0", "1001_1", "1001_2", "1002_3"]
     assert jobs[3]["previous_job_ids"] == ["1001_3"]
+
+
+def test_no_answer_from_slurm_is_not_a_refusal(runner, tmp_path, stubs, monkeypatch):
+    """A job Slurm cannot be asked about may be alive: nothing is resubmitted."""
+    monkeypatch.setenv("DOWN", "1")
+    states = [State.UNKNOWN, State.UNKNOWN, State.COMPLETED, State.COMPLETED]
+    result, argv, jobs, _ = _run(runner, tmp_path, stubs, monkeypatch, states)
+    assert result.exit_code == 1
+    assert argv == ["scontrol requeue 1001"]  # stopped at the first job, and no sbatch
+    message = result.output.strip().splitlines()
+    assert len(message) == 1 and "Unable to contact slurm controller" in message[0] and "once Slurm answers" in message[0]
+    assert [j["job_id"] for j in jobs] == ["1001", "1002", "1003", "1004"] and not any(j.get("requeues") for j in jobs)
