@@ -12,4 +12,4 @@ source "${JOBGEN_CLUSTER_DIR:-/tmp/jobgen-cluster}/env.sh"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 # A cache of compiled extensions and tokenized data that survives between test sessions.
 export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/jobgen-test/torch_extensions}"
-.venv/bin/python -m pytest -q -ra -p no:cacheprovider "$@"
+.venv/bin/python -m pytest -q -ra -p no:cacheprovider --durations=15 "$@"
