@@ -69,6 +69,7 @@ def main(debug: bool, output_root: str | None) -> None:
     jobgen submit experiments/imdb_fsdp.toml        submit, record the run, return
     jobgen status imdb_fsdp                         states of the latest run
     jobgen summary imdb_fsdp                        time and accuracy per job
+    jobgen requeue imdb_fsdp                        failed jobs resume from their checkpoints
     """
 
 
