@@ -65,6 +65,7 @@ def main(debug: bool, output_root: str | None) -> None:
 
     \b
     jobgen validate experiments/imdb_fsdp.toml      check a file (and its sweep)
+    jobgen prefetch experiments/imdb_fsdp.toml      download data and model here, for offline nodes
     jobgen submit experiments/imdb_fsdp.toml --dry-run --show
     jobgen submit experiments/imdb_fsdp.toml        submit, record the run, return
     jobgen status imdb_fsdp                         states of the latest run
@@ -335,6 +336,23 @@ def clean(ctx: click.Context, runs: tuple[str, ...], all_runs: bool, yes: bool) 
         click.echo(f"freed {human(remove(items))} from {len(items)} job(s)")
     else:
         click.echo(f"would free {human(total)} from {len(items)} job(s); run again with --yes to delete")
+
+
+@main.command()
+@click.argument("experiment", type=click.Path(dir_okay=False))
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
+@click.pass_context
+def prefetch(ctx: click.Context, experiment: str, sets: tuple[str, ...]) -> None:
+    """Download and cache what EXPERIMENT's jobs need (dataset, model, tokenized data), here.
+
+    Run it on the login node before submitting to compute nodes without internet (env.hf_offline).
+    Needs the training stack: pip install 'jobgen[train]'.
+    """
+    from jobgen.prefetch import prefetch as fetch
+
+    prepared, jobs, cache = fetch(experiment, _root(ctx), list(sets))
+    click.echo(f"prefetched {prepared} model/data combination(s) for {jobs} job(s): the Hugging Face cache "
+               f"and {cache} hold what they need; submit them now")
 
 
 @main.command()

@@ -48,7 +48,7 @@ def prepare(path: str | Path, output_root: Path | None = None, *, backend: str |
     """Validate, plan and render every job, then write the whole run directory at once."""
     exp = load_experiment(path, backend, sets, **launch)
     jobs = plan(exp)
-    root = _output_root(exp, output_root)
+    root = output_root_of(exp, output_root)
     run_id = record.new_run_id()
     code_dir = training_package_dir()
     sha, dirty, patch = record.git_info(code_dir)
@@ -114,7 +114,7 @@ def _entry(job: Job, rel: str, script_rel: str, command: list[str], dry_run: boo
     }
 
 
-def _output_root(exp: config.Experiment, override: Path | None) -> Path:
+def output_root_of(exp: config.Experiment, override: Path | None) -> Path:
     root = Path(override) if override else Path(exp.experiment.output_root).expanduser()
     root = root.resolve()
     if any(c in str(root) for c in "\n\r"):

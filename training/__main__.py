@@ -13,12 +13,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         prog="python -m training", description=training.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--spec", required=True, help="path to the job's spec.json (docs/contracts.md)")
+    parser.add_argument("--prepare-only", action="store_true",
+                        help="download and cache the data, tokenized splits and model, then stop (jobgen prefetch)")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from training.run import run
+    from training.run import prepare_only, run
     from training.spec import SpecError, load
 
     try:
@@ -26,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, OSError, ValueError) as exc:
         print(f"training: {exc}", file=sys.stderr)
         return 2
-    return run(spec)
+    return prepare_only(spec) if args.prepare_only else run(spec)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import os
 import time
 
 from training import requeue
+from training.data import Prepared
 from training.results import Clock, Stats, build_result, write_result
 from training.spec import Spec
 
@@ -31,6 +32,7 @@ def run(spec: Spec) -> int:
     disable_progress_bar()  # per-map bars from every rank drown the job log
     with Clock(stats, "data_prep"):
         prepared = data.prepare(spec)
+    _say_ready(spec, prepared)
     engine = importlib.import_module(ENGINE_MODULES[spec.train.engine])
     rank = engine.run(spec, prepared, stats, watcher)
     if stats.interrupted:
@@ -42,3 +44,25 @@ def run(spec: Spec) -> int:
         path = write_result(spec, build_result(spec, stats, requeue.requeue_count()))
         print(f"training: wrote {path}", flush=True)
     return 0
+
+
+def prepare_only(spec: Spec) -> int:
+    """Fetch and cache what the job needs (dataset, tokenized splits, model weights) and stop: run on a
+    login node with internet (`jobgen prefetch`) so jobs on nodes without it find everything cached."""
+    from datasets.utils.logging import disable_progress_bar
+
+    from training import data
+    from training import model as model_lib
+
+    disable_progress_bar()
+    prepared = data.prepare(spec)
+    _say_ready(spec, prepared)
+    model_lib.load_model(prepared.model_source, prepared.label_names)  # downloads into the HF cache once
+    print(f"training: model {prepared.model_source} ready", flush=True)
+    return 0
+
+
+def _say_ready(spec: Spec, prepared: Prepared) -> None:
+    sizes = ", ".join(f"{split} {len(rows)}" for split, rows in prepared.splits.items())
+    origin = "from the cache" if prepared.from_cache else "tokenized now"
+    print(f"training: data for {spec.job} ready: {sizes} ({origin})", flush=True)

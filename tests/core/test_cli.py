@@ -18,7 +18,8 @@ HEAVY = {"torch", "lightning", "transformers", "datasets", "deepspeed", "submiti
 
 
 @pytest.mark.parametrize("command", [[], ["submit"], ["validate"], ["schema"], ["status"], ["logs"], ["cancel"],
-                                     ["requeue"], ["runs"], ["clean"], ["summary"]])
+                                     ["requeue"], ["runs"], ["clean"], ["prefetch"],
+                                     ["summary"]])
 def test_help(runner, command):
     result = runner.invoke(main, [*command, "--help"])
     assert result.exit_code == 0, result.output
