@@ -24,7 +24,7 @@ class Freed:
 
 def reclaimable(run_dir: Path) -> list[Freed]:
     """Checkpoint folders of the run's completed jobs, with their sizes."""
-    manifest, rows = run_status(run_dir)
+    _, rows = run_status(run_dir)
     found = []
     for job, info in rows:
         folder = run_dir / job["dir"] / "checkpoints"

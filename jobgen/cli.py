@@ -295,12 +295,12 @@ def requeue(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
 def summary(ctx: click.Context, runs: tuple[str, ...], fmt: str, plot: str | None, baseline: str | None,
             combine: bool, all_runs: bool) -> None:
     """Time and accuracy of every job of RUNS (run folders, experiment names or files; default: the latest run)."""
-    from jobgen.record import find_runs, runs_of
+    from jobgen.record import every_run_of, find_runs
     from jobgen.summary import live_states, summarize
 
     run_dirs = find_runs(list(runs), _lookup_root(ctx))
     if all_runs:
-        run_dirs = list(dict.fromkeys(r for d in run_dirs for r in runs_of(d.parent)))
+        run_dirs = every_run_of(run_dirs)
     text = summarize(run_dirs, baseline=baseline, fmt=fmt, plot=Path(plot) if plot else None,
                      live_states=live_states(run_dirs), combine=combine,
                      color=fmt == "table" and sys.stdout.isatty())
@@ -321,11 +321,11 @@ def clean(ctx: click.Context, runs: tuple[str, ...], all_runs: bool, yes: bool) 
     logs always stay. Lists what would go unless --yes.
     """
     from jobgen.clean import human, reclaimable, remove
-    from jobgen.record import find_runs, runs_of
+    from jobgen.record import every_run_of, find_runs
 
     run_dirs = find_runs(list(runs), _lookup_root(ctx))
     if all_runs:
-        run_dirs = list(dict.fromkeys(r for d in run_dirs for r in runs_of(d.parent)))
+        run_dirs = every_run_of(run_dirs)
     items = [item for run_dir in run_dirs for item in reclaimable(run_dir)]
     for item in items:
         click.echo(f"  {human(item.size):>9}  {item.path}")

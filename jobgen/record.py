@@ -191,31 +191,43 @@ def _find_one(ref: str, output_root: Path) -> Path:
     path = Path(ref)
     if is_run_dir(path):
         return path.resolve()
-    if path.suffix == ".toml" and path.is_file():
-        ref = _experiment_name(path)
-    candidates = [path] if path.is_dir() else []
-    candidates.append(output_root / ref)
-    for folder in candidates:
-        runs = runs_of(folder)
-        if runs:
-            return runs[-1].resolve()
-    known = ", ".join(d.name for d in _experiment_dirs(output_root)) or "none"
-    raise RunNotFound(f"no run found for {ref!r} under {output_root} (experiments with runs: {known})")
+    name, runs = _experiment_runs(ref, output_root)
+    if runs:
+        return runs[-1].resolve()
+    raise RunNotFound(f"no run found for {name!r} under {output_root} (experiments with runs: {_known(output_root)})")
 
 
 def list_runs(refs: list[str], output_root: Path) -> list[Path]:
     """Every run of the experiments named (names, folders or .toml files; none: all), oldest first."""
-    folders = []
+    runs = []
     for ref in refs:
-        path = Path(ref)
-        folder = path if path.is_dir() and not is_run_dir(path) else output_root / (
-            _experiment_name(path) if path.suffix == ".toml" and path.is_file() else ref)
-        if not runs_of(folder):
-            known = ", ".join(d.name for d in _experiment_dirs(output_root)) or "none"
-            raise RunNotFound(f"no runs of {ref!r} under {output_root} (experiments with runs: {known})")
-        folders.append(folder)
-    runs = [run for folder in folders or _experiment_dirs(output_root) for run in runs_of(folder)]
+        _, found = _experiment_runs(ref, output_root)
+        if not found:
+            raise RunNotFound(f"no runs of {ref!r} under {output_root} (experiments with runs: {_known(output_root)})")
+        runs += found
+    if not refs:
+        runs = [run for folder in _experiment_dirs(output_root) for run in runs_of(folder)]
     return sorted(runs, key=lambda p: p.name)
+
+
+def every_run_of(run_dirs: list[Path]) -> list[Path]:
+    """All runs of the experiments these runs belong to (for --all-runs), each once, in order."""
+    return list(dict.fromkeys(run for run_dir in run_dirs for run in runs_of(run_dir.parent)))
+
+
+def _experiment_runs(ref: str, output_root: Path) -> tuple[str, list[Path]]:
+    """(experiment name, its runs oldest first) for what a user typed: a name, a folder or a .toml file."""
+    path = Path(ref)
+    name = _experiment_name(path) if path.suffix == ".toml" and path.is_file() else ref
+    for folder in ([path] if path.is_dir() else []) + [output_root / name]:
+        runs = runs_of(folder)
+        if runs:
+            return name, runs
+    return name, []
+
+
+def _known(output_root: Path) -> str:
+    return ", ".join(d.name for d in _experiment_dirs(output_root)) or "none"
 
 
 def _experiment_name(path: Path) -> str:

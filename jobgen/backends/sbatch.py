@@ -34,15 +34,11 @@ class SbatchBackend:
 
 def test_only(script: Path) -> tuple[bool, str]:
     """Ask sbatch whether it would accept a script, and when it would start; submits nothing."""
-    command = ["sbatch", "--test-only", str(script)]
-    if shutil.which(command[0]) is None:
-        raise BackendError("sbatch not found on PATH; --test-only needs a Slurm login node")
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return False, f"sbatch did not answer in {SUBMIT_TIMEOUT_S} s; is slurmctld up?"
-    words = " ".join((done.stderr + done.stdout).split()) or f"exit code {done.returncode}"
-    return done.returncode == 0, words
+        done = call_tool(["sbatch", "--test-only", str(script)], timeout=SUBMIT_TIMEOUT_S, what="asking")
+    except SubmitError as exc:
+        return False, exc.message
+    return done.returncode == 0, _words(done)
 
 
 def parse_job_id(output: str) -> str:
@@ -56,13 +52,22 @@ def parse_job_id(output: str) -> str:
 
 def run_tool(command: list[str], *, timeout: float, what: str) -> str:
     """Run a Slurm client; errors carry the tool's own words on one line."""
+    done = call_tool(command, timeout=timeout, what=what)
+    if done.returncode != 0:
+        raise SubmitError(f"{what}: {command[0]} failed: {_words(done)}")
+    return done.stdout
+
+
+def call_tool(command: list[str], *, timeout: float, what: str) -> subprocess.CompletedProcess[str]:
+    """Run a Slurm client and return what it did, whatever its exit code; a missing tool or no answer
+    is an error."""
     if shutil.which(command[0]) is None:
         raise BackendError(f"{command[0]} not found on PATH; run this on a Slurm login node (or use launch.backend = 'local')")
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise SubmitError(f"{what}: {command[0]} did not answer in {timeout:.0f} s; is slurmctld up?") from None
-    if done.returncode != 0:
-        words = " ".join((done.stderr or done.stdout).split()) or f"exit code {done.returncode}"
-        raise SubmitError(f"{what}: {command[0]} failed: {words}")
-    return done.stdout
+
+
+def _words(done: subprocess.CompletedProcess[str]) -> str:
+    return " ".join((done.stderr or done.stdout).split()) or f"exit code {done.returncode}"

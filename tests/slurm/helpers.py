@@ -59,15 +59,18 @@ def all_final(states: dict[str, State]) -> bool:
 
 def behave_sweep(folder: Path, name: str, seeds: int) -> Path:
     """A sweep of `seeds` cheap jobs that only say hello (tests/slurm/behave.sbatch.j2), no training."""
+    values = ", ".join(str(i) for i in range(1, seeds + 1))
+    return behave_experiment(folder, name, f'[env]\nvars = {{ BEHAVIOR = "ok" }}\n[sweep.grid]\n"train.seed" = [{values}]\n')
+
+
+def behave_experiment(folder: Path, name: str, sweep: str) -> Path:
+    """Cheap jobs that do what their BEHAVIOR says (tests/slurm/behave.sbatch.j2), no training; `sweep`
+    is the TOML that tells each job's BEHAVIOR (and anything else it changes)."""
     import shutil
 
     shutil.copy(Path(__file__).parent / "behave.sbatch.j2", folder / "behave.sbatch.j2")
-    values = ", ".join(str(i) for i in range(1, seeds + 1))
-    body = (
-        '[launch]\ntemplate = "behave.sbatch.j2"\n[slurm]\ncpus_per_task = 1\n[env]\nvars = { BEHAVIOR = "ok" }\n'
-        f'[data]\ndataset = "imdb"\n[sweep.grid]\n"train.seed" = [{values}]\n'
-    )
-    return write_experiment(folder, name, body)
+    head = '[launch]\ntemplate = "behave.sbatch.j2"\n[slurm]\ncpus_per_task = 1\n[data]\ndataset = "imdb"\n'
+    return write_experiment(folder, name, head + sweep)
 
 
 def write_experiment(folder: Path, name: str, body: str) -> Path:

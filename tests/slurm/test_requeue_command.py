@@ -5,27 +5,17 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from jobgen.states import State
-from tests.slurm.helpers import all_final, jobgen, manifest, only_run, wait_states, write_experiment
+from tests.slurm.helpers import all_final, behave_experiment, jobgen, manifest, only_run, wait_states
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(420)]
 
-BODY = """
-[launch]
-template = "behave.sbatch.j2"
-
-[slurm]
-cpus_per_task = 1
-
-[data]
-dataset = "imdb"
-
+POINTS = """
 [[sweep.points]]
 name = "steady"
 "env.vars" = { BEHAVIOR = "ok" }
@@ -51,8 +41,7 @@ def _restarts(job_id: str) -> int:
 
 
 def test_requeue_failed_then_running(slurm_any, root: Path, tmp_path: Path):
-    shutil.copy(Path(__file__).parent / "behave.sbatch.j2", tmp_path / "behave.sbatch.j2")
-    exp = write_experiment(tmp_path, "rqcmd", BODY)
+    exp = behave_experiment(tmp_path, "rqcmd", POINTS)
     jobgen("submit", str(exp), root=root)
     run_dir = only_run(root, "rqcmd")
     before = {j["name"]: j["job_id"] for j in manifest(run_dir)["jobs"]}

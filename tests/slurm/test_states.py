@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from jobgen.states import State
-from tests.slurm.helpers import jobgen, manifest, only_run, wait_states, write_experiment
+from tests.slurm.helpers import behave_experiment, jobgen, manifest, only_run, wait_states
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(420)]
 
-BODY = """
-[launch]
-template = "behave.sbatch.j2"
-
-[slurm]
-cpus_per_task = 1
-
-[data]
-dataset = "imdb"
-
+POINTS = """
 [[sweep.points]]
 name = "ok"
 "env.vars" = { BEHAVIOR = "ok" }
@@ -52,8 +42,7 @@ name = "running"
 
 
 def test_every_state_shows(slurm_any, root: Path, tmp_path: Path):
-    shutil.copy(Path(__file__).parent / "behave.sbatch.j2", tmp_path / "behave.sbatch.j2")
-    exp = write_experiment(tmp_path, "states", BODY)
+    exp = behave_experiment(tmp_path, "states", POINTS)
     jobgen("submit", str(exp), root=root)
     run_dir = only_run(root, "states")
     assert all(j["job_id"] for j in manifest(run_dir)["jobs"])
