@@ -352,7 +352,10 @@ def _check_encoding(v: str) -> str | None:
 def _check_partition(v: list[float]) -> str | None:
     if v and (len(v) != 3 or any(x <= 0 for x in v)):
         return "give three positive sizes [train, val, test] (counts, or fractions that sum to at most 1)"
-    if v and all(x < 1 for x in v) and sum(v) > 1.0 + 1e-9:
+    counts = all(float(x).is_integer() and x >= 1 for x in v)
+    if v and not counts and not all(x < 1 for x in v):
+        return "give three counts (e.g. [35000, 5000, 10000]) or three fractions (e.g. [0.8, 0.1, 0.1]), not a mix"
+    if v and not counts and sum(v) > 1.0 + 1e-9:
         return f"fractions sum to {sum(v):.3f}; they must sum to at most 1"
     return None
 

@@ -6,6 +6,7 @@ Every wait is bounded: jobs are polled with wait_job(), never `sbatch --wait`.
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -172,26 +173,22 @@ echo finished"""
 
 
 @pytest.mark.slow
-def test_signal_before_time_limit_then_requeue(tmp_path: Path, slurm_env: dict[str, str]) -> None:
-    # The requeue path jobgen renders: `--signal=B:USR2@N` reaches the batch shell before the time
-    # limit; the handler requeues the job, whose second run finishes.
-    body = """on_signal() { echo "got USR2"; scontrol requeue "$SLURM_JOB_ID"; exit 0; }
+def test_signal_before_time_limit_reaches_the_steps_then_requeue(tmp_path: Path, slurm_env: dict[str, str]) -> None:
+    # The requeue path jobgen renders: `--signal=USR2@N` (no "B:") goes to the job's srun steps, where
+    # the training's handler checkpoints and rank 0 requeues the job; the batch shell is not signalled.
+    # The second run finishes.
+    step = """on_signal() { echo "step $SLURM_PROCID got USR2"; scontrol requeue "$SLURM_JOB_ID"; exit 75; }
 trap on_signal USR2
-echo "run restarts=${SLURM_RESTART_COUNT:-0}"
-if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then
-    for _ in $(seq 120); do sleep 1; done
-fi
+if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then for _ in $(seq 120); do sleep 1; done; fi"""
+    body = f"""trap 'echo "batch shell got USR2"' USR2
+echo "run restarts=${{SLURM_RESTART_COUNT:-0}}"
+srun bash -c {shlex.quote(step)}
 echo finished"""
     out = tmp_path / "signal.out"
-    script = _script(
-        tmp_path / "signal.sbatch",
-        body,
-        f"--output={out}",
-        "--open-mode=append",
-        "--time=1",
-        "--signal=B:USR2@50",
-    )
+    script = _script(tmp_path / "signal.sbatch", body, f"--output={out}", "--open-mode=append", "--time=1",
+                     "--signal=USR2@50")
     job_id = cluster.submit([str(script)], env=slurm_env)
     assert cluster.wait_job(job_id, timeout=180, env=slurm_env) == "COMPLETED", out.read_text()
     text = out.read_text()
-    assert "got USR2" in text and "run restarts=1" in text and "finished" in text, text
+    assert "step 0 got USR2" in text and "run restarts=1" in text and "finished" in text, text
+    assert "batch shell got USR2" not in text, text

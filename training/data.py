@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from training import synthetic
-from training.spec import DataSpec, Spec, SpecError
+from training.spec import DataSpec, Spec, SpecError, resolve_partition
 
 if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict
@@ -75,7 +75,9 @@ def load_raw(spec: Spec) -> DatasetDict:
     data = spec.data
     if data.dataset == SYNTHETIC:
         sizes = data.partition or synthetic.DEFAULT_SIZES
-        rows = synthetic.make_rows(sum(sizes), seed=spec.train.seed, lengths=data.config or "short")
+        counts = resolve_partition(sizes, sum(synthetic.DEFAULT_SIZES))  # fractions: of the default size
+        total = sum(counts) if counts == tuple(sizes) else sum(synthetic.DEFAULT_SIZES)
+        rows = synthetic.make_rows(total, seed=spec.train.seed, lengths=data.config or "short")
         return datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows)})
     if data.dataset:
         return datasets.load_dataset(data.dataset, data.config or None)
@@ -117,11 +119,14 @@ def _has_text(data: DataSpec) -> Any:
     return lambda row: all(isinstance(row[f], str) and row[f] for f in fields) and row[data.label_field] is not None
 
 
-def _partition(raw: DatasetDict, sizes: tuple[int, ...], seed: int) -> DatasetDict:
+def _partition(raw: DatasetDict, partition: tuple[int | float, ...], seed: int) -> DatasetDict:
     import datasets
 
     ordered = [raw[k] for k in SPLITS if k in raw] + [raw[k] for k in raw if k not in SPLITS]
     pool = datasets.concatenate_datasets(ordered).shuffle(seed=seed)
+    sizes = resolve_partition(partition, len(pool))
+    if min(sizes) < 1:
+        raise SpecError(f"data.partition {list(partition)} leaves an empty split ({list(sizes)} of {len(pool)} rows)")
     if sum(sizes) > len(pool):
         raise SpecError(f"data.partition {list(sizes)} needs {sum(sizes)} rows; the dataset has {len(pool)}")
     cuts = [0, sizes[0], sizes[0] + sizes[1], sum(sizes)]

@@ -6,17 +6,21 @@ sits behind the small `Runtime` interface each engine implements; everything els
 
 from __future__ import annotations
 
-import time
+import os
+import shutil
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from training import requeue
-from training.loaders import token_counts
+from training.loaders import model_inputs
 from training.metrics import Scores
-from training.results import Clock, MetricsLog, Stats, graphs_compiled
+from training.results import Clock, MetricsLog, Stats
 from training.spec import Spec
+from training.timing import TrainClock
+
+BEST = "best-model.pt"  # not .ckpt: never taken for a resume
 
 
 class Runtime(Protocol):
@@ -50,8 +54,10 @@ class Job:
     log: MetricsLog
     watcher: requeue.Watcher | None
     progress: dict[str, int] = field(default_factory=lambda: {"epoch": 0, "batch": 0, "global_step": 0})
-    local: list[float] = field(default_factory=lambda: [0.0] * 4)  # samples, tokens, real, slots
-    steps_this_attempt: int = 0
+    clock: TrainClock = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.clock = TrainClock(self.stats, self.spec)
 
 
 def state_of(job: Job) -> dict[str, Any]:
@@ -59,20 +65,9 @@ def state_of(job: Job) -> dict[str, Any]:
             "progress": job.progress, "stats": job.stats.state()}
 
 
-def flush_counters(job: Job) -> None:
-    """Sum this rank's throughput counters over all ranks into stats (a collective: all ranks call)."""
-    samples, tokens, real, slots = job.rt.reduce_sum(job.local)
-    s = job.stats
-    s.timed_samples += int(samples)
-    s.timed_tokens += int(tokens)
-    s.real_tokens += int(real)
-    s.padded_slots += int(slots)
-    job.local = [0.0] * 4
-
-
 def checkpoint(job: Job) -> None:
     """Save to a temporary name, then rank 0 renames it: a half-written checkpoint is never 'newest'."""
-    flush_counters(job)
+    job.clock.flush(job.rt.reduce_sum)
     directory = job.spec.checkpoint_dir
     name = f"step-{job.progress['global_step']:07d}.ckpt"
     tmp = directory / f".tmp-{name}"
@@ -87,13 +82,36 @@ def checkpoint(job: Job) -> None:
 
 
 def _replace(tmp: Path, final: Path) -> None:
-    import os
-    import shutil
-
     for old in final.parent.iterdir():  # keep only the newest: these are for resuming, not analysis
         if old.name.startswith("step-") and old != final:
-            shutil.rmtree(old) if old.is_dir() else old.unlink()
+            _remove(old)
     os.replace(tmp, final)
+
+
+def _remove(path: Path) -> None:
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def save_best(job: Job) -> None:
+    """The weights of the best validation epoch so far, the ones `test` scores (as Lightning's
+    ModelCheckpoint(monitor="val_acc") does: kept when strictly better than every earlier epoch)."""
+    directory = job.spec.checkpoint_dir
+    tmp, final = directory / f".tmp-{BEST}", directory / BEST
+    if job.rt.rank == 0:
+        directory.mkdir(parents=True, exist_ok=True)
+    job.rt.barrier()
+    job.rt.save(tmp, {"model": job.model})
+    job.rt.barrier()
+    if job.rt.rank == 0:
+        if final.exists():
+            _remove(final)
+        os.replace(tmp, final)
+    job.rt.barrier()
+
+
+def best_epoch(val_acc: list[float]) -> int | None:
+    """The first epoch with the highest validation accuracy."""
+    return max(range(len(val_acc)), key=lambda i: (val_acc[i], -i)) if val_acc else None
 
 
 def resume(job: Job) -> None:
@@ -105,9 +123,11 @@ def resume(job: Job) -> None:
     job.progress.update(state["progress"])
     job.stats.restore(state["stats"])
     job.stats.resumed = True
+    # A checkpoint taken on the requeue signal is mid-epoch: that epoch goes on after its done batches.
+    job.loaders["train"].batch_sampler.resume_at(job.progress["epoch"], job.progress["batch"])
 
 
-def evaluate(job: Job, split: str) -> dict[str, float | None]:
+def evaluate(job: Job, split: str) -> dict[str, Any]:
     import torch
 
     job.model.eval()
@@ -115,9 +135,11 @@ def evaluate(job: Job, split: str) -> dict[str, float | None]:
     with torch.no_grad(), job.rt.autocast():
         for batch in job.loaders[split]:
             batch = job.rt.to_device(batch)
-            scores.update(job.model(**batch).logits.float(), batch["labels"])
+            scores.update(job.model(**model_inputs(batch)).logits.float(), batch["labels"], batch["row"])
     job.model.train()
-    return scores.compute()
+    result = scores.compute()
+    job.stats.scored[split] = result["scored"]
+    return result
 
 
 def _step(job: Job, batch: dict[str, Any], index: int, last: int) -> tuple[float, bool]:
@@ -125,7 +147,7 @@ def _step(job: Job, batch: dict[str, Any], index: int, last: int) -> tuple[float
     accum = job.spec.train.grad_accum
     accumulating = (index + 1) % accum != 0 and index + 1 < last
     with job.rt.no_sync(job.model, accumulating), job.rt.autocast():
-        loss = job.model(**batch).loss
+        loss = job.model(**model_inputs(batch)).loss
     job.rt.backward(loss / accum, job.model)
     if not accumulating:
         job.rt.optimizer_step(job.optimizer)
@@ -135,39 +157,25 @@ def _step(job: Job, batch: dict[str, Any], index: int, last: int) -> tuple[float
     return float(loss.detach()), not accumulating
 
 
-def _count(job: Job, batch: dict[str, Any], seconds: float, stepped: bool, compiled: bool) -> None:
-    """Warm-up steps, and any later step that compiled a graph (a new length bucket), are timed as
-    warmup_compile and left out of the throughput counters."""
-    t, s = job.spec.train, job.stats
-    real, slots = token_counts(batch)
-    job.local[2] += real
-    job.local[3] += slots
-    in_warmup = t.compile and (job.steps_this_attempt < t.warmup_compile_steps or compiled)
-    if in_warmup:
-        s.times_s["warmup_compile"] += seconds
-    else:
-        s.times_s["train"] += seconds
-        job.local[0] += batch["labels"].shape[0]
-        job.local[1] += real
-    job.steps_this_attempt += int(stepped)
-
-
 def train_epoch(job: Job, epoch: int) -> str:
-    """One epoch from progress['batch']; returns "done", "max_steps" or "interrupted"."""
+    """One epoch (after a requeue, its batches not yet done); returns "done", "max_steps" or
+    "interrupted". Only fetch, step and optimizer sit inside the clock's window (training/timing.py)."""
     t, loader = job.spec.train, job.loaders["train"]
-    sampler = getattr(loader, "_dataloader", loader).sampler  # Fabric wraps the DataLoader
-    sampler.set_epoch(epoch, job.progress["batch"])
-    last = sampler.num_batches()
-    index, job.progress["epoch"] = job.progress["batch"], epoch
+    batches = loader.batch_sampler
+    batches.set_epoch(epoch)
+    last, index = batches.num_batches(), batches.skip
+    job.progress.update(epoch=epoch, batch=index)
     job.model.train()
-    tick = time.perf_counter()
-    for batch in _progress(loader, job, epoch, last - index):
-        batch = job.rt.to_device(batch)
-        graphs = graphs_compiled() if t.compile else 0
+    bar = _progress_bar(job, epoch, last, index)
+    fetch = iter(loader)
+    pending = next(fetch, None)  # the epoch's first batch comes before the clock opens (as in Lightning)
+    job.clock.open()
+    while pending is not None:
+        batch, pending = job.rt.to_device(pending), next(fetch, None)
         loss, stepped = _step(job, batch, index, last)
-        now = time.perf_counter()
-        _count(job, batch, now - tick, stepped, t.compile and graphs_compiled() != graphs)
+        job.clock.close(batch, epoch)
         index, job.progress["batch"] = index + 1, index + 1
+        bar.update(1)
         job.log.progress(epoch=epoch, epochs=t.epochs, batch=index, batches=last, step=job.progress["global_step"],
                          force=index == last)
         if stepped and job.progress["global_step"] % t.log_every_n_steps == 0:
@@ -177,18 +185,19 @@ def train_epoch(job: Job, epoch: int) -> str:
             return "max_steps"
         if job.watcher is not None and _agreed(job, job.watcher.requested):
             return "interrupted"
-        tick = time.perf_counter()
+        job.clock.open()
+    bar.close()
     return "done"
 
 
-def _progress(loader: Any, job: Job, epoch: int, total: int) -> Any:
+def _progress_bar(job: Job, epoch: int, total: int, done: int) -> Any:
     """A progress bar on rank 0; in a batch log (no terminal) it redraws rarely instead of per step."""
     import sys
 
     from tqdm.auto import tqdm
 
     interactive = sys.stderr.isatty()
-    return tqdm(loader, desc=f"epoch {epoch}", total=total, disable=job.rt.rank != 0,
+    return tqdm(desc=f"epoch {epoch}", total=total, initial=done, disable=job.rt.rank != 0,
                 mininterval=0.5 if interactive else 30, dynamic_ncols=interactive)
 
 
@@ -213,6 +222,8 @@ def fit(job: Job) -> None:
         with Clock(stats, "eval"):
             val = evaluate(job, "validation")
         stats.val_acc_per_epoch.append(val["acc"])
+        if best_epoch(stats.val_acc_per_epoch) == epoch:
+            save_best(job)
         job.log.add(epoch=epoch, step=job.progress["global_step"], split="validation", acc=val["acc"],
                     f1=val["f1"])
         job.progress.update(epoch=epoch + 1, batch=0)
@@ -220,11 +231,17 @@ def fit(job: Job) -> None:
         job.log.flush()
         if outcome == "max_steps":
             break
+    job.clock.flush(job.rt.reduce_sum)
     stats.epochs_done = len(stats.val_acc_per_epoch)
     stats.optimizer_steps = job.progress["global_step"]
 
 
 def test(job: Job) -> None:
+    """Score the test split with the best validation epoch's weights."""
+    best = best_epoch(job.stats.val_acc_per_epoch)
+    if best is not None and best != len(job.stats.val_acc_per_epoch) - 1:
+        job.rt.load(job.spec.checkpoint_dir / BEST, {"model": job.model})
+    job.stats.tested_epoch = best
     with Clock(job.stats, "eval"):
         scores = evaluate(job, "test")
     job.stats.test_acc, job.stats.test_f1 = scores["acc"], scores["f1"]

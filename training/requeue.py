@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 # Exit status after a checkpoint on signal outside Slurm (or when requeue failed): "try again".
@@ -30,17 +31,30 @@ class Watcher:
         self.requested = True
 
 
-def requeue_or_exit() -> None:
-    """Ask Slurm to requeue this job (argument list, no shell), then leave with EXIT_REQUEUE."""
+def leave_for_requeue(rank: int, checkpoint_dir: Path, wait_s: float = 120.0) -> None:
+    """After every rank's part of the checkpoint is written: rank 0 asks Slurm to requeue the job
+    (argument list, no shell), and every rank leaves with EXIT_REQUEUE.
+
+    The other ranks wait for rank 0's "asked" marker before leaving: under `srun --kill-on-bad-exit`
+    the first task to exit non-zero gets every other task killed, rank 0 perhaps before it asked.
+    """
     job_id = os.environ.get("SLURM_JOB_ID")
     scontrol = shutil.which("scontrol")
-    if job_id and scontrol:
-        done = subprocess.run([scontrol, "requeue", job_id], check=False, capture_output=True, text=True)
-        print(f"training: scontrol requeue {job_id} -> rc {done.returncode} {done.stderr.strip()}",
-              file=sys.stderr, flush=True)
-    else:
-        print("training: not in a Slurm job; checkpoint written, exiting for a manual restart",
-              file=sys.stderr, flush=True)
+    marker = checkpoint_dir / f".requeue-asked-{job_id}-{requeue_count()}"
+    if rank == 0:
+        if job_id and scontrol:
+            done = subprocess.run([scontrol, "requeue", job_id], check=False, capture_output=True, text=True)
+            print(f"training: scontrol requeue {job_id} -> rc {done.returncode} {done.stderr.strip()}",
+                  file=sys.stderr, flush=True)
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(f"{done.returncode}\n")
+        else:
+            print("training: not in a Slurm job; checkpoint written, exiting for a manual restart",
+                  file=sys.stderr, flush=True)
+    elif job_id and scontrol:
+        deadline = time.monotonic() + wait_s
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
     raise SystemExit(EXIT_REQUEUE)
 
 

@@ -35,22 +35,37 @@ class Stats:
     timed_tokens: int = 0        # real (non-pad) tokens in those samples (all ranks)
     real_tokens: int = 0         # for padded_token_fraction, over every training batch seen
     padded_slots: int = 0
+    trained_samples: int = 0     # rows trained (all ranks), top-up repeats included
+    repeated_samples: int = 0    # of those, top-up repeats that keep ranks in step
+    scored: dict[str, int] = field(default_factory=dict)  # rows each split was scored on (all ranks)
     val_acc_per_epoch: list[float] = field(default_factory=list)
     test_acc: float | None = None
     test_f1: float | None = None
+    tested_epoch: int | None = None  # the (best validation) epoch whose weights the test scored
     epochs_done: int = 0
     optimizer_steps: int = 0
     resumed: bool = False
     interrupted: bool = False
+    attempt_started: float = field(default_factory=time.perf_counter)
 
     def state(self) -> dict[str, Any]:
-        """The parts a checkpoint must carry so a resumed run reports the whole run."""
-        keep = ("times_s", "timed_samples", "timed_tokens", "real_tokens", "padded_slots", "val_acc_per_epoch")
-        return {k: getattr(self, k) for k in keep}
+        """The parts a checkpoint must carry so a resumed run reports the whole run (every attempt)."""
+        keep = ("timed_samples", "timed_tokens", "real_tokens", "padded_slots", "trained_samples",
+                "repeated_samples", "scored", "val_acc_per_epoch")
+        times = dict(self.times_s, total=self.times_s["total"] + time.perf_counter() - self.attempt_started)
+        return {"times_s": times, **{k: getattr(self, k) for k in keep}}
 
     def restore(self, state: dict[str, Any]) -> None:
+        """Take over the earlier attempts' counters; times add to this attempt's (its data_prep so far)."""
         for key, value in state.items():
-            setattr(self, key, value)
+            if key == "times_s":
+                self.times_s = {k: self.times_s.get(k, 0.0) + value.get(k, 0.0) for k in self.times_s | value}
+            else:
+                setattr(self, key, value)
+
+    def finish(self) -> None:
+        self.times_s["total"] += time.perf_counter() - self.attempt_started
+        self.attempt_started = time.perf_counter()
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -136,6 +151,9 @@ def build_result(spec: Spec, stats: Stats, requeue_count: int) -> dict[str, Any]
         "nodes": t.num_nodes, "devices_per_node": t.devices, "world_size": stats.world_size,
         "model": t.model, "dataset": spec.data.dataset or ",".join(sorted(spec.data.files.values())),
         "samples": stats.samples,
+        "samples_trained": {"total": stats.trained_samples, "repeats": stats.repeated_samples,
+                            "timed": stats.timed_samples},
+        "scored": stats.scored,
         "times_s": {k: round(v, 3) for k, v in stats.times_s.items()},
         "throughput": {"samples_per_s": round(stats.timed_samples / train_s, 2) if train_s else None,
                        "tokens_per_s": round(stats.timed_tokens / train_s, 1) if train_s else None},
@@ -143,7 +161,7 @@ def build_result(spec: Spec, stats: Stats, requeue_count: int) -> dict[str, Any]
         "peak_memory_mb": peak_memory_mb(stats.accelerator == "gpu"),
         "val_acc_per_epoch": [round(a, 5) for a in stats.val_acc_per_epoch],
         "best_val_acc": round(max(stats.val_acc_per_epoch), 5) if stats.val_acc_per_epoch else None,
-        "test_acc": stats.test_acc, "test_f1": stats.test_f1,
+        "test_acc": stats.test_acc, "test_f1": stats.test_f1, "tested_epoch": stats.tested_epoch,
         "epochs_done": stats.epochs_done, "optimizer_steps": stats.optimizer_steps, "resumed": stats.resumed, "requeue_count": requeue_count,
         "versions": _versions(), "git_sha": os.environ.get("JOBGEN_GIT_SHA") or None,
         "slurm": _slurm(), "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import time
 
 from training import requeue
 from training.data import Prepared
@@ -17,7 +16,6 @@ ENGINE_MODULES = {"torch": "training.engines.torch_loop", "lightning": "training
 
 def run(spec: Spec) -> int:
     """Returns the process exit status; raises SystemExit(EXIT_REQUEUE) after a checkpoint on signal."""
-    start = time.perf_counter()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     spec.job_dir.mkdir(parents=True, exist_ok=True)
     stats = Stats(world_size=spec.train.world_size)
@@ -36,10 +34,8 @@ def run(spec: Spec) -> int:
     engine = importlib.import_module(ENGINE_MODULES[spec.train.engine])
     rank = engine.run(spec, prepared, stats, watcher)
     if stats.interrupted:
-        if rank == 0:
-            requeue.requeue_or_exit()
-        raise SystemExit(requeue.EXIT_REQUEUE)
-    stats.times_s["total"] = time.perf_counter() - start
+        requeue.leave_for_requeue(rank, spec.checkpoint_dir)
+    stats.finish()
     if rank == 0:
         path = write_result(spec, build_result(spec, stats, requeue.requeue_count()))
         print(f"training: wrote {path}", flush=True)

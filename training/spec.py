@@ -75,7 +75,7 @@ class DataSpec:
     train_split: str = "train"
     validation_split: str = ""
     test_split: str = "test"
-    partition: tuple[int, ...] = ()
+    partition: tuple[int | float, ...] = ()  # counts, or fractions of all rows (resolve_partition)
     val_fraction: float = 0.1
     max_samples: int = 0
     max_length: int = 512
@@ -120,7 +120,7 @@ def _build(cls: type, raw: dict[str, Any], where: str) -> Any:
             raise SpecError(f"unknown key {where}.{key}.{hint} Valid: {', '.join(sorted(names))}")
     values = dict(raw)
     if "partition" in values:
-        values["partition"] = tuple(int(n) for n in values["partition"])
+        values["partition"] = tuple(values["partition"])
     return cls(**values)
 
 
@@ -140,10 +140,29 @@ def validate(spec: Spec) -> None:
     if t.engine == "torch" and (t.world_size > 1 or t.strategy != "auto"):
         raise SpecError("train.engine='torch' runs on one device: use strategy='auto', devices=1, "
                         "num_nodes=1, or engine='lightning'/'fabric' for distributed runs")
-    if d.partition and len(d.partition) != 3:
-        raise SpecError("data.partition must be [train, validation, test] sizes or []")
+    if d.partition:
+        _check_partition(d.partition)
     if t.epochs < 1 or t.batch_size < 1 or t.grad_accum < 1:
         raise SpecError("train.epochs, train.batch_size and train.grad_accum must be >= 1")
+
+
+def _check_partition(sizes: tuple[int | float, ...]) -> None:
+    counts = all(isinstance(n, int) or float(n).is_integer() and n >= 1 for n in sizes)
+    fractions = all(0 < n < 1 for n in sizes) and sum(sizes) <= 1 + 1e-9
+    if len(sizes) != 3 or any(isinstance(n, bool) for n in sizes) or not (counts and min(sizes) >= 1 or fractions):
+        raise SpecError(f"data.partition={list(sizes)}: give three counts [train, val, test] (e.g. [35000, "
+                        "5000, 10000]) or three fractions that sum to at most 1 (e.g. [0.8, 0.1, 0.1])")
+
+
+def resolve_partition(sizes: tuple[int | float, ...], rows: int) -> tuple[int, int, int]:
+    """Counts from data.partition: counts as given; fractions of `rows` rounded down, and when the
+    fractions add up to 1, train takes the rows that rounding left over (no row is dropped)."""
+    if all(isinstance(n, int) or float(n).is_integer() and n >= 1 for n in sizes):
+        train, val, test = (int(n) for n in sizes)
+        return train, val, test
+    val, test = (int(f * rows) for f in sizes[1:])
+    train = rows - val - test if abs(sum(sizes) - 1) <= 1e-9 else int(sizes[0] * rows)
+    return train, val, test
 
 
 def from_dict(raw: dict[str, Any]) -> Spec:

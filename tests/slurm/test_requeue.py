@@ -31,7 +31,7 @@ def _first_epoch_done(job_dir: Path) -> bool:
     checkpoints = job_dir / "checkpoints"
     metrics = job_dir / "metrics.csv"
     return (checkpoints.is_dir() and any(checkpoints.iterdir())) or (
-        metrics.exists() and ",val," in metrics.read_text()
+        metrics.exists() and ",validation," in metrics.read_text()
     )
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests.training.conftest import spec_dict
 from training import data, synthetic
-from training.loaders import Collator, ShardedSampler, make_loader, token_counts
+from training.loaders import Collator, make_loader, model_inputs, token_counts
 from training.spec import SpecError, from_dict
 
 pytestmark = pytest.mark.timeout(120)
@@ -103,20 +103,45 @@ def test_prepare_caches_and_reuses(tmp_path: Path, cache_dir: Path) -> None:
     assert len(list((tmp_path / "own-cache" / "tokenized").iterdir())) == 2
 
 
-def test_sampler_shards_equally_and_groups_by_length() -> None:
-    lengths = [(i * 37) % 100 + 1 for i in range(103)]
-    samplers = [ShardedSampler(lengths, 8, rank, 2, seed=1) for rank in (0, 1)]
-    shards = [list(s) for s in samplers]
-    # Same number of steps on every rank (13 batches -> 7 each, one repeated), every sample seen.
-    assert samplers[0].num_batches() == samplers[1].num_batches() == 7
-    assert set(shards[0]) | set(shards[1]) == set(range(103))
-    grouped = ShardedSampler(lengths, 8, group_by_length=True, seed=1)
-    batches = [list(grouped)[i:i + 8] for i in range(0, 96, 8)]
-    spread = sum(max(lengths[j] for j in b) - min(lengths[j] for j in b) for b in batches) / len(batches)
-    assert spread < 20  # random batches of this mix spread over ~85
-    resumed = ShardedSampler(lengths, 8, seed=1)
-    resumed.set_epoch(0, skip_batches=3)
-    assert list(resumed) == list(ShardedSampler(lengths, 8, seed=1))[24:]
+def test_loaders_score_601_rows_once_on_3_ranks_and_keep_grouped_batches(tmp_path: Path, cache_dir: Path) -> None:
+    """Real loaders over a split no batch size divides: each rank's batches carry their row ids."""
+    import torch
+
+    spec = _spec(tmp_path, cache_dir, partition=[601, 50, 601], group_by_length=True)
+    prepared = data.prepare(spec)
+    seen, steps = [], set()
+    for rank in range(3):
+        loader = make_loader(prepared.splits["test"], spec, prepared.tokenizer, False, rank, 3)
+        batches = list(loader)
+        steps.add(len(batches))
+        for batch in batches:
+            rows = batch["row"]
+            seen += rows[rows >= 0].tolist()
+            assert batch["labels"].shape == rows.shape and "row" not in model_inputs(batch)
+    assert sorted(seen) == list(range(601)) and steps == {2}  # ceil(201 / 128) steps on every rank
+    train = make_loader(prepared.splits["train"], spec, prepared.tokenizer, True, 1, 3)
+    sampler = train.batch_sampler
+    for batch, meant in zip(train, sampler.epoch_batches(), strict=True):
+        assert batch["row"].tolist() == [i if i < 601 else -1 - (i - 601) for i in meant]
+        assert torch.equal(batch["attention_mask"].sum(1), torch.tensor(
+            [prepared.splits["train"][i % 601]["length"] for i in meant]))
+
+
+@pytest.mark.parametrize(("partition", "sizes"), [
+    ([0.8, 0.1, 0.1], {"train": 2400, "validation": 300, "test": 300}),
+    ([0.5, 0.25, 0.2], {"train": 1500, "validation": 750, "test": 600}),
+    ([0.333, 0.333, 0.334], {"train": 999, "validation": 999, "test": 1002}),
+])
+def test_partition_fractions_cut_the_pool(tmp_path: Path, cache_dir: Path, partition: list, sizes: dict) -> None:
+    spec = _spec(tmp_path, cache_dir, partition=partition)
+    splits = data.make_splits(data.load_raw(spec), spec.data, seed=1)
+    assert {k: len(v) for k, v in splits.items()} == sizes
+
+
+@pytest.mark.parametrize("partition", [[0.8, 0.3, 0.1], [100, 0.5, 0.5], [0.8, 0.2], [10, 0, 5]])
+def test_partition_refused_when_neither_counts_nor_fractions(tmp_path: Path, partition: list) -> None:
+    with pytest.raises(SpecError, match="data.partition"):
+        from_dict(spec_dict(tmp_path, tmp_path, data={"partition": partition}))
 
 
 def test_padding_fraction_dynamic_vs_max_length(tmp_path: Path, cache_dir: Path) -> None:

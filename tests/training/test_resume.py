@@ -46,3 +46,65 @@ def test_signal_checkpoints_then_restart_resumes(engine: str, tmp_path: Path, ca
     assert len(_validation_rows(job)) == 3  # never a fourth epoch
     assert result["test_acc"] >= 0.90
     assert json.loads(spec.read_text())["requeue"]["enabled"]
+
+
+def trained_rows(trace: Path) -> dict[int, list[int]]:
+    """Epoch -> the rows trained in it by every rank over every attempt (JOBGEN_TRACE_ROWS files)."""
+    out: dict[int, list[int]] = {}
+    for path in sorted(trace.glob("rank*.txt")):
+        for line in path.read_text().splitlines():
+            epoch, _, rows = line.partition(": ")
+            out.setdefault(int(epoch), []).extend(int(r) for r in rows.split())
+    return out
+
+
+def _saved_stats(checkpoints: Path) -> dict:
+    """The counters the requeue checkpoint carries (each engine's own layout)."""
+    import torch
+
+    (path,) = [p for p in checkpoints.iterdir() if p.name.endswith(".ckpt")]
+    if path.is_dir():  # Fabric's sharded layout; the plain states are in its meta file
+        path = path / "meta.pt"
+    saved = torch.load(path, map_location="cpu", weights_only=False)
+    return saved["jobgen"]["stats"] if "jobgen" in saved else saved["stats"]
+
+
+@pytest.mark.parametrize(("engine", "devices"), [("torch", 1), ("lightning", 1), ("fabric", 1), ("lightning", 2),
+                                                 ("fabric", 2)])
+def test_mid_epoch_requeue_trains_every_sample_once(engine: str, devices: int, tmp_path: Path,
+                                                    cache_dir: Path) -> None:
+    """USR2 in the middle of epoch 0: the restart continues that epoch where it stopped, so over both
+    attempts each sample is trained once per epoch, and steps, samples and times add up."""
+    job, trace = tmp_path / "job", tmp_path / "trace"
+    n, batch, epochs = 1601, 16, 2  # 101 batches an epoch: on 2 ranks, 51 steps and one top-up batch
+    spec = write_spec(job, cache_dir, train={"engine": engine, "epochs": epochs, "batch_size": batch,
+                                             "devices": devices, "strategy": "ddp" if devices > 1 else "auto"},
+                      data={"partition": [n, 301, 401]}, requeue={"enabled": True, "signal": "USR2"})
+    env = subprocess_env({"JOBGEN_TRACE_ROWS": str(trace)})
+    proc = start(spec, env, job / "first.log")
+    deadline = time.monotonic() + 180
+    while len(trained_rows(trace).get(0, [])) < 12 * batch and proc.poll() is None:
+        assert time.monotonic() < deadline, (job / "first.log").read_text()[-3000:]
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGUSR2)
+    assert proc.wait(timeout=120) == EXIT_REQUEUE, (job / "first.log").read_text()[-4000:]
+    first = trained_rows(trace)
+    assert list(first) == [0] and len(first[0]) < n, "the signal must land inside epoch 0"
+    saved = _saved_stats(job / "checkpoints")
+    assert saved["trained_samples"] == len(first[0])  # the checkpoint counts exactly what was trained
+
+    result = run_entrypoint(spec, env, timeout=180)
+    rows = trained_rows(trace)
+    steps = -(-(-(-n // batch)) // devices)  # ceil(ceil(n / batch) / devices)
+    topup = steps * devices - -(-n // batch)
+    for epoch in range(epochs):
+        fresh = sorted(r for r in rows[epoch] if r >= 0)
+        assert fresh == list(range(n)), f"epoch {epoch}: {len(fresh)} fresh rows, {len(set(fresh))} distinct"
+    assert result["resumed"] is True and result["epochs_done"] == epochs
+    assert result["optimizer_steps"] == epochs * steps
+    repeats = sum(1 for epoch in rows.values() for r in epoch if r < 0)
+    assert result["samples_trained"]["repeats"] == repeats == epochs * topup * batch
+    assert result["samples_trained"]["total"] == epochs * n + repeats == sum(len(v) for v in rows.values())
+    assert result["times_s"]["train"] > saved["times_s"]["train"] > 0
+    assert result["times_s"]["total"] > saved["times_s"]["total"]
+    assert result["scored"] == {"validation": 301, "test": 401}

@@ -23,7 +23,7 @@ class FabricRuntime:
         self.rank, self.world, self.device = fabric.global_rank, fabric.world_size, fabric.device
 
     def to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
-        return batch  # setup_dataloaders(move_to_device=True) already placed it
+        return self.fabric.to_device(batch)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         return self.fabric.autocast()
@@ -105,10 +105,10 @@ def _fit_and_test(fabric: Any, spec: Spec, prepared: Prepared, stats: Stats, wat
     model = common.maybe_compile(common.build_model(spec, prepared), spec)
     loaders = common.loaders(spec, prepared, fabric.global_rank, fabric.world_size)
     common.record_sizes(stats, prepared)
-    model, optimizer, scheduler = _setup(fabric, spec, model, loaders["train"].sampler.num_batches())
-    wrapped = dict(zip(loaders, fabric.setup_dataloaders(*loaders.values(), use_distributed_sampler=False),
-                       strict=True))
-    job = loop.Job(spec, FabricRuntime(fabric), model, optimizer, scheduler, wrapped,
+    model, optimizer, scheduler = _setup(fabric, spec, model, loaders["train"].batch_sampler.num_batches())
+    # The loaders are not passed through fabric.setup_dataloaders: its wrapper calls set_epoch with
+    # its own count of iterations, which after a requeue is not the epoch being resumed.
+    job = loop.Job(spec, FabricRuntime(fabric), model, optimizer, scheduler, loaders,
                    len(prepared.label_names), stats,
                    MetricsLog(spec.job_dir / "metrics.csv", fabric.global_rank == 0), watcher)
     loop.fit(job)

@@ -15,12 +15,13 @@ from training import requeue
 from training.data import Prepared
 from training.engines import common
 from training.hardware import effective_precision, resolve_accelerator
-from training.loaders import make_loader, token_counts
+from training.loaders import make_loader, model_inputs
 from training.metrics import Scores
 from training.optim import build_optimizer, build_scheduler, warmup_steps
-from training.results import MetricsLog, Stats, graphs_compiled
+from training.results import MetricsLog, Stats
 from training.spec import Spec, is_fsdp
 from training.strategies import cluster_plugins, fsdp2_parallelize, make_strategy
+from training.timing import TrainClock
 
 
 class Preempted(Exception):
@@ -34,6 +35,7 @@ class Classifier(L.LightningModule):
         self.spec, self.prepared, self.stats = spec, prepared, stats
         self.model = common.build_model(spec, prepared)
         self.scores: Scores | None = None
+        self.resume_at: tuple[int, int] | None = None  # (epoch, batches done) from a checkpoint
 
     def setup(self, stage: str) -> None:
         if stage == "fit":
@@ -54,14 +56,14 @@ class Classifier(L.LightningModule):
         self.model.train()
 
     def training_step(self, batch: dict[str, Any], index: int) -> Any:
-        loss = self.model(**batch).loss
+        loss = self.model(**model_inputs(batch)).loss
         self.log("train_loss", loss, prog_bar=True)
         return loss
 
     def _eval_step(self, batch: dict[str, Any]) -> None:
         if self.scores is None:
             self.scores = Scores(len(self.prepared.label_names), self.device)
-        self.scores.update(self.model(**batch).logits.float(), batch["labels"])
+        self.scores.update(self.model(**model_inputs(batch)).logits.float(), batch["labels"], batch["row"])
 
     def validation_step(self, batch: dict[str, Any], index: int) -> None:
         self._eval_step(batch)
@@ -74,10 +76,12 @@ class Classifier(L.LightningModule):
         self.log("val_acc", result["acc"], sync_dist=False)
         if not self.trainer.sanity_checking:
             self.stats.val_acc_per_epoch.append(result["acc"])
+            self.stats.scored["validation"] = result["scored"]
 
     def on_test_epoch_end(self) -> None:
         result, self.scores = self.scores.compute(), None
         self.stats.test_acc, self.stats.test_f1 = result["acc"], result["f1"]
+        self.stats.scored["test"] = result["scored"]
         self.log("test_acc", result["acc"], sync_dist=False)
 
     def configure_optimizers(self) -> Any:
@@ -87,8 +91,13 @@ class Classifier(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def _loader(self, split: str) -> Any:
-        return make_loader(self.prepared.splits[split], self.spec, self.prepared.tokenizer, split == "train",
-                           self.global_rank, self.trainer.world_size)
+        loader = make_loader(self.prepared.splits[split], self.spec, self.prepared.tokenizer, split == "train",
+                             self.global_rank, self.trainer.world_size)
+        if split == "train" and self.resume_at is not None:
+            # Lightning restarts an interrupted epoch's data from its first batch unless the data can
+            # skip what was done: the batch sampler does (Lightning calls its set_epoch).
+            loader.batch_sampler.resume_at(*self.resume_at)
+        return loader
 
     def train_dataloader(self) -> Any:
         return self._loader("train")
@@ -99,56 +108,51 @@ class Classifier(L.LightningModule):
     def test_dataloader(self) -> Any:
         return self._loader("test")
 
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["jobgen_val_acc_per_epoch"] = list(self.stats.val_acc_per_epoch)
-
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        if self.trainer.state.fn == "fit":
-            self.stats.val_acc_per_epoch = list(checkpoint.get("jobgen_val_acc_per_epoch", []))
+        saved = checkpoint.get("jobgen")
+        if saved and self.trainer.state.fn == "fit":
+            self.stats.restore(saved["stats"])
+            self.resume_at = (saved["epoch"], saved["batch"])
 
 
 class Bookkeeping(Callback):
-    """Times, throughput counters, metrics.csv rows, and the checkpoint-and-stop on the requeue signal."""
+    """The shared timing window (training/timing.py), metrics.csv rows, progress.json, the resume point
+    and counters in every checkpoint, and the checkpoint-and-stop on the requeue signal."""
 
     def __init__(self, spec: Spec, stats: Stats, watcher: requeue.Watcher | None) -> None:
         self.spec, self.stats, self.watcher = spec, stats, watcher
-        self.local = [0.0] * 4
-        self.steps = 0
+        self.clock = TrainClock(stats, spec)
+        self.batch = 0  # batches done in the current epoch, over every attempt
         self.rows: MetricsLog | None = None
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self.rows = self.rows or MetricsLog(self.spec.job_dir / "metrics.csv", trainer.global_rank == 0)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        # Timed from one batch end to the next, like the shared loop: data loading counts as training.
-        self.tick = time.perf_counter()
+        # Lightning has fetched the epoch's first batch already; the loops fetch it before opening too.
+        self.batch = trainer.train_dataloader.batch_sampler.skip_for(trainer.current_epoch)
+        self.clock.open()
 
-    on_train_start = on_train_epoch_start  # a resume mid-epoch starts without an epoch start
-
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, index: int) -> None:
-        self.graphs = graphs_compiled() if self.spec.train.compile else 0
+    on_train_start = on_train_epoch_start  # an epoch resumed mid-way gets no epoch start from Lightning
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, index: int) -> None:
+        self.clock.close(batch, trainer.current_epoch)
         t = self.spec.train
-        seconds = time.perf_counter() - self.tick
-        real, slots = token_counts(batch)
-        self.local[2:] = [self.local[2] + real, self.local[3] + slots]
-        compiled = t.compile and graphs_compiled() != self.graphs
-        if t.compile and (self.steps < t.warmup_compile_steps or compiled):
-            self.stats.times_s["warmup_compile"] += seconds
-        else:
-            self.stats.times_s["train"] += seconds
-            self.local[:2] = [self.local[0] + batch["labels"].shape[0], self.local[1] + real]
-        self.steps += 1
-        self.tick = time.perf_counter()
+        self.batch += 1
         batches = trainer.num_training_batches
-        self.rows.progress(epoch=trainer.current_epoch, epochs=t.epochs, batch=index + 1, batches=batches,
-                           step=trainer.global_step, force=index + 1 == batches)
+        self.rows.progress(epoch=trainer.current_epoch, epochs=t.epochs, batch=self.batch, batches=batches,
+                           step=trainer.global_step, force=self.batch == batches)
         if trainer.global_step % t.log_every_n_steps == 0:
             self.rows.add(epoch=trainer.current_epoch, step=trainer.global_step, split="train",
                          loss=float(outputs["loss"]), lr=trainer.optimizers[0].param_groups[0]["lr"])
         if self.watcher is not None and trainer.strategy.reduce_boolean_decision(self.watcher.requested, all=False):
             self._checkpoint_and_stop(trainer)
+        self.clock.open()
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        # Every rank saves (and so reaches this), so the counters can be summed here.
+        self.clock.flush(lambda values: _reduce_sum(trainer, pl_module, values))
+        checkpoint["jobgen"] = {"epoch": trainer.current_epoch, "batch": self.batch, "stats": self.stats.state()}
 
     def _checkpoint_and_stop(self, trainer: Any) -> None:
         directory = self.spec.checkpoint_dir
@@ -180,11 +184,12 @@ class Bookkeeping(Callback):
         self.rows.flush()
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        sums = trainer.strategy.reduce(torch.tensor(self.local, dtype=torch.float64, device=pl_module.device),
-                                       reduce_op="sum").tolist()
-        s = self.stats
-        s.timed_samples, s.timed_tokens, s.real_tokens, s.padded_slots = (int(v) for v in sums)
-        self.local = [0.0] * 4
+        self.clock.flush(lambda values: _reduce_sum(trainer, pl_module, values))
+
+
+def _reduce_sum(trainer: Any, pl_module: Any, values: list[float]) -> list[float]:
+    tensor = torch.tensor(values, dtype=torch.float64, device=pl_module.device)
+    return trainer.strategy.reduce(tensor, reduce_op="sum").tolist()
 
 
 def _trainer(spec: Spec, stats: Stats, callbacks: list[Any]) -> L.Trainer:

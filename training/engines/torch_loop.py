@@ -88,7 +88,7 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: Watcher | None) -
     loaders = common.loaders(spec, prepared, 0, 1)
     common.record_sizes(stats, prepared)
     optimizer = build_optimizer(model, t)
-    total = total_steps(loaders["train"].sampler.num_batches(), t)
+    total = total_steps(loaders["train"].batch_sampler.num_batches(), t)
     scheduler = build_scheduler(optimizer, total, warmup_steps(total, t))
     job = loop.Job(spec, TorchRuntime(device, stats.precision_effective), model, optimizer, scheduler,
                    loaders, len(prepared.label_names), stats, MetricsLog(spec.job_dir / "metrics.csv", True),
