@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import signal
 import time
 from pathlib import Path
@@ -95,8 +96,9 @@ def test_mid_epoch_requeue_trains_every_sample_once(engine: str, devices: int, t
 
     result = run_entrypoint(spec, env, timeout=180)
     rows = trained_rows(trace)
-    steps = -(-(-(-n // batch)) // devices)  # ceil(ceil(n / batch) / devices)
-    topup = steps * devices - -(-n // batch)
+    batches = math.ceil(n / batch)
+    steps = math.ceil(batches / devices)
+    topup = steps * devices - batches
     for epoch in range(epochs):
         fresh = sorted(r for r in rows[epoch] if r >= 0)
         assert fresh == list(range(n)), f"epoch {epoch}: {len(fresh)} fresh rows, {len(set(fresh))} distinct"
