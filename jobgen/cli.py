@@ -311,6 +311,27 @@ def summary(ctx: click.Context, runs: tuple[str, ...], fmt: str, plot: str | Non
 
 @main.command()
 @click.argument("runs", nargs=-1)
+@click.option("-o", "--output", "output", default="report.html", show_default=True, type=click.Path(dir_okay=False),
+              help="The HTML file to write.")
+@click.option("--baseline", help="Configuration (job name) speed-ups are measured against.")
+@click.option("--all-runs", is_flag=True, help="Every run of each experiment named, not only its latest.")
+@click.pass_context
+def report(ctx: click.Context, runs: tuple[str, ...], output: str, baseline: str | None, all_runs: bool) -> None:
+    """Write one self-contained HTML page for RUNS (default: the latest run): the summary table, loss and
+    accuracy curves, time vs accuracy, failure causes and links to each job's logs."""
+    from jobgen.record import every_run_of, find_runs
+    from jobgen.report import write_report
+    from jobgen.summary import live_states
+
+    run_dirs = find_runs(list(runs), _lookup_root(ctx))
+    if all_runs:
+        run_dirs = every_run_of(run_dirs)
+    path = write_report(run_dirs, Path(output), baseline=baseline, live_states=live_states(run_dirs))
+    click.echo(f"report: {path}")
+
+
+@main.command()
+@click.argument("runs", nargs=-1)
 @click.option("--all-runs", is_flag=True, help="Every run of each experiment named, not only its latest.")
 @click.option("--yes", is_flag=True, help="Delete; without it, only list what would go.")
 @click.pass_context
