@@ -333,6 +333,26 @@ def report(ctx: click.Context, runs: tuple[str, ...], output: str, baseline: str
 @main.command()
 @click.argument("runs", nargs=-1)
 @click.option("--all-runs", is_flag=True, help="Every run of each experiment named, not only its latest.")
+@click.pass_context
+def sync(ctx: click.Context, runs: tuple[str, ...], all_runs: bool) -> None:
+    """Upload the W&B runs that the jobs of RUNS logged offline (default: the latest run).
+
+    Run it on a machine with internet (the login node). The API key comes from your environment
+    (WANDB_API_KEY) or `wandb login`; jobgen never stores it.
+    """
+    from jobgen.record import every_run_of, find_runs
+    from jobgen.sync import sync as sync_runs
+
+    run_dirs = find_runs(list(runs), _lookup_root(ctx))
+    if all_runs:
+        run_dirs = every_run_of(run_dirs)
+    folders = sync_runs(run_dirs)
+    click.echo(f"synced {len(folders)} W&B run(s)")
+
+
+@main.command()
+@click.argument("runs", nargs=-1)
+@click.option("--all-runs", is_flag=True, help="Every run of each experiment named, not only its latest.")
 @click.option("--yes", is_flag=True, help="Delete; without it, only list what would go.")
 @click.pass_context
 def clean(ctx: click.Context, runs: tuple[str, ...], all_runs: bool, yes: bool) -> None:

@@ -311,6 +311,13 @@ def _check_name(v: str) -> str | None:
     return None
 
 
+def _check_loggers(v: list[str]) -> str | None:
+    bad = [name for name in v if name not in schema.LOGGERS]
+    if bad:
+        return f"{bad[0]!r} is not one of {', '.join(schema.LOGGERS)}{_suggest(bad[0], schema.LOGGERS)}"
+    return f"{v!r} names a logger twice" if len(set(v)) != len(v) else None
+
+
 def _check_constraint(v: str) -> str | None:
     return None if _CONSTRAINT_RE.match(v) else f"{v!r} is not a Slurm constraint expression"
 
@@ -402,7 +409,7 @@ _KIND_CHECKS = {
     "time": _check_time, "mem": _check_mem, "word": _check_word, "words": _check_words,
     "name": _check_name, "constraint": _check_constraint, "signal": _check_signal,
     "extra": _check_extra, "encoding": _check_encoding, "partition": _check_partition,
-    "grid": _check_grid, "points": _check_points, "files": _check_files,
+    "grid": _check_grid, "points": _check_points, "files": _check_files, "loggers": _check_loggers,
 }  # fmt: skip
 
 
