@@ -80,6 +80,7 @@ class JobRow:
     cause: Cause | None = None
     partial_val_acc: float | None = None  # best so far from metrics.csv, for unfinished jobs
     job_dir: str = ""  # absolute, or relative to the current directory like run_dir
+    segments: tuple[str, ...] = ()  # a chained job (slurm.chain): each segment's state, "?" where unknown
 
     @property
     def queue_wait_s(self) -> float | None:
@@ -164,10 +165,18 @@ def read_job(run_dir: Path, run_id: str, experiment: str, entry: Mapping[str, An
         started_at=_started_at(live, entry, result),
         result=result,
         job_dir=job_dir,
+        segments=_segments(entry, live),
     )
     if result is not None:
         return row
     return _unfinished(row, Path(job_dir), problem, entry.get("error"), live)
+
+
+def _segments(entry: Mapping[str, Any], live: Live | None) -> tuple[str, ...]:
+    extra = getattr(live, "extra", None) or {}
+    if extra.get("segments"):
+        return tuple(extra["segments"])
+    return tuple("?" for _ in entry.get("segments") or ())
 
 
 def _unfinished(row: JobRow, job_dir: Path, problem: str | None, error: Any, live: Live | None) -> JobRow:

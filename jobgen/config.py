@@ -122,6 +122,7 @@ def build(raw: dict[str, Any], *, path: Path, text: str = "", display: str | Non
         sections[name] = _build_section(name, cls, value, ctx)
     exp = Experiment(path=path, text=text, raw=raw, display=ctx.display, **sections)
     _check_paths(exp, ctx)
+    _check_chain(exp, ctx)
     return exp
 
 
@@ -411,6 +412,17 @@ _KIND_CHECKS = {
     "extra": _check_extra, "encoding": _check_encoding, "partition": _check_partition,
     "grid": _check_grid, "points": _check_points, "files": _check_files, "loggers": _check_loggers,
 }  # fmt: skip
+
+
+def _check_chain(exp: Experiment, ctx: _Context) -> None:
+    if exp.slurm.chain == 1:
+        return
+    if exp.launch.backend != "sbatch":
+        ctx.fail("slurm.chain", f"chains are Slurm dependencies: use launch.backend = 'sbatch', not {exp.launch.backend!r}")
+    if exp.launch.array:
+        ctx.fail("slurm.chain", "a job array cannot be chained: set launch.array = false (or slurm.chain = 1)")
+    if exp.slurm.requeue:
+        ctx.fail("slurm.chain", "slurm.requeue and slurm.chain both outlive the time limit: choose one")
 
 
 def _check_paths(exp: Experiment, ctx: _Context) -> None:

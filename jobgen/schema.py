@@ -63,6 +63,8 @@ class SlurmSection:
     requeue: bool = opt(False, "On the warning signal, checkpoint and requeue the job (resumes there).")
     signal: str = opt("USR2", "Warning signal sent before the time limit (USR2 avoids NCCL's USR1).", kind="signal")
     signal_seconds: int = opt(120, "Seconds before the time limit to send the signal.", min=1)
+    chain: int = opt(1, "Submit each job as N segments, each starting when the previous ends (afterany) and resuming "
+                     "from its newest checkpoint: training longer than the time limit.", min=1)
     extra: dict[str, str | int | bool] = opt(
         {}, "Extra #SBATCH flags, e.g. {mail-type = 'END', reservation = 'x'}; true = bare flag.", kind="extra"
     )

@@ -67,6 +67,7 @@ class Line:
     mem_kind: str  # "gpu" when any job measured GPU memory, else "host"
     problem: str = ""
     hint: str = ""
+    detail: str = ""  # shown in the note column when there is no problem
     speedup: float | None = None
     is_baseline: bool = False
     jobs: list[JobRow] = field(default_factory=list)
@@ -99,9 +100,9 @@ def live_states(run_dirs: Sequence[Path]) -> dict[tuple[str, str], Any]:
     state comes from the manifest, the result and the logs instead.
     """
     from jobgen.record import load_manifest
-    from jobgen.track import query
+    from jobgen.track import job_ids, live_info, query
 
-    jobs: dict[str, tuple[str, str]] = {}
+    jobs: dict[tuple[str, str], tuple[Path, dict[str, Any]]] = {}
     for run_dir in run_dirs:
         try:
             manifest = load_manifest(run_dir)
@@ -111,9 +112,10 @@ def live_states(run_dirs: Sequence[Path]) -> dict[tuple[str, str], Any]:
             continue
         for job in manifest.get("jobs", []):
             if job.get("job_id"):
-                jobs[str(job["job_id"])] = (str(manifest.get("run_id")), str(job.get("name")))
-    found = query(list(jobs)) if jobs else {}
-    return {jobs[jid]: info for jid, info in found.items() if jid in jobs}
+                jobs[(str(manifest.get("run_id")), str(job.get("name")))] = (run_dir, job)
+    found = query([i for _, job in jobs.values() for i in job_ids(job)]) if jobs else {}
+    out = {key: live_info(run_dir, job, found) for key, (run_dir, job) in jobs.items()}
+    return {key: info for key, info in out.items() if info is not None}
 
 
 # --- rows -> lines ----------------------------------------------------------------------------------------
@@ -171,6 +173,7 @@ def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
         mem_kind="gpu" if any(r.peak_gpu_mb is not None for r in results) else "host",
         problem=problem,
         hint=hint,
+        detail=f"{len(first.segments)} segments: {' → '.join(first.segments)}" if first.segments else "",
         jobs=jobs,
     )
 
@@ -358,7 +361,7 @@ def cells(line: Line) -> list[str]:
         _stat(m["test_f1"], _percent),
         _stat(m["requeues"], "{:g}".format),
         "baseline" if line.is_baseline else ("" if line.speedup is None else f"{line.speedup:.2f}×"),
-        line.problem,
+        line.problem or line.detail,
     ]
 
 

@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from training.spec import LOGGERS, Spec
+from training.spec import Spec
+
 NUMERIC = ("loss", "acc", "f1", "lr", "samples_per_s")
 
 
