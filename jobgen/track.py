@@ -168,8 +168,23 @@ def chain_info(segments: list[str], found: dict[str, JobInfo], finished: bool) -
     else:
         state = base.state
     extra = {"segments": states, "segment": current + 1}
-    return JobInfo(state, base.elapsed, base.nodes, base.nodelist, base.exit_code, infos[0].start if infos[0] else "",
+    return JobInfo(state, _total_elapsed([i.elapsed for i in infos if i]), base.nodes, base.nodelist, base.exit_code, infos[0].start if infos[0] else "",
                    base.end if state.is_final else "", base.source, extra)
+
+
+def _total_elapsed(values: list[str]) -> str:
+    """Slurm's elapsed times ([D-]HH:MM:SS, MM:SS) added up, in the same form."""
+    total = 0
+    for value in values:
+        days, _, clock = value.rpartition("-")
+        parts = [int(p) for p in clock.split(":") if p.isdigit()]
+        if not parts:
+            continue
+        seconds = sum(p * 60**i for i, p in enumerate(reversed(parts)))
+        total += seconds + int(days or 0) * 86400
+    days, rest = divmod(total, 86400)
+    clock = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{clock}" if days else clock
 
 
 def run_status(run_dir: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], JobInfo]]]:

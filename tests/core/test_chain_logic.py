@@ -80,5 +80,11 @@ def test_segments_make_one_job(states: list, finished: bool, expected: State, se
     assert info.extra == {"segments": [s.value for s, _ in states], "segment": segment}
 
 
+def test_a_chain_adds_up_its_segments_elapsed_times() -> None:
+    infos = {"1": JobInfo(State.TIMEOUT, "01:01:21", start="t"), "2": JobInfo(State.TIMEOUT, "1-00:00:39", start="t"),
+             "3": JobInfo(State.RUNNING, "12:00", start="t")}  # fmt: skip
+    assert chain_info(["1", "2", "3"], infos, finished=False).elapsed == "1-01:14:00"
+
+
 def test_a_chain_slurm_forgot_is_left_to_the_files() -> None:
     assert chain_info(["1", "2"], {}, finished=False) is None
