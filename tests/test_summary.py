@@ -295,3 +295,12 @@ def test_summary_of_a_real_local_sweep(tmp_path: Path, runner) -> None:
             assert row["config"] in outputs[fmt] and f"{100 * result['test_acc']:.1f}" in outputs[fmt]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert next(r for r in rows if r["engine"] == "torch")["baseline"] is True
+    # The report draws every job's curves from the metrics.csv the engines wrote (time_s included).
+    from jobgen.charts import PALETTE
+
+    report = tmp_path / "report.html"
+    done = runner.invoke(main, ["--output-root", str(root), "report", "local_demo", "-o", str(report)])
+    assert done.exit_code == 0, done.output
+    html = report.read_text()
+    for color in PALETTE[: len(rows)]:
+        assert html.count(f'stroke="{color}"') == 4, color  # loss and accuracy, over steps and over time
