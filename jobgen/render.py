@@ -151,6 +151,7 @@ def job_context(job: Job, run: RunInfo) -> dict[str, Any]:
         "ntasks_per_node": job.ntasks_per_node,
         "devices": job.devices,
         "requeue": exp.slurm.requeue,
+        "chain": exp.slurm.chain,
         "strict": True,
     }
 

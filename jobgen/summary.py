@@ -67,6 +67,7 @@ class Line:
     mem_kind: str  # "gpu" when any job measured GPU memory, else "host"
     problem: str = ""
     hint: str = ""
+    detail: str = ""  # shown in the note column when there is no problem
     speedup: float | None = None
     is_baseline: bool = False
     jobs: list[JobRow] = field(default_factory=list)
@@ -99,9 +100,9 @@ def live_states(run_dirs: Sequence[Path]) -> dict[tuple[str, str], Any]:
     state comes from the manifest, the result and the logs instead.
     """
     from jobgen.record import load_manifest
-    from jobgen.track import query
+    from jobgen.track import job_ids, live_info, query
 
-    jobs: dict[str, tuple[str, str]] = {}
+    jobs: dict[tuple[str, str], tuple[Path, dict[str, Any]]] = {}
     for run_dir in run_dirs:
         try:
             manifest = load_manifest(run_dir)
@@ -111,9 +112,10 @@ def live_states(run_dirs: Sequence[Path]) -> dict[tuple[str, str], Any]:
             continue
         for job in manifest.get("jobs", []):
             if job.get("job_id"):
-                jobs[str(job["job_id"])] = (str(manifest.get("run_id")), str(job.get("name")))
-    found = query(list(jobs)) if jobs else {}
-    return {jobs[jid]: info for jid, info in found.items() if jid in jobs}
+                jobs[(str(manifest.get("run_id")), str(job.get("name")))] = (run_dir, job)
+    found = query([i for _, job in jobs.values() for i in job_ids(job)]) if jobs else {}
+    out = {key: live_info(run_dir, job, found) for key, (run_dir, job) in jobs.items()}
+    return {key: info for key, info in out.items() if info is not None}
 
 
 # --- rows -> lines ----------------------------------------------------------------------------------------
@@ -171,6 +173,7 @@ def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
         mem_kind="gpu" if any(r.peak_gpu_mb is not None for r in results) else "host",
         problem=problem,
         hint=hint,
+        detail=f"{len(first.segments)} segments: {' → '.join(first.segments)}" if first.segments else "",
         jobs=jobs,
     )
 
@@ -373,7 +376,7 @@ def cells(line: Line) -> list[str]:
         _stat(m["test_f1"], _percent),
         _stat(m["requeues"], "{:g}".format),
         "baseline" if line.is_baseline else ("" if line.speedup is None else f"{line.speedup:.2f}×"),
-        line.problem,
+        line.problem or line.detail,
     ]
 
 
@@ -524,18 +527,36 @@ RENDERERS = {"table": render_table, "csv": render_csv, "markdown": render_markdo
 
 
 def draw_plot(lines: list[Line], path: Path) -> Any:
-    """Two bar charts, training time and test accuracy per configuration, saved as PNG; returns the figure."""
+    """Two bar charts, training time and test accuracy per configuration, saved as PNG; returns the figure.
+
+    Times are in seconds or minutes (or hours), whichever suits the longest; the accuracy axis is zoomed
+    to the values, so that configurations a point apart do not look the same.
+    """
     import matplotlib
 
     matplotlib.use("Agg")  # no display on a login node
     from matplotlib import pyplot as plt
 
+    from jobgen.charts import time_unit, zoomed_range
+
     labels = [ln.label for ln in lines]
     fig, (ax_time, ax_acc) = plt.subplots(
         1, 2, figsize=(12, 1.2 + 0.45 * max(len(lines), 1)), sharey=True, layout="constrained"
     )
-    _bars(ax_time, labels, [ln.metrics["train_s"] for ln in lines], 1 / 60, "training time (min)", lines)
-    _bars(ax_acc, labels, [ln.metrics["test_acc"] for ln in lines], 100, "test accuracy (%)", lines)
+    longest = max((ln.metrics["train_s"].mean or 0.0 for ln in lines), default=0.0)
+    divisor, unit = time_unit(longest)
+    times = [ln.metrics["train_s"] for ln in lines]
+    _bars(ax_time, labels, times, 1 / divisor, f"training time ({unit})", lines)
+    accs = [ln.metrics["test_acc"] for ln in lines]
+    notes = _bars(ax_acc, labels, accs, 100, "test accuracy (%)", lines)
+    shown = [100 * s.mean for s in accs if s.mean is not None]
+    if shown:
+        low, high = zoomed_range(shown + [100 * (s.mean + s.std) for s in accs if s.mean is not None and s.std],
+                                 floor=0.0, ceiling=100.0)
+        ax_acc.set_xlim(low, high + (high - low) * 0.15)  # room for the value labels
+        for note, stat in zip(notes, accs, strict=True):
+            if stat.mean is None:  # the state of a job without accuracy goes inside the zoomed axis
+                note.xy = (low, note.xy[1])
     ax_time.set_title("Training time")
     ax_acc.set_title("Test accuracy")
     ax_time.invert_yaxis()  # first configuration on top, as in the table
@@ -545,12 +566,18 @@ def draw_plot(lines: list[Line], path: Path) -> Any:
     return fig
 
 
-def _bars(ax: Any, labels: list[str], stats: list[Stat], scale: float, xlabel: str, lines: list[Line]) -> None:
+def _bars(ax: Any, labels: list[str], stats: list[Stat], scale: float, xlabel: str, lines: list[Line]) -> list[Any]:
     values = [(s.mean or 0.0) * scale for s in stats]
     errors = [(s.std or 0.0) * scale for s in stats]
     ax.barh(labels, values, xerr=errors, color="#4c72b0", capsize=3)
+    notes = []
     for y, (stat, value, line) in enumerate(zip(stats, values, lines, strict=True)):
-        text = f"{value:.1f}" if stat.mean is not None else line.state  # no bar: say why
-        ax.annotate(text, (value, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
+        text = _bar_text(value) if stat.mean is not None else line.state  # no bar: say why
+        notes.append(ax.annotate(text, (value, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8))
     ax.set_xlabel(xlabel)
     ax.margins(x=0.15)
+    return notes
+
+
+def _bar_text(value: float) -> str:
+    return f"{value:.1f}" if abs(value) >= 1 else f"{value:.2g}"
