@@ -267,8 +267,7 @@ SPEEDUP_MEANS = "samples/s ÷ the baseline's samples/s, both over the timed wind
 
 
 def speedup_caption(lines: list[Line]) -> list[str]:
-    base = next((ln.label for ln in lines if ln.is_baseline), None)
-    return [f"speed-up: {SPEEDUP_MEANS.replace('the baseline', base)}"] if base else []
+    return [f"speed-up: {SPEEDUP_MEANS}"] if any(ln.is_baseline for ln in lines) else []
 
 
 def _named_baseline(lines: list[Line], name: str) -> Line:
@@ -415,9 +414,10 @@ def render_markdown(lines: list[Line], **_: Any) -> str:
     def row(values: Sequence[str]) -> str:
         return "| " + " | ".join(v.replace("|", "\\|") for v in values) + " |"
 
-    out = [row(HEADERS), row(["---:" if h in NUMERIC else "---" for h in HEADERS])]
+    caption = speedup_caption(lines)
+    out = [*caption, ""] if caption else []
+    out += [row(HEADERS), row(["---:" if h in NUMERIC else "---" for h in HEADERS])]
     out += [row(cells(ln)) for ln in lines]
-    out += ["", *speedup_caption(lines)] if speedup_caption(lines) else []
     hints = [f"- {ln.label}: {ln.hint}" for ln in lines if ln.hint]
     if hints:
         out += ["", "What to do:", "", *hints]
@@ -442,6 +442,8 @@ def render_table(lines: list[Line], color: bool = False, width: int | None = Non
     rows = [cells(ln) for ln in lines]
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=color, no_color=not color, width=width)
+    for caption in speedup_caption(lines):
+        console.print(Text(caption))
     for n, shown in enumerate(column_groups(_natural_widths(rows), width)):
         if n:
             console.print()
@@ -453,8 +455,6 @@ def render_table(lines: list[Line], color: bool = False, width: int | None = Non
             texts[STATE].stylize(STATE_STYLES.get(line.state, "red"))
             table.add_row(*texts.values(), style="bold" if line.is_baseline else None)
         console.print(table)
-    for caption in speedup_caption(lines):
-        console.print(Text(caption))
     for note in notes(lines):
         console.print(Text(f"• {note}"))
     return buf.getvalue()
@@ -513,9 +513,8 @@ def plain_table(lines: list[Line], color: bool = False) -> str:
             padded[6] = f"{ANSI[STATE_STYLES.get(state, 'red')]}{padded[6]}\x1b[0m"
         return "  ".join(padded).rstrip()
 
-    out = [join(list(HEADERS)), "  ".join("─" * w for w in widths)]
+    out = [*speedup_caption(lines), join(list(HEADERS)), "  ".join("─" * w for w in widths)]
     out += [join(row, line.state) for row, line in zip(rows, lines, strict=True)]
-    out += speedup_caption(lines)
     out += [f"• {note}" for note in notes(lines)]
     return "\n".join(out) + "\n"
 
