@@ -10,67 +10,17 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import shutil
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from jobgen.collect import LAST_LINE, JobRow, LiveStates, collect
+from jobgen.columns import COLUMNS, METRICS, Line, Stat
 from jobgen.errors import JobgenError
 from jobgen.states import State
 
 FORMATS = ("table", "csv", "markdown", "json")
-METRICS = (
-    "queue_wait_s",
-    "train_s",
-    "samples_per_s",
-    "peak_mem_mb",
-    "best_val_acc",
-    "test_acc",
-    "test_f1",
-    "requeues",
-    "val_acc_so_far",
-)
-
-
-@dataclass(frozen=True)
-class Stat:
-    """Mean, sample standard deviation (None below two values) and count of one metric."""
-
-    mean: float | None
-    std: float | None
-    n: int
-
-    @classmethod
-    def of(cls, values: Iterable[float | None]) -> Stat:
-        found = [v for v in values if v is not None]
-        if len(found) < 2:
-            return cls(found[0], None, 1) if found else cls(None, None, 0)
-        mean = math.fsum(found) / len(found)
-        var = math.fsum((v - mean) ** 2 for v in found) / (len(found) - 1)
-        return cls(mean, math.sqrt(var), len(found))
-
-
-@dataclass
-class Line:
-    """One row of the summary: a configuration (its runs combined) or a single job."""
-
-    label: str
-    experiment: str
-    run: str
-    config: dict[str, Any]  # engine, strategy, precision, compile, nodes, devices_per_node
-    state: str
-    n: int
-    metrics: dict[str, Stat]
-    mem_kind: str  # "gpu" when any job measured GPU memory, else "host"
-    problem: str = ""
-    hint: str = ""
-    detail: str = ""  # shown in the note column when there is no problem
-    speedup: float | None = None
-    is_baseline: bool = False
-    jobs: list[JobRow] = field(default_factory=list)
 
 
 def summarize(
@@ -147,18 +97,7 @@ def _is_seed(key: str) -> bool:
 def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
     first = jobs[0]
     results = [j.result for j in jobs if j.result is not None]
-    metrics = {
-        "queue_wait_s": Stat.of(j.queue_wait_s for j in jobs),
-        "train_s": Stat.of(r.train_s for r in results),
-        "samples_per_s": Stat.of(r.samples_per_s for r in results),
-        "peak_mem_mb": Stat.of(_peak_mem(r) for r in results),
-        "best_val_acc": Stat.of(r.best_val_acc for r in results),
-        "test_acc": Stat.of(r.test_acc for r in results),
-        "test_f1": Stat.of(r.test_f1 for r in results),
-        "requeues": Stat.of(None if r.requeue_count is None else float(r.requeue_count) for r in results),
-        # From metrics.csv of jobs that have no result (yet): how far they got.
-        "val_acc_so_far": Stat.of(j.partial_val_acc for j in jobs if j.result is None),
-    }
+    metrics = {metric.name: metric.combine(metric.of(job) for job in jobs) for metric in METRICS}
     label = f"{first.run_id}/{_label(jobs)}" if many_runs else _label(jobs)
     problem, hint = _problem(jobs)
     run_ids = sorted({j.run_id for j in jobs})
@@ -176,11 +115,6 @@ def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
         detail=f"{len(first.segments)} segments: {' → '.join(first.segments)}" if first.segments else "",
         jobs=jobs,
     )
-
-
-def _peak_mem(result: Any) -> float | None:
-    # GPU memory is what limits a fine-tune; host RSS stands in on CPU runs.
-    return result.peak_gpu_mb if result.peak_gpu_mb is not None else result.peak_host_mb
 
 
 def _label(jobs: list[JobRow]) -> str:
@@ -289,7 +223,7 @@ def _named_baseline(lines: list[Line], name: str) -> Line:
 FIELDS = (
     ["experiment", "run", "config", "engine", "strategy", "precision", "compile", "nodes"]
     + ["devices_per_node", "state", "n"]
-    + [name for metric in METRICS for name in (metric, f"{metric}_std")]
+    + [name for metric in METRICS for name in (metric.name, f"{metric.name}_std")]
     + ["peak_mem_kind", "speedup", "baseline", "problem", "hint"]
 )
 
@@ -305,9 +239,9 @@ def record(line: Line) -> dict[str, Any]:
         "n": line.n,
     }
     for metric in METRICS:
-        stat = line.metrics[metric]
-        out[metric] = _round(stat.mean)
-        out[f"{metric}_std"] = _round(stat.std)
+        stat = line.metrics[metric.name]
+        out[metric.name] = _round(stat.mean)
+        out[f"{metric.name}_std"] = _round(stat.std)
     out.update(
         peak_mem_kind=line.mem_kind,
         speedup=_round(line.speedup),
@@ -336,73 +270,17 @@ def render_csv(lines: list[Line], **_: Any) -> str:
     return buf.getvalue()
 
 
-# --- human cells: shared by the terminal table and markdown -----------------------------------------------
+# --- human cells: shared by the terminal table, markdown and the report --------------------------------
 
-HEADERS = (
-    "config", "engine", "strategy", "precision", "compile", "nodes×GPUs", "state", "queue wait",
-    "train time", "samples/s", "peak mem (MB)", "best val acc (%)", "test acc (%)", "test F1 (%)",
-    "requeues", "speed-up", "note",
-)  # fmt: skip
-NUMERIC = frozenset(HEADERS[7:16])
+HEADERS = tuple(column.header for column in COLUMNS)
+NUMERIC = frozenset(column.header for column in COLUMNS if column.numeric)
 # Two-line headers keep the terminal table narrow; words are never folded mid-way.
-TERMINAL_HEADERS = {
-    "nodes×GPUs": "nodes\n×GPUs", "queue wait": "queue\nwait", "train time": "train\ntime",
-    "samples/s": "samples\n/s", "peak mem (MB)": "peak mem\n(MB)", "best val acc (%)": "best val\nacc (%)",
-    "test acc (%)": "test acc\n(%)", "test F1 (%)": "test F1\n(%)", "speed-up": "speed-\nup",
-    "precision": "preci-\nsion", "requeues": "re-\nqueues",
-}  # fmt: skip
+TERMINAL_HEADERS = {column.header: column.terminal for column in COLUMNS if column.terminal}
 
 
 def cells(line: Line) -> list[str]:
     """The display text of a line, in HEADERS order."""
-    c, m = line.config, line.metrics
-    shape = f"{c['nodes'] or '?'}×{c['devices_per_node'] or '?'}" if c["nodes"] or c["devices_per_node"] else ""
-    memory = _stat(m["peak_mem_mb"], "{:,.0f}".format)
-    return [
-        line.label + (f" (n={line.n})" if line.n > 1 else ""),
-        c["engine"] or "",
-        c["strategy"] or "",
-        c["precision"] or "",
-        "" if c["compile"] is None else ("yes" if c["compile"] else "no"),
-        shape,
-        line.state,
-        _stat(m["queue_wait_s"], duration),
-        _stat(m["train_s"], duration),
-        _stat(m["samples_per_s"], "{:,.1f}".format),
-        f"{memory} {line.mem_kind}" if memory else "",
-        _stat(m["best_val_acc"], _percent) or _so_far(m["val_acc_so_far"]),
-        _stat(m["test_acc"], _percent),
-        _stat(m["test_f1"], _percent),
-        _stat(m["requeues"], "{:g}".format),
-        "baseline" if line.is_baseline else ("" if line.speedup is None else f"{line.speedup:.2f}×"),
-        line.problem or line.detail,
-    ]
-
-
-def _stat(stat: Stat, show: Callable[[float], str]) -> str:
-    """ "mean" or "mean ± std"."""
-    if stat.mean is None:
-        return ""
-    return show(stat.mean) + ("" if stat.std is None else f" ± {show(stat.std)}")
-
-
-def _so_far(stat: Stat) -> str:
-    return f"({_stat(stat, _percent)} so far)" if stat.mean is not None else ""
-
-
-def _percent(value: float) -> str:
-    return f"{100 * value:.1f}"  # the header carries the unit
-
-
-def duration(seconds: float) -> str:
-    """12.3s, 4m05s, 2h03m: short enough for a table cell."""
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(round(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
+    return [column.cell(line) for column in COLUMNS]
 
 
 def notes(lines: list[Line]) -> list[str]:
@@ -510,7 +388,7 @@ def plain_table(lines: list[Line], color: bool = False) -> str:
     def join(values: list[str], state: str | None = None) -> str:
         padded = [v.rjust(w) if h in NUMERIC else v.ljust(w) for v, w, h in zip(values, widths, HEADERS, strict=True)]
         if state is not None and color:
-            padded[6] = f"{ANSI[STATE_STYLES.get(state, 'red')]}{padded[6]}\x1b[0m"
+            padded[STATE] = f"{ANSI[STATE_STYLES.get(state, 'red')]}{padded[STATE]}\x1b[0m"
         return "  ".join(padded).rstrip()
 
     out = [*speedup_caption(lines), join(list(HEADERS)), "  ".join("─" * w for w in widths)]

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from jobgen.errors import JobgenError
-from jobgen.summary import FIELDS, HEADERS, TERMINAL_HEADERS, duration, summarize
+from jobgen.columns import duration
+from jobgen.summary import FIELDS, HEADERS, TERMINAL_HEADERS, summarize
 from tests.data.summary.synth import FAULTS, FakeJob, write_run
 
 REPO = Path(__file__).resolve().parents[1]
