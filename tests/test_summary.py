@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from jobgen.errors import JobgenError
 from jobgen.columns import duration
+from jobgen.errors import JobgenError
 from jobgen.summary import FIELDS, HEADERS, TERMINAL_HEADERS, summarize
 from tests.data.summary.synth import FAULTS, FakeJob, write_run
 
