@@ -13,6 +13,7 @@ import re
 import sys
 import types
 import typing
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,13 +27,16 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 # Every form sbatch's --time takes: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (and UNLIMITED/INFINITE).
-_TIME_RE = re.compile(r"^(\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}|UNLIMITED|INFINITE)$", re.IGNORECASE)
-_MEM_RE = re.compile(r"^\d+[KMGT]?$", re.IGNORECASE)
-_WORD_RE = re.compile(r"^[A-Za-z0-9_.,:+-]*$")
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_CONSTRAINT_RE = re.compile(r"^[A-Za-z0-9_.,:&|*\[\]()-]*$")
-_FLAG_RE = re.compile(r"^[a-z][a-z0-9-]*$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Always used with fullmatch: `$` in re.match also matches before a trailing newline, and a newline
+# in a value ends an #SBATCH line (or an `export NAME`) early.
+_TIME_RE = re.compile(r"(\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}|UNLIMITED|INFINITE)", re.IGNORECASE)
+_MEM_RE = re.compile(r"\d+[KMGT]?", re.IGNORECASE)
+_WORD_RE = re.compile(r"[A-Za-z0-9_.,:+-]*")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_CONSTRAINT_RE = re.compile(r"[A-Za-z0-9_.,:&|*\[\]()-]*")
+_FLAG_RE = re.compile(r"[a-z][a-z0-9-]*")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_NAME = 100  # a name becomes a folder and part of Slurm's job name
 _SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "CONT", "URG")
 SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
@@ -121,8 +125,30 @@ def build(raw: dict[str, Any], *, path: Path, text: str = "", display: str | Non
             ctx.fail(name, f"must be a table ([{name}]), got {_tname(value)}")
         sections[name] = _build_section(name, cls, value, ctx)
     exp = Experiment(path=path, text=text, raw=raw, display=ctx.display, **sections)
+    if not exp.experiment.name:
+        _check_stem(path, ctx)
     _check_paths(exp, ctx)
     return exp
+
+
+def _check_stem(path: Path, ctx: _Context) -> None:
+    """Without experiment.name the file's stem names the run folder and the Slurm jobs: check it as a name."""
+    problem = _check_name(path.stem) if path.stem else "it is empty"
+    if problem:
+        raise ConfigError(f"{ctx.display}: the file name cannot name the experiment ({problem}); "
+                          "rename the file or set experiment.name")  # fmt: skip
+
+
+def control_char(value: Any) -> str | None:
+    """The first control character (newline, carriage return, NUL, tab, ...) in a value, its keys
+    and items; None when there is none. No such character belongs in a script line or a path."""
+    if isinstance(value, str):
+        return next((c for c in value if unicodedata.category(c) == "Cc"), None)
+    if isinstance(value, dict):
+        return next((c for k, v in value.items() if (c := control_char(k) or control_char(v))), None)
+    if isinstance(value, list):
+        return next((c for v in value if (c := control_char(v))), None)
+    return None
 
 
 def with_overrides(exp: Experiment, overrides: dict[str, Any], where: str) -> Experiment:
@@ -221,6 +247,10 @@ def _build_section(name: str, cls: type, values: dict[str, Any], ctx: _Context) 
     kwargs = {}
     for key, value in values.items():
         dotted = f"{name}.{key}"
+        char = control_char(value)
+        if char:
+            ctx.fail(dotted, f"contains the control character {char!r}; write the value on one line, "
+                             "without control characters")  # fmt: skip
         value = _coerce(value, hints[key], dotted, ctx)
         _check_value(value, fields[key].metadata, dotted, ctx)
         kwargs[key] = value
@@ -283,19 +313,19 @@ def _check_value(value: Any, meta: Any, dotted: str, ctx: _Context) -> None:
 
 
 def _check_time(v: str) -> str | None:
-    if not _TIME_RE.match(v):
+    if not _TIME_RE.fullmatch(v):
         return f"{v!r} is not a Slurm time; use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
     return None
 
 
 def _check_mem(v: str) -> str | None:
-    if v and not _MEM_RE.match(v):
+    if v and not _MEM_RE.fullmatch(v):
         return f"{v!r} is not a Slurm memory size; use a number with an optional K, M, G or T suffix, e.g. 64G"
     return None
 
 
 def _check_word(v: str) -> str | None:
-    if not _WORD_RE.match(v):
+    if not _WORD_RE.fullmatch(v):
         return f"{v!r} has characters Slurm names do not use; use letters, digits and _ . , : + -"
     return None
 
@@ -306,13 +336,15 @@ def _check_words(v: list[str]) -> str | None:
 
 
 def _check_name(v: str) -> str | None:
-    if v and not _NAME_RE.match(v):
+    if v and not _NAME_RE.fullmatch(v):
         return f"{v!r}: use letters, digits, '_', '.' and '-', starting with a letter or digit"
+    if len(v) > MAX_NAME:
+        return f"{v[:20]!r}... is {len(v)} characters long; use at most {MAX_NAME}"
     return None
 
 
 def _check_constraint(v: str) -> str | None:
-    return None if _CONSTRAINT_RE.match(v) else f"{v!r} is not a Slurm constraint expression"
+    return None if _CONSTRAINT_RE.fullmatch(v) else f"{v!r} is not a Slurm constraint expression"
 
 
 def _check_signal(v: str) -> str | None:
@@ -323,10 +355,10 @@ def _check_signal(v: str) -> str | None:
 
 
 def _check_extra(v: dict[str, Any]) -> str | None:
-    for flag, value in v.items():
+    for flag in v:
         if flag in MANAGED_FLAGS:
             return f"{flag!r} is set by jobgen; use {MANAGED_FLAGS[flag]} instead"
-        if not _FLAG_RE.match(flag):
+        if not _FLAG_RE.fullmatch(flag):
             fixed = flag.lstrip("-").replace("_", "-").lower()
             hint = f"write {fixed}" if fixed in SBATCH_OPTIONS else "write mail-type, not --mail-type"
             return f"{flag!r} is not an sbatch long option name ({hint})"
@@ -334,8 +366,6 @@ def _check_extra(v: dict[str, Any]) -> str | None:
             near = difflib.get_close_matches(flag, SBATCH_OPTIONS, n=1, cutoff=0.8)
             if near:
                 return f"{flag!r} is not an sbatch option (did you mean '{near[0]}'?)"
-        if isinstance(value, str) and any(c in value for c in "\n\r"):
-            return f"{flag}: value must be one line"
     return None
 
 
@@ -371,8 +401,8 @@ def _check_points(v: list[dict[str, Any]]) -> str | None:
     for i, point in enumerate(v):
         for key, value in point.items():
             if key == "name":
-                if not isinstance(value, str) or not _NAME_RE.match(value):
-                    return f"[{i}].name {value!r}: use letters, digits, '_', '.' and '-'"
+                if not isinstance(value, str) or not value or _check_name(value):
+                    return f"[{i}].name {value!r}: use letters, digits, '_', '.' and '-' (at most {MAX_NAME})"
                 continue
             problem = _check_sweep_key(key)
             if problem:
@@ -415,16 +445,13 @@ def _check_paths(exp: Experiment, ctx: _Context) -> None:
     if not exp.data.dataset and not exp.data.files:
         ctx.fail("data.dataset", "no data: set data.dataset (e.g. 'imdb') or data.files")
     for name in exp.env.vars:
-        if not _ENV_NAME_RE.match(name):
+        if not ENV_NAME_RE.fullmatch(name):
             ctx.fail(f"env.vars.{name}", "not a valid environment variable name")
         if SECRET_RE.search(name):
             ctx.fail(
                 f"env.vars.{name}",
                 "looks like a secret; export it in your shell instead (jobs inherit it) so it never lands in files",
             )
-    for key, value in exp.env.vars.items():
-        if "\n" in value:
-            ctx.fail(f"env.vars.{key}", "value must be one line")
 
 
 def time_minutes(text: str) -> int:

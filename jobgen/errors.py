@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import click
+
+
+def one_line(text: str) -> str:
+    """The text with control characters written as escapes: a file or key name with a newline in it
+    (or any other control character) must not break a message over lines, or into the terminal."""
+    if not any(unicodedata.category(c) == "Cc" for c in text):
+        return text
+    return "".join(repr(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text)
 
 
 class JobgenError(click.ClickException):
     """Base of every error jobgen reports to a user (exit code 1, one line, no traceback)."""
 
     exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
 
 
 class ConfigError(JobgenError):

@@ -70,14 +70,51 @@ def check_no_secrets(files: dict[str, str]) -> None:
                 )
 
 
+def reserve_run(output_root: Path, experiment: str, run_id: str) -> Path | None:
+    """Create the run's folder, empty, and so claim its id; None when the id is taken (two submits in
+    one second drew the same one). The folder stays empty, and is no run, until write_run fills it."""
+    folder = inside(output_root, experiment)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / run_id).mkdir()
+    except (FileExistsError, FileNotFoundError):  # taken, or its experiment folder was just released
+        return None
+    except OSError as exc:
+        raise JobgenError(f"cannot create a run under {folder}: {exc.strerror}; "
+                          "free space or choose another --output-root") from None  # fmt: skip
+    return folder / run_id
+
+
+def release_run(run_dir: Path) -> None:
+    """Give back a reserved run folder that was never filled (and its experiment folder, if now empty)."""
+    with contextlib.suppress(OSError):
+        run_dir.rmdir()
+        run_dir.parent.rmdir()
+
+
+def inside(folder: Path, *parts: str) -> Path:
+    """folder/parts..., refused unless it stays below folder: a name never climbs out of the output root."""
+    path = Path(os.path.normpath(folder.joinpath(*parts)))
+    if any(p in ("", ".", "..") or os.sep in p for p in parts) or not path.is_relative_to(folder) or path == folder:
+        raise JobgenError(f"{'/'.join(parts)!r} would put files outside {folder}; use a plain name")
+    return path
+
+
 def write_run(run_dir: Path, files: dict[str, str | bytes], copy_dirs: dict[str, Path]) -> Path:
-    """Write a whole run directory at once: into a hidden folder, then rename into place."""
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir.parent / f".incomplete-{run_dir.name}"
+    """Fill a reserved (empty) run folder at once: write into a hidden folder, then rename into place.
+
+    A full disk or an unwritable folder leaves nothing behind but the error (the reservation included).
+    """
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".incomplete-{run_dir.name}-", dir=run_dir.parent))
+    except OSError as exc:
+        release_run(run_dir)
+        raise JobgenError(f"cannot write the run {run_dir}: {exc.strerror}; free space or choose another "
+                          "--output-root") from None  # fmt: skip
     made: set[Path] = set()
     try:
         for rel, content in files.items():
-            target = tmp / rel
+            target = inside(tmp, *Path(rel).parts)
             if target.parent not in made:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 made.add(target.parent)
@@ -87,11 +124,22 @@ def write_run(run_dir: Path, files: dict[str, str | bytes], copy_dirs: dict[str,
                 target.write_text(content, encoding="utf-8")
         for rel, source in copy_dirs.items():
             shutil.copytree(source, tmp / rel, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        os.rename(tmp, run_dir)
-    except BaseException:
+        os.chmod(tmp, 0o777 & ~_umask())
+        os.rename(tmp, run_dir)  # onto the empty reserved folder: atomic
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        release_run(run_dir)
+        if isinstance(exc, OSError):
+            raise JobgenError(f"cannot write the run {run_dir}: {exc.strerror or exc}; nothing was submitted; "
+                              "free space or choose another --output-root") from None  # fmt: skip
         raise
     return run_dir
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def manifest_doc(run_id: str, exp_name: str, exp_file: Path, backend: str, dry_run: bool,

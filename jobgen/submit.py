@@ -49,12 +49,29 @@ def prepare(path: str | Path, output_root: Path | None = None, *, backend: str |
     exp = load_experiment(path, backend, sets, **launch)
     jobs = plan(exp)
     root = output_root_of(exp, output_root)
-    run_id = record.new_run_id()
     code_dir = training_package_dir()
     sha, dirty, patch = record.git_info(code_dir)
+    for _ in range(100):
+        run_id = record.new_run_id()
+        run_dir = record.inside(root, exp.name, run_id)
+        # Everything is rendered before anything is written: a job that cannot render leaves no trace.
+        manifest, files = _render(exp, jobs, root, run_id, run_dir, (sha, dirty, patch), dry_run, sets)
+        if record.reserve_run(root, exp.name, run_id):
+            break
+    else:
+        raise JobgenError(f"{root / exp.name}: no free run id after 100 tries; try again")
+    record.write_run(run_dir, files, {"code/training": code_dir})
+    return Prepared(run_dir=run_dir, manifest=manifest, jobs=jobs)
+
+
+def _render(exp: config.Experiment, jobs: list[Job], root: Path, run_id: str, run_dir: Path,
+            git: tuple[str | None, bool, str], dry_run: bool,
+            sets: list[str] | None) -> tuple[dict[str, Any], dict[str, str | bytes]]:
+    """The run's manifest and every file it holds, by path relative to the run folder."""
+    sha, dirty, patch = git
     # Locally the jobs run with this very interpreter; on a cluster, with the nodes' `python`.
     python = sys.executable if exp.launch.backend == "local" else "python"
-    run = RunInfo(run_id=run_id, run_dir=root / exp.name / run_id, git_sha=sha, git_dirty=dirty, default_python=python)
+    run = RunInfo(run_id=run_id, run_dir=run_dir, git_sha=sha, git_dirty=dirty, default_python=python)
     backend_impl = get_backend(exp.launch.backend)
     files: dict[str, str | bytes] = {"experiment.toml": exp.text, "code.patch": patch}
     entries = []
@@ -72,8 +89,7 @@ def prepare(path: str | Path, output_root: Path | None = None, *, backend: str |
         manifest["arrays"] = _arrays(jobs, entries, run, exp, files, backend_impl, dry_run)
     files[record.MANIFEST] = record.dumps(manifest)
     record.check_no_secrets({k: v for k, v in files.items() if isinstance(v, str)})
-    record.write_run(run.run_dir, files, {"code/training": code_dir})
-    return Prepared(run_dir=run.run_dir, manifest=manifest, jobs=jobs)
+    return manifest, files
 
 
 def _arrays(jobs: list[Job], entries: list[dict[str, Any]], run: RunInfo, exp: config.Experiment,
