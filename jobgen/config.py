@@ -9,17 +9,17 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import math
 import re
 import sys
 import types
 import typing
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jobgen import schema
-from jobgen.errors import ConfigError
+from jobgen.errors import ConfigError, is_control
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -143,7 +143,7 @@ def control_char(value: Any) -> str | None:
     """The first control character (newline, carriage return, NUL, tab, ...) in a value, its keys
     and items; None when there is none. No such character belongs in a script line or a path."""
     if isinstance(value, str):
-        return next((c for c in value if unicodedata.category(c) == "Cc"), None)
+        return next((c for c in value if is_control(c)), None)
     if isinstance(value, dict):
         return next((c for k, v in value.items() if (c := control_char(k) or control_char(v))), None)
     if isinstance(value, list):
@@ -247,11 +247,11 @@ def _build_section(name: str, cls: type, values: dict[str, Any], ctx: _Context) 
     kwargs = {}
     for key, value in values.items():
         dotted = f"{name}.{key}"
+        value = _coerce(value, hints[key], dotted, ctx)
         char = control_char(value)
         if char:
             ctx.fail(dotted, f"contains the control character {char!r}; write the value on one line, "
                              "without control characters")  # fmt: skip
-        value = _coerce(value, hints[key], dotted, ctx)
         _check_value(value, fields[key].metadata, dotted, ctx)
         kwargs[key] = value
     return cls(**kwargs)
@@ -265,24 +265,34 @@ def _coerce(value: Any, tp: Any, dotted: str, ctx: _Context) -> Any:
                 return _coerce(value, option, dotted, _Silent())
             except _Mismatch:
                 continue
-        ctx.fail(dotted, f"expected {schema.type_name(tp)}, got {_tname(value)} {value!r}")
+        ctx.fail(dotted, f"expected {schema.type_name(tp)}, got {_tname(value)} {_show(value)}")
     if origin is list:
         if not isinstance(value, list):
-            ctx.fail(dotted, f"expected a list, got {_tname(value)} {value!r}")
+            ctx.fail(dotted, f"expected a list, got {_tname(value)} {_show(value)}")
         (item,) = typing.get_args(tp)
         return [_coerce(v, item, f"{dotted}[{i}]", ctx) for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
-            ctx.fail(dotted, f"expected a table, got {_tname(value)} {value!r}")
+            ctx.fail(dotted, f"expected a table, got {_tname(value)} {_show(value)}")
         _, item = typing.get_args(tp)
         return {k: _coerce(v, item, f"{dotted}.{k}", ctx) for k, v in value.items()}
     if tp is Any:
         return value
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > sys.float_info.max:
+            ctx.fail(dotted, f"expected a finite number, got {_show(value)}")
         return float(value)
     if tp in (int, float) and isinstance(value, bool) or not isinstance(value, tp):
-        ctx.fail(dotted, f"expected {schema.type_name(tp)}, got {_tname(value)} {value!r}")
+        ctx.fail(dotted, f"expected {schema.type_name(tp)}, got {_tname(value)} {_show(value)}")
+    if tp is float and not math.isfinite(value):
+        ctx.fail(dotted, f"expected a finite number, got {value!r}")
     return value
+
+
+def _show(value: Any, width: int = 60) -> str:
+    """A value for a message: its repr, cut short (a value may be a 5,000-character string or a deep table)."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 class _Mismatch(Exception):
@@ -300,7 +310,7 @@ class _Silent(_Context):
 def _check_value(value: Any, meta: Any, dotted: str, ctx: _Context) -> None:
     choices = meta["choices"]
     if choices and value not in choices:
-        ctx.fail(dotted, f"{value!r} is not one of {', '.join(choices)}{_suggest(str(value), choices)}")
+        ctx.fail(dotted, f"{_show(value)} is not one of {', '.join(choices)}{_suggest(str(value), choices)}")
     minimum = meta["min"]
     if minimum is not None and value < minimum:
         what = "positive" if minimum == 1 else f"at least {minimum}" if minimum else "zero or more"

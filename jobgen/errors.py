@@ -7,12 +7,18 @@ import unicodedata
 import click
 
 
+def is_control(char: str) -> bool:
+    """Control characters (newline, carriage return, NUL, escape, ...) and Unicode's line and paragraph
+    separators: none belongs in a name, a script line or a one-line message."""
+    return unicodedata.category(char) in ("Cc", "Zl", "Zp")
+
+
 def one_line(text: str) -> str:
     """The text with control characters written as escapes: a file or key name with a newline in it
     (or any other control character) must not break a message over lines, or into the terminal."""
-    if not any(unicodedata.category(c) == "Cc" for c in text):
+    if not any(is_control(c) for c in text):
         return text
-    return "".join(repr(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text)
+    return "".join(c.encode("unicode_escape").decode("ascii") if is_control(c) else c for c in text)
 
 
 class JobgenError(click.ClickException):

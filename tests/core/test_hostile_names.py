@@ -131,3 +131,17 @@ def test_filters_write_what_they_can():
 
 def test_errors_are_always_one_line():
     assert str(JobgenError("a\nb\rc\0d")) == "a\\nb\\rc\\x00d"
+
+
+@pytest.mark.parametrize(("literal", "word"), [("nan", "finite"), ("inf", "finite"), ("-inf", "finite"),
+                                                ("1" + "0" * 400, "finite"), ("{ a = { b = { c = 1 } } }", "table")])
+def test_numbers_and_tables_that_are_not_numbers(runner, tmp_path: Path, literal: str, word: str):
+    exp = tmp_path / "e.toml"
+    exp.write_text(f"[train]\nlr = {literal}\n" + DATA)
+    _one_line_error(_submit(runner, tmp_path, exp), "train.lr", word)
+
+
+def test_a_long_value_is_cut_short_in_the_message(runner, tmp_path: Path):
+    exp = tmp_path / "e.toml"
+    exp.write_text(f'[train]\nstrategy = "{"x" * 5000}"\n' + DATA)
+    assert len(_one_line_error(_submit(runner, tmp_path, exp), "train.strategy")) < 400
