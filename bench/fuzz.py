@@ -44,14 +44,18 @@ def main() -> int:
 
         case()
         generated = time.monotonic() - started
-        lint(tally.scripts)
+        findings = lint(tally.scripts)
         counts = tally.counts
         counts["scripts linted (bash -n, shellcheck)"] = len(tally.scripts)
+        counts["lint findings"] = len(findings)
+        for line in findings[:20]:
+            print(line)
     print(f"{args.cases} cases (seed {args.seed}) in {generated:.0f} s, lint {time.monotonic() - started - generated:.0f} s")
     for key in ("cases", "refused", "accepted", "accepted with a payload", "scripts executed", "python reached",
-                "scripts linted (bash -n, shellcheck)", "file name the file system refuses", "markers found"):
+                "scripts linted (bash -n, shellcheck)", "lint findings", "file name the file system refuses",
+                "markers found"):
         print(f"  {key:<40} {counts[key]:>7,}")
-    return 0 if counts["markers found"] == 0 else 1
+    return 0 if counts["markers found"] == 0 and not findings else 1
 
 
 if __name__ == "__main__":

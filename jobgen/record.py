@@ -178,16 +178,41 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def load_manifest(run_dir: Path) -> dict[str, Any]:
+    """The run's manifest, checked: a damaged or foreign one is an error that names the file."""
+    from jobgen.damage import read_json
+
     path = Path(run_dir) / MANIFEST
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RunNotFound(f"{run_dir}: no {MANIFEST}; not a jobgen run directory") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise JobgenError(f"{path}: unreadable ({exc})") from None
-    if doc.get("schema") != MANIFEST_SCHEMA:
-        raise JobgenError(f"{path}: manifest schema {doc.get('schema')!r} is not {MANIFEST_SCHEMA}; use a matching jobgen")
+    if not path.is_file():
+        raise RunNotFound(f"{run_dir}: no {MANIFEST}; not a jobgen run directory")
+    doc, problem = read_json(path)
+    problem = problem or manifest_problem(doc)
+    if problem:
+        raise JobgenError(f"{path}: damaged: {problem}; jobgen cannot read this run (restore the file from a copy, "
+                          "or remove the run)")  # fmt: skip
     return doc
+
+
+def manifest_problem(doc: Any) -> str | None:
+    """What makes a manifest unusable (None: nothing): its shape, its schema, paths that leave the run."""
+    if not isinstance(doc, dict):
+        return f"not a JSON object (a {type(doc).__name__})"
+    if doc.get("schema") != MANIFEST_SCHEMA:
+        return f"manifest schema {str(doc.get('schema'))[:20]!r} is not {MANIFEST_SCHEMA}; use a matching jobgen"
+    if not isinstance(doc.get("backend"), str) or not isinstance(doc.get("jobs"), list):
+        return "no 'backend' or no list of 'jobs'"
+    for key in ("jobs", "arrays"):
+        for i, entry in enumerate(doc.get(key) or []):
+            if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("name", "state")):
+                return f"{key}[{i}] has no name or state"
+            for field in ("dir", "script", "spec"):
+                rel = entry.get(field)
+                if rel is not None and not _plain_relative(rel):
+                    return f"{key}[{i}].{field} = {str(rel)[:40]!r} is not a path inside the run"
+    return None
+
+
+def _plain_relative(rel: Any) -> bool:
+    return isinstance(rel, str) and bool(rel) and not Path(rel).is_absolute() and ".." not in Path(rel).parts
 
 
 @contextlib.contextmanager

@@ -29,7 +29,7 @@ def test_hostile_experiment_files(tmp_path: Path):
         run_case(doc, stem, tmp_path, stubs, tally)
 
     case()
-    lint(tally.scripts)
+    assert not lint(tally.scripts)
     counts = tally.counts
     # The generators must reach both outcomes, and scripts that get as far as python: else the rule
     # above holds for nothing.
