@@ -47,7 +47,15 @@ class RunNotFound(JobgenError):
 
 
 class SubmitError(JobgenError):
-    """The scheduler refused a job, or could not be reached."""
+    """The scheduler refused a job, or could not be reached.
+
+    `maybe_queued` is False only when the scheduler answered with a refusal: after a timeout, a lost or
+    garbled reply, the job may be queued all the same.
+    """
+
+    def __init__(self, message: str, maybe_queued: bool = True) -> None:
+        super().__init__(message)
+        self.maybe_queued = maybe_queued
 
 
 class BackendError(JobgenError):

@@ -226,12 +226,27 @@ def locked_manifest(run_dir: Path) -> Iterator[dict[str, Any]]:
         atomic_write(Path(run_dir) / MANIFEST, dumps(doc))
 
 
-def update_jobs(run_dir: Path, updates: dict[str, dict[str, Any]], key: str = "jobs") -> dict[str, Any]:
-    """Merge fields into the named entries of manifest[key] (jobs, or arrays); returns the new manifest."""
+@contextlib.contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Held while jobs of a run are submitted or requeued: two `submit --resume` or `requeue` of one run at
+    once take turns, and the second sees what the first queued (the manifest lock is held only per write)."""
+    with open(Path(run_dir) / ".submit.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def update_jobs(run_dir: Path, updates: dict[str, dict[str, Any]], key: str = "jobs",
+                if_job_id: dict[str, str | None] | None = None) -> dict[str, Any]:
+    """Merge fields into the named entries of manifest[key] (jobs, or arrays); returns the new manifest.
+
+    `if_job_id` (name -> the job id the update is about) skips entries whose id changed meanwhile: a
+    status read before a requeue must not write the old job's state over the new one's.
+    """
     with locked_manifest(run_dir) as doc:
         for entry in doc.get(key, []):
-            if entry["name"] in updates:
-                entry.update(updates[entry["name"]])
+            name = entry["name"]
+            if name in updates and (if_job_id is None or entry.get("job_id") == if_job_id.get(name)):
+                entry.update(updates[name])
     return doc
 
 

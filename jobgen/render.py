@@ -170,7 +170,7 @@ def job_context(job: Job, run: RunInfo) -> dict[str, Any]:
         "spec_path": str(job_dir / "spec.json"),
         "git_sha": run.git_sha,
         "git_dirty": run.git_dirty,
-        "sbatch": sbatch_options(job, job_dir),
+        "sbatch": sbatch_options(job, job_dir, submit_tag(run.run_id, job.name)),
         "modules": exp.env.modules,
         "conda": exp.env.conda,
         "venv": exp.env.venv,
@@ -186,7 +186,17 @@ def job_context(job: Job, run: RunInfo) -> dict[str, Any]:
     }
 
 
-def sbatch_options(job: Job, job_dir: Path) -> list[tuple[str, str | None]]:
+def submit_tag(run_id: str, name: str) -> str:
+    """What jobgen puts in a job's --comment: when sbatch's reply is lost, the job is found by it."""
+    return f"jobgen:{run_id}:{name}"
+
+
+def with_tag(tag: str, comment: Any) -> str:
+    """The job's comment: jobgen's tag first, then the user's own slurm.extra comment."""
+    return tag if comment in (None, True, False, "") else f"{tag} {comment}"
+
+
+def sbatch_options(job: Job, job_dir: Path, tag: str | None = None) -> list[tuple[str, str | None]]:
     """Every #SBATCH flag of a job, in a stable order. None marks a bare flag."""
     s = job.exp.slurm
     log = str(job_dir).replace("%", "%%")
@@ -212,7 +222,12 @@ def sbatch_options(job: Job, job_dir: Path) -> list[tuple[str, str | None]]:
     if s.requeue:
         signal = s.signal.upper().removeprefix("SIG")
         opts += [("requeue", None), ("signal", f"{signal}@{s.signal_seconds}")]
-    for flag, value in sorted(s.extra.items()):
+    extra = dict(s.extra)
+    if tag:
+        # At-most-once submission: `submit --resume` and `requeue` look for this tag (squeue, sacct)
+        # before they submit a job whose sbatch reply was lost.
+        opts.append(("comment", with_tag(tag, extra.pop("comment", None))))
+    for flag, value in sorted(extra.items()):
         if value is True:
             opts.append((flag, None))
         elif value is not False:

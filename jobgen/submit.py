@@ -8,6 +8,7 @@ manifest that says exactly which jobs are queued, and `jobgen submit --resume RU
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -149,34 +150,60 @@ def training_package_dir() -> Path:
 def submit_pending(run_dir: Path, on_submit: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Submit every job (or array) of a run that has no job id yet; record each one as soon as it is queued.
 
-    Safe to call again (`--resume`): what was submitted is skipped, so nothing is duplicated.
+    Safe to call again (`--resume`), even at once from two shells: what was submitted is skipped, and a
+    job whose submission was tried but not recorded (sbatch timed out, its reply was lost, the disk
+    filled up) is looked for on the cluster, by the tag in its comment, before it is submitted again.
     """
-    manifest = record.load_manifest(run_dir)
-    if manifest.get("dry_run"):
-        raise JobgenError(f"{run_dir} is a dry run; submit the experiment file again without --dry-run")
-    backend = get_backend(manifest["backend"])
-    key = "arrays" if manifest.get("arrays") else "jobs"
-    for entry in manifest[key]:
-        if entry.get("job_id") or entry["state"] != State.NOT_SUBMITTED.value:
-            continue
-        try:
-            fields = backend.submit(run_dir, entry)
-        except SubmitError as exc:
-            record.update_jobs(run_dir, {entry["name"]: {"error": exc.message}}, key=key)
-            done = sum(1 for e in record.load_manifest(run_dir)[key] if e.get("job_id"))
-            raise SubmitError(
-                f"{exc.message} ({done} of {len(manifest[key])} {key} submitted; after fixing it run: "
-                f"jobgen submit --resume {run_dir})"
-            ) from None
-        entry.update(fields)
-        record.update_jobs(run_dir, {entry["name"]: {**fields, "error": None}}, key=key)
-        if key == "arrays":
-            tasks = {name: {**fields, "job_id": f"{fields['job_id']}_{i}", "error": None}
-                     for i, name in enumerate(entry["tasks"])}  # fmt: skip
-            record.update_jobs(run_dir, tasks)
-        if on_submit:
-            on_submit(entry)
-    return record.load_manifest(run_dir)
+    with record.run_lock(run_dir):
+        manifest = record.load_manifest(run_dir)
+        if manifest.get("dry_run"):
+            raise JobgenError(f"{run_dir} is a dry run; submit the experiment file again without --dry-run")
+        backend = get_backend(manifest["backend"])
+        key = "arrays" if manifest.get("arrays") else "jobs"
+        pending = [e for e in manifest[key] if not e.get("job_id") and e["state"] == State.NOT_SUBMITTED.value]
+        tried = [e for e in pending if e.get("submit_tried_at")]
+        found = backend.find(run_dir, tried, min(e["submit_tried_at"] for e in tried)) if tried else {}
+        for entry in pending:
+            ids = found.get(entry["name"])
+            if ids:  # queued by the earlier try: keep it, submit nothing
+                job_id = sorted(ids, key=_id_order)[0].split("_")[0] if key == "arrays" else sorted(ids, key=_id_order)[0]
+                fields = {"job_id": job_id, "state": State.SUBMITTED.value, "submitted_at": entry["submit_tried_at"],
+                          "found_on_cluster": True}  # fmt: skip
+            else:
+                # Written before sbatch runs: if its answer never comes, the next try knows to look.
+                record.update_jobs(run_dir, {entry["name"]: {"submit_tried_at": record.now_iso()}}, key=key)
+                fields = _submit_one(run_dir, backend, entry, manifest, key)
+            _record_submitted(run_dir, entry, fields, key)
+            if on_submit:
+                on_submit(entry)
+        return record.load_manifest(run_dir)
+
+
+def _submit_one(run_dir: Path, backend: Any, entry: dict[str, Any], manifest: dict[str, Any], key: str) -> dict:
+    try:
+        return backend.submit(run_dir, entry)
+    except SubmitError as exc:
+        # A plain refusal queued nothing: no need to look for the job next time.
+        tried = {} if exc.maybe_queued else {"submit_tried_at": None}
+        record.update_jobs(run_dir, {entry["name"]: {"error": exc.message, **tried}}, key=key)
+        done = sum(1 for e in record.load_manifest(run_dir)[key] if e.get("job_id"))
+        raise SubmitError(
+            f"{exc.message} ({done} of {len(manifest[key])} {key} submitted; after fixing it run: "
+            f"jobgen submit --resume {run_dir}; a job Slurm took without saying so is found, not submitted twice)"
+        ) from None
+
+
+def _record_submitted(run_dir: Path, entry: dict[str, Any], fields: dict[str, Any], key: str) -> None:
+    entry.update(fields)
+    record.update_jobs(run_dir, {entry["name"]: {**fields, "error": None}}, key=key)
+    if key == "arrays":
+        tasks = {name: {**fields, "job_id": f"{fields['job_id']}_{i}", "error": None}
+                 for i, name in enumerate(entry["tasks"])}  # fmt: skip
+        record.update_jobs(run_dir, tasks)
+
+
+def _id_order(job_id: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", job_id))
 
 
 def test_only(run_dir: Path, manifest: dict[str, Any]) -> list[tuple[str, bool, str]]:

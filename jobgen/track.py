@@ -154,7 +154,8 @@ def run_status(run_dir: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any]
         if any(job.get(k) != v for k, v in fields.items()):
             updates[job["name"]] = fields
     if updates:
-        manifest = record.update_jobs(run_dir, updates)
+        ids = {job["name"]: job.get("job_id") for job in jobs}
+        manifest = record.update_jobs(run_dir, updates, if_job_id=ids)
     return manifest, rows
 
 
