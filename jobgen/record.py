@@ -223,7 +223,11 @@ def locked_manifest(run_dir: Path) -> Iterator[dict[str, Any]]:
         fcntl.flock(lock, fcntl.LOCK_EX)
         doc = load_manifest(run_dir)
         yield doc
-        atomic_write(Path(run_dir) / MANIFEST, dumps(doc))
+        try:
+            atomic_write(Path(run_dir) / MANIFEST, dumps(doc))
+        except OSError as exc:  # the old manifest stays whole: the write goes to a temporary file first
+            raise JobgenError(f"cannot update {Path(run_dir) / MANIFEST}: {exc.strerror or exc}; "
+                              "free space first") from None  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -163,20 +163,30 @@ def submit_pending(run_dir: Path, on_submit: Callable[[dict[str, Any]], None] | 
         pending = [e for e in manifest[key] if not e.get("job_id") and e["state"] == State.NOT_SUBMITTED.value]
         tried = [e for e in pending if e.get("submit_tried_at")]
         found = backend.find(run_dir, tried, min(e["submit_tried_at"] for e in tried)) if tried else {}
-        for entry in pending:
-            ids = found.get(entry["name"])
-            if ids:  # queued by the earlier try: keep it, submit nothing
-                job_id = sorted(ids, key=_id_order)[0].split("_")[0] if key == "arrays" else sorted(ids, key=_id_order)[0]
-                fields = {"job_id": job_id, "state": State.SUBMITTED.value, "submitted_at": entry["submit_tried_at"],
-                          "found_on_cluster": True}  # fmt: skip
-            else:
-                # Written before sbatch runs: if its answer never comes, the next try knows to look.
-                record.update_jobs(run_dir, {entry["name"]: {"submit_tried_at": record.now_iso()}}, key=key)
-                fields = _submit_one(run_dir, backend, entry, manifest, key)
-            _record_submitted(run_dir, entry, fields, key)
-            if on_submit:
-                on_submit(entry)
+        try:
+            _submit_all(run_dir, backend, manifest, key, pending, found, on_submit)
+        except JobgenError as exc:
+            if isinstance(exc, SubmitError):
+                raise
+            raise JobgenError(f"{exc.message}; then run: jobgen submit --resume {run_dir} (a job already queued is "
+                              "found, not submitted twice)") from None  # fmt: skip
         return record.load_manifest(run_dir)
+
+
+def _submit_all(run_dir: Path, backend: Any, manifest: dict[str, Any], key: str, pending: list[dict[str, Any]],
+                found: dict[str, list[str]], on_submit: Callable[[dict[str, Any]], None] | None) -> None:
+    for entry in pending:
+        ids = sorted(found.get(entry["name"]) or [], key=_id_order)
+        if ids:  # queued by the earlier try: keep it, submit nothing
+            fields = {"job_id": ids[0].split("_")[0] if key == "arrays" else ids[0], "state": State.SUBMITTED.value,
+                      "submitted_at": entry["submit_tried_at"], "found_on_cluster": True}  # fmt: skip
+        else:
+            # Written before sbatch runs: if its answer never comes, the next try knows to look.
+            record.update_jobs(run_dir, {entry["name"]: {"submit_tried_at": record.now_iso()}}, key=key)
+            fields = _submit_one(run_dir, backend, entry, manifest, key)
+        _record_submitted(run_dir, entry, fields, key)
+        if on_submit:
+            on_submit(entry)
 
 
 def _submit_one(run_dir: Path, backend: Any, entry: dict[str, Any], manifest: dict[str, Any], key: str) -> dict:
