@@ -25,7 +25,7 @@ from jobgen.errors import JobgenError, RunNotFound
 
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = 1
-_RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}$")
+_RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{4}")
 
 
 def new_run_id() -> str:
@@ -262,7 +262,7 @@ def runs_of(experiment_dir: Path) -> list[Path]:
     """Run directories of one experiment, oldest first (run ids sort by time)."""
     if not experiment_dir.is_dir():
         return []
-    return sorted(p for p in experiment_dir.iterdir() if _RUN_ID.match(p.name) and is_run_dir(p))
+    return sorted(p for p in experiment_dir.iterdir() if _RUN_ID.fullmatch(p.name) and is_run_dir(p))
 
 
 def find_runs(refs: list[str], output_root: Path) -> list[Path]:

@@ -81,7 +81,7 @@ def _sacct(ids: list[str]) -> dict[str, JobInfo]:
 
 def expand_array_id(jid: str) -> list[str]:
     """'7_[0-2,5%2]' (a pending array, as sacct shows it) -> ['7_0', '7_1', '7_2', '7_5']."""
-    match = re.match(r"^(\d+)_\[([\d,\-]+)(?:%\d+)?\]$", jid)
+    match = re.fullmatch(r"(\d+)_\[([\d,\-]+)(?:%\d+)?\]", jid)
     if not match:
         return [jid]
     base, ids = match.group(1), []

@@ -15,7 +15,7 @@ from jobgen.errors import BackendError, SubmitError
 from jobgen.record import now_iso
 from jobgen.states import State
 
-_JOB_ID = re.compile(r"^(\d+)(?:;\S+)?$")
+_JOB_ID = re.compile(r"(\d+)(?:;\S+)?")
 # How long sbatch may take to answer; a busy controller can be slow (env: JOBGEN_SBATCH_TIMEOUT).
 SUBMIT_TIMEOUT_S = float(os.environ.get("JOBGEN_SBATCH_TIMEOUT") or 60)
 FIND_TIMEOUT_S = 30
@@ -106,7 +106,7 @@ def submit(command: list[str], what: str) -> str:
 def parse_job_id(output: str) -> str:
     """sbatch --parsable prints "<id>" or "<id>;<cluster>"; anything else is an error we show whole."""
     lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
-    match = _JOB_ID.match(lines[-1]) if lines else None
+    match = _JOB_ID.fullmatch(lines[-1]) if lines else None
     if not match:
         raise SubmitError(f"sbatch printed no job id: {output.strip()!r}")
     return match.group(1)
