@@ -227,6 +227,7 @@ class _Context:
 
     def fail(self, dotted: str, problem: str) -> typing.NoReturn:
         line = locate(self.text, dotted) if not self.where else None
+        dotted = dotted if len(dotted) <= 80 else dotted[:77] + "..."  # a key may be 5,000 characters long
         loc = f"{self.display}:{line}" if line else self.display
         prefix = f"{self.where}: " if self.where else ""
         raise ConfigError(f"{loc}: {prefix}{dotted}: {problem}")
@@ -446,12 +447,20 @@ _KIND_CHECKS = {
 }  # fmt: skip
 
 
+def _is(test: str, path: Path) -> bool:
+    """path.is_file() / path.exists(), False where the system cannot even look (a name too long, ...)."""
+    try:
+        return bool(getattr(path, test)())
+    except (OSError, ValueError):
+        return False
+
+
 def _check_paths(exp: Experiment, ctx: _Context) -> None:
-    if exp.launch.template and not (exp.base_dir / exp.launch.template).is_file():
-        ctx.fail("launch.template", f"{exp.launch.template!r} not found next to the experiment file ({exp.base_dir})")
+    if exp.launch.template and not _is("is_file", exp.base_dir / exp.launch.template):
+        ctx.fail("launch.template", f"{_show(exp.launch.template)} not found next to the experiment file ({exp.base_dir})")
     for role, rel in exp.data.files.items():
-        if not (exp.base_dir / rel).exists():
-            ctx.fail(f"data.files.{role}", f"{rel!r} not found (paths are relative to {exp.base_dir})")
+        if not _is("exists", exp.base_dir / rel):
+            ctx.fail(f"data.files.{role}", f"{_show(rel)} not found (paths are relative to {exp.base_dir})")
     if not exp.data.dataset and not exp.data.files:
         ctx.fail("data.dataset", "no data: set data.dataset (e.g. 'imdb') or data.files")
     for name in exp.env.vars:

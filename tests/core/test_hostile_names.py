@@ -141,7 +141,9 @@ def test_numbers_and_tables_that_are_not_numbers(runner, tmp_path: Path, literal
     _one_line_error(_submit(runner, tmp_path, exp), "train.lr", word)
 
 
-def test_a_long_value_is_cut_short_in_the_message(runner, tmp_path: Path):
+@pytest.mark.parametrize("body", [f'[train]\nstrategy = "{"x" * 5000}"\n', f'[launch]\ntemplate = "{"x" * 5000}"\n',
+                                  f'[data]\nfiles = {{ train = "{"x" * 5000}" }}\n', f'[env]\nvars = {{ "-{"X" * 5000}" = "1" }}\n'])
+def test_long_values_and_names_are_refused_and_cut_short_in_the_message(runner, tmp_path: Path, body: str):
     exp = tmp_path / "e.toml"
-    exp.write_text(f'[train]\nstrategy = "{"x" * 5000}"\n' + DATA)
-    assert len(_one_line_error(_submit(runner, tmp_path, exp), "train.strategy")) < 400
+    exp.write_text(body + DATA)
+    assert len(_one_line_error(_submit(runner, tmp_path, exp))) < 400
