@@ -218,9 +218,7 @@ def _plain_relative(rel: Any) -> bool:
 @contextlib.contextmanager
 def locked_manifest(run_dir: Path) -> Iterator[dict[str, Any]]:
     """Read-modify-write the manifest under an exclusive lock (submit and status may race)."""
-    lock_path = Path(run_dir) / ".manifest.lock"
-    with open(lock_path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with _locked(Path(run_dir) / ".manifest.lock"):
         doc = load_manifest(run_dir)
         yield doc
         try:
@@ -234,7 +232,17 @@ def locked_manifest(run_dir: Path) -> Iterator[dict[str, Any]]:
 def run_lock(run_dir: Path) -> Iterator[None]:
     """Held while jobs of a run are submitted or requeued: two `submit --resume` or `requeue` of one run at
     once take turns, and the second sees what the first queued (the manifest lock is held only per write)."""
-    with open(Path(run_dir) / ".submit.lock", "a") as lock:
+    with _locked(Path(run_dir) / ".submit.lock"):
+        yield
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    try:
+        lock = open(path, "a")  # closed by the `with` below, once the body ran
+    except OSError as exc:
+        raise JobgenError(f"cannot lock {path}: {exc.strerror or exc}; is the run folder writable by you?") from None
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
