@@ -87,7 +87,10 @@ def _refuse_control(value: Any, where: str) -> str:
 
 
 def shquote(value: Any) -> str:
-    return shlex.quote(_refuse_control(value, "into the script"))
+    text = _refuse_control(value, "into the script")
+    quoted = shlex.quote(text)
+    # shlex leaves `=` bare; `export A==x` and `module load =` are valid but read as typos (and lint so).
+    return f"'{text}'" if quoted == text and "=" in text else quoted
 
 
 def shpath(value: Any) -> str:

@@ -54,10 +54,11 @@ STUBS = {
     "module": "#!/bin/bash\nexit 0\n",
     "conda": "#!/bin/bash\nexit 0\n",
 }
-# Two of shellcheck's notes guess at intent from what a quoted value holds, and a hostile value is
-# quoted on purpose: SC2016 ("expressions don't expand in single quotes": `$(...)` must not) and SC1003
-# ("want to escape a single quote?": a value that ends in a backslash).
-SHELLCHECK = ["shellcheck", "--severity=style", "--exclude=SC2016,SC1003", "--shell=bash"]
+# Three of shellcheck's notes guess at intent from what a quoted value holds, and a hostile value is
+# quoted on purpose: SC2016 ("expressions don't expand in single quotes": `$(...)` must not), SC1003
+# ("want to escape a single quote?": a value that ends in a backslash) and SC2088 ("tilde does not expand
+# in quotes": a variable's value is literal; paths (venv, python) keep ~/ as $HOME through shpath).
+SHELLCHECK = ["shellcheck", "--severity=style", "--exclude=SC2016,SC1003,SC2088", "--shell=bash"]
 SKIPPED_KEYS = {"env.setup"}  # shell lines the user writes on purpose, run as written (trusted)
 
 # --- strategies -------------------------------------------------------------------------------------

@@ -123,6 +123,7 @@ def test_filters_refuse_what_they_cannot_write(tmp_path: Path, section: str, fie
 def test_filters_write_what_they_can():
     assert sbatch_value("a b") == '="a b"' and sbatch_value('q"\\') == '="q\\"\\\\"'
     assert shquote("$(x) `y`") == "'$(x) `y`'" and shpath("~/v e") == "\"${HOME}\"/'v e'"
+    assert shquote("=") == "'='" and shquote("a=b") == "'a=b'" and shquote("plain") == "plain"
     for bad in ("a\nb", "a\rb", "a\0b", "a\x1bb"):
         for quote in (sbatch_value, shquote, shpath):
             with pytest.raises(TemplateError):
