@@ -87,9 +87,12 @@ def _refuse_control(value: Any, where: str) -> str:
 
 
 def shquote(value: Any) -> str:
-    text = _refuse_control(value, "into the script")
+    return _quote(_refuse_control(value, "into the script"))
+
+
+def _quote(text: str) -> str:
     quoted = shlex.quote(text)
-    # shlex leaves `=` bare; `export A==x` and `module load =` are valid but read as typos (and lint so).
+    # shlex leaves `=` bare; `export A==x` and `source =/bin/activate` are valid but read as typos (and lint so).
     return f"'{text}'" if quoted == text and "=" in text else quoted
 
 
@@ -98,8 +101,8 @@ def shpath(value: Any) -> str:
     text = _refuse_control(value, "into the script")
     if text == "~" or text.startswith("~/"):
         rest = text[2:]
-        return '"${HOME}"' + ("/" + shlex.quote(rest) if rest else "")
-    return shlex.quote(text)
+        return '"${HOME}"' + ("/" + _quote(rest) if rest else "")
+    return _quote(text)
 
 
 def sbatch_value(value: Any) -> str:

@@ -124,6 +124,7 @@ def test_filters_write_what_they_can():
     assert sbatch_value("a b") == '="a b"' and sbatch_value('q"\\') == '="q\\"\\\\"'
     assert shquote("$(x) `y`") == "'$(x) `y`'" and shpath("~/v e") == "\"${HOME}\"/'v e'"
     assert shquote("=") == "'='" and shquote("a=b") == "'a=b'" and shquote("plain") == "plain"
+    assert shpath("=") == "'='" and shpath("~/=") == "\"${HOME}\"/'='"
     for bad in ("a\nb", "a\rb", "a\0b", "a\x1bb"):
         for quote in (sbatch_value, shquote, shpath):
             with pytest.raises(TemplateError):
