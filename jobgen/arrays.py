@@ -14,7 +14,7 @@ from typing import Any
 
 from jobgen.errors import PlanError
 from jobgen.plan import Job
-from jobgen.render import RunInfo, environment, sbatch_options
+from jobgen.render import RunInfo, environment, sbatch_options, submit_tag, with_tag
 
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default; `scontrol show config` tells the real one
 _PER_JOB_FLAGS = {"job-name", "output", "error"}
@@ -52,6 +52,8 @@ def render_arrays(jobs: list[Job], scripts: list[str], run: RunInfo, experiment_
                   parallelism: int, chunk: int) -> list[dict[str, Any]]:
     """[{name, script (relative), text, tasks}] for each chunk of the sweep."""
     shared = shared_options(jobs, run)
+    comment = dict(shared).get("comment")
+    shared = [o for o in shared if o[0] != "comment"]
     experiment = jobs[0].exp.name
     out = []
     for k, start in enumerate(range(0, len(jobs), chunk)):
@@ -60,7 +62,8 @@ def render_arrays(jobs: list[Job], scripts: list[str], run: RunInfo, experiment_
         spec = f"0-{len(part) - 1}" + (f"%{parallelism}" if parallelism else "")
         log = str(run.run_dir / "arrays").replace("%", "%%")
         opts = [("job-name", f"{experiment}.{name}"), *shared, ("array", spec),
-                ("output", f"{log}/slurm-%A_%a.out"), ("error", f"{log}/slurm-%A_%a.err")]  # fmt: skip
+                ("output", f"{log}/slurm-%A_%a.out"), ("error", f"{log}/slurm-%A_%a.err"),
+                ("comment", with_tag(submit_tag(run.run_id, name), comment))]  # fmt: skip
         text = environment().get_template("array.sbatch.j2").render(
             version=run.version, experiment_file=str(experiment_file), array_name=name, run_id=run.run_id,
             git_sha=run.git_sha, git_dirty=run.git_dirty, sbatch=opts,

@@ -11,6 +11,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobgen.damage import json_problem, read_json
 from jobgen.states import State
 from jobgen.track import run_status
 
@@ -28,7 +29,11 @@ def reclaimable(run_dir: Path) -> list[Freed]:
     found = []
     for job, info in rows:
         folder = run_dir / job["dir"] / "checkpoints"
-        if info.state is State.COMPLETED and (run_dir / job["dir"] / "result.json").is_file() and folder.is_dir():
+        # A damaged result may mean the job must run again: its checkpoints stay.
+        result = run_dir / job["dir"] / "result.json"
+        doc, problem = read_json(result)
+        usable = doc is not None and json_problem(result, doc, problem) is None
+        if info.state is State.COMPLETED and usable and folder.is_dir():
             found.append(Freed(job["name"], folder, _size(folder)))
     return found
 

@@ -52,6 +52,20 @@ def _lookup_root(ctx: click.Context) -> Path:
     return _root(ctx) or Path("runs")
 
 
+def _warn_damage(run_dir: Path, jobs: list[dict] | None = None) -> None:
+    """One line on stderr per damaged record of the run's jobs (all of them, or those given)."""
+    from jobgen.damage import run_problems
+    from jobgen.record import load_manifest
+
+    try:
+        jobs = load_manifest(run_dir)["jobs"] if jobs is None else jobs
+    except JobgenError as exc:
+        click.echo(f"warning: {exc.message}", err=True)
+        return
+    for line in run_problems(run_dir, jobs):
+        click.echo(f"warning: {line}", err=True)
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="jobgen")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
@@ -188,6 +202,7 @@ def status(ctx: click.Context, run: str | None, watch: bool, interval: float, ti
     while True:
         header, rows, final = status_table(run_dir)
         click.echo(f"run: {run_dir}\n{format_table(header, rows)}")
+        _warn_damage(run_dir)
         if not watch or final:
             return
         if timeout is not None and time.monotonic() - started > timeout:
@@ -226,6 +241,7 @@ def logs(ctx: click.Context, run: str | None, job: str | None, stream: str, rank
 
     (run_dir,) = find_runs([run] if run else [], _lookup_root(ctx))
     entry = joblogs.pick_job(load_manifest(run_dir), job)
+    _warn_damage(run_dir, [entry])
     if follow:
 
         def finished() -> bool:
@@ -276,6 +292,7 @@ def requeue(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
 
     (run_dir,) = find_runs([run], _lookup_root(ctx))
     outcomes = requeue_jobs(run_dir, list(jobs))
+    _warn_damage(run_dir)
     for o in outcomes:
         click.echo(f"  {o.name} ({o.state.value}, job {o.job_id or '-'}): {o.action}: {o.detail}")
     started = sum(o.action != "skipped" for o in outcomes)
@@ -311,6 +328,8 @@ def summary(ctx: click.Context, runs: tuple[str, ...], fmt: str, plot: str | Non
                      live_states=live_states(run_dirs), combine=combine,
                      color=fmt == "table" and sys.stdout.isatty())
     click.echo(text, nl=False)
+    for run_dir in run_dirs:
+        _warn_damage(run_dir)
     if plot:
         click.echo(f"plot: {plot}", err=True)
 
@@ -374,6 +393,8 @@ def clean(ctx: click.Context, runs: tuple[str, ...], all_runs: bool, yes: bool) 
     if all_runs:
         run_dirs = every_run_of(run_dirs)
     items = [item for run_dir in run_dirs for item in reclaimable(run_dir)]
+    for run_dir in run_dirs:
+        _warn_damage(run_dir)
     for item in items:
         click.echo(f"  {human(item.size):>9}  {item.path}")
     total = sum(item.size for item in items)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import math
 import re
 import sys
 import types
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from jobgen import schema
-from jobgen.errors import ConfigError
+from jobgen.errors import ConfigError, is_control
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,13 +27,16 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 # Every form sbatch's --time takes: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (and UNLIMITED/INFINITE).
-_TIME_RE = re.compile(r"^(\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}|UNLIMITED|INFINITE)$", re.IGNORECASE)
-_MEM_RE = re.compile(r"^\d+[KMGT]?$", re.IGNORECASE)
-_WORD_RE = re.compile(r"^[A-Za-z0-9_.,:+-]*$")
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_CONSTRAINT_RE = re.compile(r"^[A-Za-z0-9_.,:&|*\[\]()-]*$")
-_FLAG_RE = re.compile(r"^[a-z][a-z0-9-]*$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Always used with fullmatch: `$` in re.match also matches before a trailing newline, and a newline
+# in a value ends an #SBATCH line (or an `export NAME`) early.
+_TIME_RE = re.compile(r"(\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}|UNLIMITED|INFINITE)", re.IGNORECASE)
+_MEM_RE = re.compile(r"\d+[KMGT]?", re.IGNORECASE)
+_WORD_RE = re.compile(r"[A-Za-z0-9_.,:+-]*")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_CONSTRAINT_RE = re.compile(r"[A-Za-z0-9_.,:&|*\[\]()-]*")
+_FLAG_RE = re.compile(r"[a-z][a-z0-9-]*")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_NAME = 100  # a name becomes a folder and part of Slurm's job name
 _SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "CONT", "URG")
 SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
@@ -121,9 +125,31 @@ def build(raw: dict[str, Any], *, path: Path, text: str = "", display: str | Non
             ctx.fail(name, f"must be a table ([{name}]), got {_tname(value)}")
         sections[name] = _build_section(name, cls, value, ctx)
     exp = Experiment(path=path, text=text, raw=raw, display=ctx.display, **sections)
+    if not exp.experiment.name:
+        _check_stem(path, ctx)
     _check_paths(exp, ctx)
     _check_chain(exp, ctx)
     return exp
+
+
+def _check_stem(path: Path, ctx: _Context) -> None:
+    """Without experiment.name the file's stem names the run folder and the Slurm jobs: check it as a name."""
+    problem = _check_name(path.stem) if path.stem else "it is empty"
+    if problem:
+        raise ConfigError(f"{ctx.display}: the file name cannot name the experiment ({problem}); "
+                          "rename the file or set experiment.name")  # fmt: skip
+
+
+def control_char(value: Any) -> str | None:
+    """The first control character (newline, carriage return, NUL, tab, ...) in a value, its keys
+    and items; None when there is none. No such character belongs in a script line or a path."""
+    if isinstance(value, str):
+        return next((c for c in value if is_control(c)), None)
+    if isinstance(value, dict):
+        return next((c for k, v in value.items() if (c := control_char(k) or control_char(v))), None)
+    if isinstance(value, list):
+        return next((c for v in value if (c := control_char(v))), None)
+    return None
 
 
 def with_overrides(exp: Experiment, overrides: dict[str, Any], where: str) -> Experiment:
@@ -202,6 +228,7 @@ class _Context:
 
     def fail(self, dotted: str, problem: str) -> typing.NoReturn:
         line = locate(self.text, dotted) if not self.where else None
+        dotted = dotted if len(dotted) <= 80 else dotted[:77] + "..."  # a key may be 5,000 characters long
         loc = f"{self.display}:{line}" if line else self.display
         prefix = f"{self.where}: " if self.where else ""
         raise ConfigError(f"{loc}: {prefix}{dotted}: {problem}")
@@ -223,6 +250,10 @@ def _build_section(name: str, cls: type, values: dict[str, Any], ctx: _Context) 
     for key, value in values.items():
         dotted = f"{name}.{key}"
         value = _coerce(value, hints[key], dotted, ctx)
+        char = control_char(value)
+        if char:
+            ctx.fail(dotted, f"contains the control character {char!r}; write the value on one line, "
+                             "without control characters")  # fmt: skip
         _check_value(value, fields[key].metadata, dotted, ctx)
         kwargs[key] = value
     return cls(**kwargs)
@@ -236,24 +267,34 @@ def _coerce(value: Any, tp: Any, dotted: str, ctx: _Context) -> Any:
                 return _coerce(value, option, dotted, _Silent())
             except _Mismatch:
                 continue
-        ctx.fail(dotted, f"expected {schema.type_name(tp)}, got {_tname(value)} {value!r}")
+        ctx.fail(dotted, f"expected {schema.type_name(tp)}, got {_tname(value)} {_show(value)}")
     if origin is list:
         if not isinstance(value, list):
-            ctx.fail(dotted, f"expected a list, got {_tname(value)} {value!r}")
+            ctx.fail(dotted, f"expected a list, got {_tname(value)} {_show(value)}")
         (item,) = typing.get_args(tp)
         return [_coerce(v, item, f"{dotted}[{i}]", ctx) for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
-            ctx.fail(dotted, f"expected a table, got {_tname(value)} {value!r}")
+            ctx.fail(dotted, f"expected a table, got {_tname(value)} {_show(value)}")
         _, item = typing.get_args(tp)
         return {k: _coerce(v, item, f"{dotted}.{k}", ctx) for k, v in value.items()}
     if tp is Any:
         return value
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > sys.float_info.max:
+            ctx.fail(dotted, f"expected a finite number, got {_show(value)}")
         return float(value)
     if tp in (int, float) and isinstance(value, bool) or not isinstance(value, tp):
-        ctx.fail(dotted, f"expected {schema.type_name(tp)}, got {_tname(value)} {value!r}")
+        ctx.fail(dotted, f"expected {schema.type_name(tp)}, got {_tname(value)} {_show(value)}")
+    if tp is float and not math.isfinite(value):
+        ctx.fail(dotted, f"expected a finite number, got {value!r}")
     return value
+
+
+def _show(value: Any, width: int = 60) -> str:
+    """A value for a message: its repr, cut short (a value may be a 5,000-character string or a deep table)."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 class _Mismatch(Exception):
@@ -271,7 +312,7 @@ class _Silent(_Context):
 def _check_value(value: Any, meta: Any, dotted: str, ctx: _Context) -> None:
     choices = meta["choices"]
     if choices and value not in choices:
-        ctx.fail(dotted, f"{value!r} is not one of {', '.join(choices)}{_suggest(str(value), choices)}")
+        ctx.fail(dotted, f"{_show(value)} is not one of {', '.join(choices)}{_suggest(str(value), choices)}")
     minimum = meta["min"]
     if minimum is not None and value < minimum:
         what = "positive" if minimum == 1 else f"at least {minimum}" if minimum else "zero or more"
@@ -284,19 +325,19 @@ def _check_value(value: Any, meta: Any, dotted: str, ctx: _Context) -> None:
 
 
 def _check_time(v: str) -> str | None:
-    if not _TIME_RE.match(v):
+    if not _TIME_RE.fullmatch(v):
         return f"{v!r} is not a Slurm time; use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
     return None
 
 
 def _check_mem(v: str) -> str | None:
-    if v and not _MEM_RE.match(v):
+    if v and not _MEM_RE.fullmatch(v):
         return f"{v!r} is not a Slurm memory size; use a number with an optional K, M, G or T suffix, e.g. 64G"
     return None
 
 
 def _check_word(v: str) -> str | None:
-    if not _WORD_RE.match(v):
+    if not _WORD_RE.fullmatch(v):
         return f"{v!r} has characters Slurm names do not use; use letters, digits and _ . , : + -"
     return None
 
@@ -307,8 +348,10 @@ def _check_words(v: list[str]) -> str | None:
 
 
 def _check_name(v: str) -> str | None:
-    if v and not _NAME_RE.match(v):
+    if v and not _NAME_RE.fullmatch(v):
         return f"{v!r}: use letters, digits, '_', '.' and '-', starting with a letter or digit"
+    if len(v) > MAX_NAME:
+        return f"{v[:20]!r}... is {len(v)} characters long; use at most {MAX_NAME}"
     return None
 
 
@@ -320,7 +363,7 @@ def _check_loggers(v: list[str]) -> str | None:
 
 
 def _check_constraint(v: str) -> str | None:
-    return None if _CONSTRAINT_RE.match(v) else f"{v!r} is not a Slurm constraint expression"
+    return None if _CONSTRAINT_RE.fullmatch(v) else f"{v!r} is not a Slurm constraint expression"
 
 
 def _check_signal(v: str) -> str | None:
@@ -331,10 +374,10 @@ def _check_signal(v: str) -> str | None:
 
 
 def _check_extra(v: dict[str, Any]) -> str | None:
-    for flag, value in v.items():
+    for flag in v:
         if flag in MANAGED_FLAGS:
             return f"{flag!r} is set by jobgen; use {MANAGED_FLAGS[flag]} instead"
-        if not _FLAG_RE.match(flag):
+        if not _FLAG_RE.fullmatch(flag):
             fixed = flag.lstrip("-").replace("_", "-").lower()
             hint = f"write {fixed}" if fixed in SBATCH_OPTIONS else "write mail-type, not --mail-type"
             return f"{flag!r} is not an sbatch long option name ({hint})"
@@ -342,8 +385,6 @@ def _check_extra(v: dict[str, Any]) -> str | None:
             near = difflib.get_close_matches(flag, SBATCH_OPTIONS, n=1, cutoff=0.8)
             if near:
                 return f"{flag!r} is not an sbatch option (did you mean '{near[0]}'?)"
-        if isinstance(value, str) and any(c in value for c in "\n\r"):
-            return f"{flag}: value must be one line"
     return None
 
 
@@ -382,8 +423,8 @@ def _check_points(v: list[dict[str, Any]]) -> str | None:
     for i, point in enumerate(v):
         for key, value in point.items():
             if key == "name":
-                if not isinstance(value, str) or not _NAME_RE.match(value):
-                    return f"[{i}].name {value!r}: use letters, digits, '_', '.' and '-'"
+                if not isinstance(value, str) or not value or _check_name(value):
+                    return f"[{i}].name {value!r}: use letters, digits, '_', '.' and '-' (at most {MAX_NAME})"
                 continue
             problem = _check_sweep_key(key)
             if problem:
@@ -428,25 +469,30 @@ def _check_chain(exp: Experiment, ctx: _Context) -> None:
         ctx.fail("slurm.chain", "slurm.requeue and slurm.chain both outlive the time limit: choose one")
 
 
+def _is(test: str, path: Path) -> bool:
+    """path.is_file() / path.exists(), False where the system cannot even look (a name too long, ...)."""
+    try:
+        return bool(getattr(path, test)())
+    except (OSError, ValueError):
+        return False
+
+
 def _check_paths(exp: Experiment, ctx: _Context) -> None:
-    if exp.launch.template and not (exp.base_dir / exp.launch.template).is_file():
-        ctx.fail("launch.template", f"{exp.launch.template!r} not found next to the experiment file ({exp.base_dir})")
+    if exp.launch.template and not _is("is_file", exp.base_dir / exp.launch.template):
+        ctx.fail("launch.template", f"{_show(exp.launch.template)} not found next to the experiment file ({exp.base_dir})")
     for role, rel in exp.data.files.items():
-        if not (exp.base_dir / rel).exists():
-            ctx.fail(f"data.files.{role}", f"{rel!r} not found (paths are relative to {exp.base_dir})")
+        if not _is("exists", exp.base_dir / rel):
+            ctx.fail(f"data.files.{role}", f"{_show(rel)} not found (paths are relative to {exp.base_dir})")
     if not exp.data.dataset and not exp.data.files:
         ctx.fail("data.dataset", "no data: set data.dataset (e.g. 'imdb') or data.files")
     for name in exp.env.vars:
-        if not _ENV_NAME_RE.match(name):
+        if not ENV_NAME_RE.fullmatch(name):
             ctx.fail(f"env.vars.{name}", "not a valid environment variable name")
         if SECRET_RE.search(name):
             ctx.fail(
                 f"env.vars.{name}",
                 "looks like a secret; export it in your shell instead (jobs inherit it) so it never lands in files",
             )
-    for key, value in exp.env.vars.items():
-        if "\n" in value:
-            ctx.fail(f"env.vars.{key}", "value must be one line")
 
 
 def time_minutes(text: str) -> int:

@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import click
+
+
+def is_control(char: str) -> bool:
+    """Control characters (newline, carriage return, NUL, escape, ...) and Unicode's line and paragraph
+    separators: none belongs in a name, a script line or a one-line message."""
+    return unicodedata.category(char) in ("Cc", "Zl", "Zp")
+
+
+def one_line(text: str) -> str:
+    """The text with control characters written as escapes: a file or key name with a newline in it
+    (or any other control character) must not break a message over lines, or into the terminal."""
+    if not any(is_control(c) for c in text):
+        return text
+    return "".join(c.encode("unicode_escape").decode("ascii") if is_control(c) else c for c in text)
 
 
 class JobgenError(click.ClickException):
     """Base of every error jobgen reports to a user (exit code 1, one line, no traceback)."""
 
     exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
 
 
 class ConfigError(JobgenError):
@@ -28,7 +47,15 @@ class RunNotFound(JobgenError):
 
 
 class SubmitError(JobgenError):
-    """The scheduler refused a job, or could not be reached."""
+    """The scheduler refused a job, or could not be reached.
+
+    `maybe_queued` is False only when the scheduler answered with a refusal: after a timeout, a lost or
+    garbled reply, the job may be queued all the same.
+    """
+
+    def __init__(self, message: str, maybe_queued: bool = True) -> None:
+        super().__init__(message)
+        self.maybe_queued = maybe_queued
 
 
 class BackendError(JobgenError):

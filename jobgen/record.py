@@ -25,7 +25,7 @@ from jobgen.errors import JobgenError, RunNotFound
 
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = 1
-_RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}$")
+_RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{4}")
 
 
 def new_run_id() -> str:
@@ -70,14 +70,51 @@ def check_no_secrets(files: dict[str, str]) -> None:
                 )
 
 
+def reserve_run(output_root: Path, experiment: str, run_id: str) -> Path | None:
+    """Create the run's folder, empty, and so claim its id; None when the id is taken (two submits in
+    one second drew the same one). The folder stays empty, and is no run, until write_run fills it."""
+    folder = inside(output_root, experiment)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / run_id).mkdir()
+    except (FileExistsError, FileNotFoundError):  # taken, or its experiment folder was just released
+        return None
+    except OSError as exc:
+        raise JobgenError(f"cannot create a run under {folder}: {exc.strerror}; "
+                          "free space or choose another --output-root") from None  # fmt: skip
+    return folder / run_id
+
+
+def release_run(run_dir: Path) -> None:
+    """Give back a reserved run folder that was never filled (and its experiment folder, if now empty)."""
+    with contextlib.suppress(OSError):
+        run_dir.rmdir()
+        run_dir.parent.rmdir()
+
+
+def inside(folder: Path, *parts: str) -> Path:
+    """folder/parts..., refused unless it stays below folder: a name never climbs out of the output root."""
+    path = Path(os.path.normpath(folder.joinpath(*parts)))
+    if any(p in ("", ".", "..") or os.sep in p for p in parts) or not path.is_relative_to(folder) or path == folder:
+        raise JobgenError(f"{'/'.join(parts)!r} would put files outside {folder}; use a plain name")
+    return path
+
+
 def write_run(run_dir: Path, files: dict[str, str | bytes], copy_dirs: dict[str, Path]) -> Path:
-    """Write a whole run directory at once: into a hidden folder, then rename into place."""
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir.parent / f".incomplete-{run_dir.name}"
+    """Fill a reserved (empty) run folder at once: write into a hidden folder, then rename into place.
+
+    A full disk or an unwritable folder leaves nothing behind but the error (the reservation included).
+    """
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".incomplete-{run_dir.name}-", dir=run_dir.parent))
+    except OSError as exc:
+        release_run(run_dir)
+        raise JobgenError(f"cannot write the run {run_dir}: {exc.strerror}; free space or choose another "
+                          "--output-root") from None  # fmt: skip
     made: set[Path] = set()
     try:
         for rel, content in files.items():
-            target = tmp / rel
+            target = inside(tmp, *Path(rel).parts)
             if target.parent not in made:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 made.add(target.parent)
@@ -87,11 +124,22 @@ def write_run(run_dir: Path, files: dict[str, str | bytes], copy_dirs: dict[str,
                 target.write_text(content, encoding="utf-8")
         for rel, source in copy_dirs.items():
             shutil.copytree(source, tmp / rel, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        os.rename(tmp, run_dir)
-    except BaseException:
+        os.chmod(tmp, 0o777 & ~_umask())
+        os.rename(tmp, run_dir)  # onto the empty reserved folder: atomic
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        release_run(run_dir)
+        if isinstance(exc, OSError):
+            raise JobgenError(f"cannot write the run {run_dir}: {exc.strerror or exc}; nothing was submitted; "
+                              "free space or choose another --output-root") from None  # fmt: skip
         raise
     return run_dir
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def manifest_doc(run_id: str, exp_name: str, exp_file: Path, backend: str, dry_run: bool,
@@ -130,35 +178,87 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def load_manifest(run_dir: Path) -> dict[str, Any]:
+    """The run's manifest, checked: a damaged or foreign one is an error that names the file."""
+    from jobgen.damage import read_json
+
     path = Path(run_dir) / MANIFEST
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RunNotFound(f"{run_dir}: no {MANIFEST}; not a jobgen run directory") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise JobgenError(f"{path}: unreadable ({exc})") from None
-    if doc.get("schema") != MANIFEST_SCHEMA:
-        raise JobgenError(f"{path}: manifest schema {doc.get('schema')!r} is not {MANIFEST_SCHEMA}; use a matching jobgen")
+    if not path.is_file():
+        raise RunNotFound(f"{run_dir}: no {MANIFEST}; not a jobgen run directory")
+    doc, problem = read_json(path)
+    problem = problem or manifest_problem(doc)
+    if problem:
+        raise JobgenError(f"{path}: damaged: {problem}; jobgen cannot read this run (restore the file from a copy, "
+                          "or remove the run)")  # fmt: skip
     return doc
+
+
+def manifest_problem(doc: Any) -> str | None:
+    """What makes a manifest unusable (None: nothing): its shape, its schema, paths that leave the run."""
+    if not isinstance(doc, dict):
+        return f"not a JSON object (a {type(doc).__name__})"
+    if doc.get("schema") != MANIFEST_SCHEMA:
+        return f"manifest schema {str(doc.get('schema'))[:20]!r} is not {MANIFEST_SCHEMA}; use a matching jobgen"
+    if not isinstance(doc.get("backend"), str) or not isinstance(doc.get("jobs"), list):
+        return "no 'backend' or no list of 'jobs'"
+    for key in ("jobs", "arrays"):
+        for i, entry in enumerate(doc.get(key) or []):
+            if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("name", "state")):
+                return f"{key}[{i}] has no name or state"
+            for field in ("dir", "script", "spec"):
+                rel = entry.get(field)
+                if rel is not None and not _plain_relative(rel):
+                    return f"{key}[{i}].{field} = {str(rel)[:40]!r} is not a path inside the run"
+    return None
+
+
+def _plain_relative(rel: Any) -> bool:
+    return isinstance(rel, str) and bool(rel) and not Path(rel).is_absolute() and ".." not in Path(rel).parts
 
 
 @contextlib.contextmanager
 def locked_manifest(run_dir: Path) -> Iterator[dict[str, Any]]:
     """Read-modify-write the manifest under an exclusive lock (submit and status may race)."""
-    lock_path = Path(run_dir) / ".manifest.lock"
-    with open(lock_path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with _locked(Path(run_dir) / ".manifest.lock"):
         doc = load_manifest(run_dir)
         yield doc
-        atomic_write(Path(run_dir) / MANIFEST, dumps(doc))
+        try:
+            atomic_write(Path(run_dir) / MANIFEST, dumps(doc))
+        except OSError as exc:  # the old manifest stays whole: the write goes to a temporary file first
+            raise JobgenError(f"cannot update {Path(run_dir) / MANIFEST}: {exc.strerror or exc}; "
+                              "free space first") from None  # fmt: skip
 
 
-def update_jobs(run_dir: Path, updates: dict[str, dict[str, Any]], key: str = "jobs") -> dict[str, Any]:
-    """Merge fields into the named entries of manifest[key] (jobs, or arrays); returns the new manifest."""
+@contextlib.contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Held while jobs of a run are submitted or requeued: two `submit --resume` or `requeue` of one run at
+    once take turns, and the second sees what the first queued (the manifest lock is held only per write)."""
+    with _locked(Path(run_dir) / ".submit.lock"):
+        yield
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    try:
+        lock = open(path, "a")  # closed by the `with` below, once the body ran
+    except OSError as exc:
+        raise JobgenError(f"cannot lock {path}: {exc.strerror or exc}; is the run folder writable by you?") from None
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def update_jobs(run_dir: Path, updates: dict[str, dict[str, Any]], key: str = "jobs",
+                if_job_id: dict[str, str | None] | None = None) -> dict[str, Any]:
+    """Merge fields into the named entries of manifest[key] (jobs, or arrays); returns the new manifest.
+
+    `if_job_id` (name -> the job id the update is about) skips entries whose id changed meanwhile: a
+    status read before a requeue must not write the old job's state over the new one's.
+    """
     with locked_manifest(run_dir) as doc:
         for entry in doc.get(key, []):
-            if entry["name"] in updates:
-                entry.update(updates[entry["name"]])
+            name = entry["name"]
+            if name in updates and (if_job_id is None or entry.get("job_id") == if_job_id.get(name)):
+                entry.update(updates[name])
     return doc
 
 
@@ -170,7 +270,7 @@ def runs_of(experiment_dir: Path) -> list[Path]:
     """Run directories of one experiment, oldest first (run ids sort by time)."""
     if not experiment_dir.is_dir():
         return []
-    return sorted(p for p in experiment_dir.iterdir() if _RUN_ID.match(p.name) and is_run_dir(p))
+    return sorted(p for p in experiment_dir.iterdir() if _RUN_ID.fullmatch(p.name) and is_run_dir(p))
 
 
 def find_runs(refs: list[str], output_root: Path) -> list[Path]:

@@ -18,12 +18,14 @@ from typing import Any
 import jinja2
 
 from jobgen import __version__
-from jobgen.errors import TemplateError
+from jobgen.config import ENV_NAME_RE, control_char
+from jobgen.errors import TemplateError, one_line
 from jobgen.plan import Job
 
 DEFAULT_TEMPLATES = {"sbatch": "srun.sbatch.j2", "submitit": "setup.sh.j2", "local": "local.sh.j2"}
 SCRIPT_NAMES = {"sbatch": "job.sbatch", "submitit": "setup.sh", "local": "job.sh"}
-_SBATCH_PLAIN = re.compile(r"^[A-Za-z0-9_./:@%,=+-]+$")
+_SBATCH_PLAIN = re.compile(r"[A-Za-z0-9_./:@%,=+-]+")
+_FLAG = re.compile(r"[A-Za-z][A-Za-z0-9-]*")
 
 
 @dataclass(frozen=True)
@@ -69,35 +71,70 @@ def environment(user_dir: Path | None = None) -> jinja2.Environment:
     env.filters["sbatch_value"] = sbatch_value
     env.filters["shpath"] = shpath
     env.filters["oneline"] = oneline
+    env.filters["envname"] = envname
+    env.filters["sbatch_flag"] = sbatch_flag
     return env
 
 
+# The filters are the last line of defence: validation refuses these values first, and a value that
+# slips past it stops the render with an error instead of becoming a script.
+def _refuse_control(value: Any, where: str) -> str:
+    text = str(value)
+    if control_char(text):
+        raise TemplateError(f"refusing to write {text!r} {where}: it holds a control character; "
+                            "write the value on one line")  # fmt: skip
+    return text
+
+
 def shquote(value: Any) -> str:
-    return shlex.quote(str(value))
+    return _quote(_refuse_control(value, "into the script"))
+
+
+def _quote(text: str) -> str:
+    quoted = shlex.quote(text)
+    # shlex leaves `=` bare; `export A==x` and `source =/bin/activate` are valid but read as typos (and lint so).
+    return f"'{text}'" if quoted == text and "=" in text else quoted
 
 
 def shpath(value: Any) -> str:
     """Quote a path for the shell, keeping a leading ~/ as the node's $HOME (quotes stop ~ expanding)."""
-    text = str(value)
+    text = _refuse_control(value, "into the script")
     if text == "~" or text.startswith("~/"):
         rest = text[2:]
-        return '"${HOME}"' + ("/" + shlex.quote(rest) if rest else "")
-    return shlex.quote(text)
+        return '"${HOME}"' + ("/" + _quote(rest) if rest else "")
+    return _quote(text)
 
 
 def sbatch_value(value: Any) -> str:
     """'=value' for an #SBATCH line ('' for a bare flag); sbatch reads double quotes and backslashes."""
     if value is None:
         return ""
-    text = str(value)
-    if _SBATCH_PLAIN.match(text):
+    # sbatch reads one line per directive: a line break would end it and start a command.
+    text = _refuse_control(value, "on an #SBATCH line")
+    if _SBATCH_PLAIN.fullmatch(text):
         return f"={text}"
     return '="' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def sbatch_flag(value: Any) -> str:
+    """An #SBATCH long option name, as validation allows it (mail-type, ...)."""
+    text = str(value)
+    if not _FLAG.fullmatch(text):
+        raise TemplateError(f"refusing to write {text!r} as an #SBATCH option name; use a long option such as mail-type")
+    return text
+
+
+def envname(value: Any) -> str:
+    """A variable name for `export NAME=...`."""
+    text = str(value)
+    if not ENV_NAME_RE.fullmatch(text):
+        raise TemplateError(f"refusing to export {text!r}: not a shell variable name")
+    return text
+
+
 def oneline(value: Any) -> str:
-    """For comments: a value must not end the comment line."""
-    return str(value).replace("\n", "\\n").replace("\r", "\\r")
+    """For comments: a value must not end the comment line (control characters become escapes)."""
+    return one_line(str(value))
 
 
 def template_name(job: Job) -> tuple[str, Path | None]:
@@ -139,7 +176,7 @@ def job_context(job: Job, run: RunInfo) -> dict[str, Any]:
         "spec_path": str(job_dir / "spec.json"),
         "git_sha": run.git_sha,
         "git_dirty": run.git_dirty,
-        "sbatch": sbatch_options(job, job_dir),
+        "sbatch": sbatch_options(job, job_dir, submit_tag(run.run_id, job.name)),
         "modules": exp.env.modules,
         "conda": exp.env.conda,
         "venv": exp.env.venv,
@@ -156,7 +193,17 @@ def job_context(job: Job, run: RunInfo) -> dict[str, Any]:
     }
 
 
-def sbatch_options(job: Job, job_dir: Path) -> list[tuple[str, str | None]]:
+def submit_tag(run_id: str, name: str) -> str:
+    """What jobgen puts in a job's --comment: when sbatch's reply is lost, the job is found by it."""
+    return f"jobgen:{run_id}:{name}"
+
+
+def with_tag(tag: str, comment: Any) -> str:
+    """The job's comment: jobgen's tag first, then the user's own slurm.extra comment."""
+    return tag if comment in (None, True, False, "") else f"{tag} {comment}"
+
+
+def sbatch_options(job: Job, job_dir: Path, tag: str | None = None) -> list[tuple[str, str | None]]:
     """Every #SBATCH flag of a job, in a stable order. None marks a bare flag."""
     s = job.exp.slurm
     log = str(job_dir).replace("%", "%%")
@@ -182,7 +229,12 @@ def sbatch_options(job: Job, job_dir: Path) -> list[tuple[str, str | None]]:
     if s.requeue:
         signal = s.signal.upper().removeprefix("SIG")
         opts += [("requeue", None), ("signal", f"{signal}@{s.signal_seconds}")]
-    for flag, value in sorted(s.extra.items()):
+    extra = dict(s.extra)
+    if tag:
+        # At-most-once submission: `submit --resume` and `requeue` look for this tag (squeue, sacct)
+        # before they submit a job whose sbatch reply was lost.
+        opts.append(("comment", with_tag(tag, extra.pop("comment", None))))
+    for flag, value in sorted(extra.items()):
         if value is True:
             opts.append((flag, None))
         elif value is not False:

@@ -18,7 +18,8 @@ from typing import Any
 
 from jobgen import record
 from jobgen.backends import get_backend
-from jobgen.backends.sbatch import SUBMIT_TIMEOUT_S, parse_job_id, run_tool
+from jobgen.backends.sbatch import SUBMIT_TIMEOUT_S, UNREACHABLE, run_tool
+from jobgen.backends.sbatch import submit as sbatch_submit
 from jobgen.errors import JobgenError, SubmitError
 from jobgen.states import State
 from jobgen.track import run_status
@@ -27,8 +28,6 @@ UNSUCCESSFUL = frozenset({State.FAILED, State.CANCELLED, State.TIMEOUT, State.OU
                           State.PREEMPTED, State.UNKNOWN})  # fmt: skip
 
 
-# What Slurm's clients print when the controller did not answer (as opposed to refusing).
-UNREACHABLE = ("Unable to contact slurm controller", "did not answer", "Socket timed out", "Connection refused")
 
 
 @dataclass
@@ -41,7 +40,16 @@ class Outcome:
 
 
 def requeue(run_dir: Path, names: list[str]) -> list[Outcome]:
-    """Requeue the named jobs of a run, or (none named) every job that ended without success."""
+    """Requeue the named jobs of a run, or (none named) every job that ended without success.
+
+    Two requeues of one run at once take turns (a lock in the run folder); the second then sees the jobs
+    the first queued again, and leaves them alone.
+    """
+    with record.run_lock(run_dir):
+        return _requeue(run_dir, names)
+
+
+def _requeue(run_dir: Path, names: list[str]) -> list[Outcome]:
     manifest, rows = run_status(run_dir)
     if manifest.get("dry_run"):
         raise JobgenError(f"{run_dir} is a dry run: nothing was submitted, so nothing can be requeued")
@@ -105,19 +113,41 @@ def _running(run_dir: Path, job: dict[str, Any], state: State) -> Outcome:
 
 def _resubmit(run_dir: Path, manifest: dict[str, Any], job: dict[str, Any], state: State, refused: str) -> Outcome:
     name, old = job["name"], job["job_id"]
-    if job.get("array"):
-        (array,) = [a for a in manifest["arrays"] if a["name"] == job["array"]]
-        index = job["array_index"]
-        command = ["sbatch", "--parsable", f"--array={index}", str(run_dir / array["script"])]
-        output = run_tool(command, timeout=SUBMIT_TIMEOUT_S, what=f"submitting {name} again")
-        new, extra = f"{parse_job_id(output)}_{index}", {}
-    else:
-        extra = get_backend(manifest["backend"]).submit(run_dir, job)
-        new = extra.pop("job_id")
-        extra.pop("state", None)
-    _record(run_dir, job, new, extra)
     why = refused.split("failed: ", 1)[-1]
+    earlier = _earlier_resubmission(run_dir, manifest, job)
+    if earlier:
+        _record(run_dir, job, earlier, {"found_on_cluster": True})
+        return Outcome(name, earlier, state, "resubmitted", f"Slurm would not requeue job {old} ({why}); found job "
+                       f"{earlier}, which an earlier requeue submitted (its reply was lost): nothing submitted again")
+    try:
+        if job.get("array"):
+            (array,) = [a for a in manifest["arrays"] if a["name"] == job["array"]]
+            index = job["array_index"]
+            command = ["sbatch", "--parsable", f"--array={index}", str(run_dir / array["script"])]
+            new, extra = f"{sbatch_submit(command, f'submitting {name} again')}_{index}", {}
+        else:
+            extra = get_backend(manifest["backend"]).submit(run_dir, job)
+            new = extra.pop("job_id")
+            extra.pop("state", None)
+    except SubmitError as exc:
+        raise SubmitError(f"{exc.message}; run jobgen requeue again: a job Slurm took without saying so is found "
+                          "then, not submitted twice", maybe_queued=exc.maybe_queued) from None  # fmt: skip
+    _record(run_dir, job, new, extra)
     return Outcome(name, new, state, "resubmitted", f"Slurm would not requeue job {old} ({why}); submitted again")
+
+
+def _earlier_resubmission(run_dir: Path, manifest: dict[str, Any], job: dict[str, Any]) -> str | None:
+    """The id of a copy of this job that an earlier requeue submitted but could not record, if Slurm has one."""
+    known = {job["job_id"], *job.get("previous_job_ids", [])}
+    if job.get("array"):
+        (entry,) = [a for a in manifest["arrays"] if a["name"] == job["array"]]
+        suffix = f"_{job['array_index']}"
+    else:
+        entry, suffix = job, ""
+    since = job.get("submitted_at") or manifest.get("created") or record.now_iso()
+    ids = get_backend(manifest["backend"]).find(run_dir, [entry], since).get(entry["name"], [])
+    fresh = [i for i in ids if i not in known and (i.endswith(suffix) if suffix else "_" not in i)]
+    return fresh[-1] if fresh else None
 
 
 def _requeue_settings(run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:

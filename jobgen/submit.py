@@ -8,6 +8,7 @@ manifest that says exactly which jobs are queued, and `jobgen submit --resume RU
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,12 +50,29 @@ def prepare(path: str | Path, output_root: Path | None = None, *, backend: str |
     exp = load_experiment(path, backend, sets, **launch)
     jobs = plan(exp)
     root = output_root_of(exp, output_root)
-    run_id = record.new_run_id()
     code_dir = training_package_dir()
     sha, dirty, patch = record.git_info(code_dir)
+    for _ in range(100):
+        run_id = record.new_run_id()
+        run_dir = record.inside(root, exp.name, run_id)
+        # Everything is rendered before anything is written: a job that cannot render leaves no trace.
+        manifest, files = _render(exp, jobs, root, run_id, run_dir, (sha, dirty, patch), dry_run, sets)
+        if record.reserve_run(root, exp.name, run_id):
+            break
+    else:
+        raise JobgenError(f"{root / exp.name}: no free run id after 100 tries; try again")
+    record.write_run(run_dir, files, {"code/training": code_dir})
+    return Prepared(run_dir=run_dir, manifest=manifest, jobs=jobs)
+
+
+def _render(exp: config.Experiment, jobs: list[Job], root: Path, run_id: str, run_dir: Path,
+            git: tuple[str | None, bool, str], dry_run: bool,
+            sets: list[str] | None) -> tuple[dict[str, Any], dict[str, str | bytes]]:
+    """The run's manifest and every file it holds, by path relative to the run folder."""
+    sha, dirty, patch = git
     # Locally the jobs run with this very interpreter; on a cluster, with the nodes' `python`.
     python = sys.executable if exp.launch.backend == "local" else "python"
-    run = RunInfo(run_id=run_id, run_dir=root / exp.name / run_id, git_sha=sha, git_dirty=dirty, default_python=python)
+    run = RunInfo(run_id=run_id, run_dir=run_dir, git_sha=sha, git_dirty=dirty, default_python=python)
     backend_impl = get_backend(exp.launch.backend)
     files: dict[str, str | bytes] = {"experiment.toml": exp.text, "code.patch": patch}
     entries = []
@@ -74,8 +92,7 @@ def prepare(path: str | Path, output_root: Path | None = None, *, backend: str |
         manifest["arrays"] = _arrays(jobs, entries, run, exp, files, backend_impl, dry_run)
     files[record.MANIFEST] = record.dumps(manifest)
     record.check_no_secrets({k: v for k, v in files.items() if isinstance(v, str)})
-    record.write_run(run.run_dir, files, {"code/training": code_dir})
-    return Prepared(run_dir=run.run_dir, manifest=manifest, jobs=jobs)
+    return manifest, files
 
 
 def _arrays(jobs: list[Job], entries: list[dict[str, Any]], run: RunInfo, exp: config.Experiment,
@@ -135,35 +152,73 @@ def training_package_dir() -> Path:
 def submit_pending(run_dir: Path, on_submit: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Submit every job (or array) of a run that has no job id yet; record each one as soon as it is queued.
 
-    Safe to call again (`--resume`): what was submitted is skipped, so nothing is duplicated.
+    Safe to call again (`--resume`), even at once from two shells: what was submitted is skipped, and a
+    job whose submission was tried but not recorded (sbatch timed out, its reply was lost, the disk
+    filled up) is looked for on the cluster, by the tag in its comment, before it is submitted again.
     """
-    manifest = record.load_manifest(run_dir)
-    if manifest.get("dry_run"):
-        raise JobgenError(f"{run_dir} is a dry run; submit the experiment file again without --dry-run")
-    backend = get_backend(manifest["backend"])
-    key = "arrays" if manifest.get("arrays") else "jobs"
-    for entry in manifest[key]:
-        if entry.get("job_id") or entry["state"] != State.NOT_SUBMITTED.value:
-            continue
+    with record.run_lock(run_dir):
+        manifest = record.load_manifest(run_dir)
+        if manifest.get("dry_run"):
+            raise JobgenError(f"{run_dir} is a dry run; submit the experiment file again without --dry-run")
+        backend = get_backend(manifest["backend"])
+        key = "arrays" if manifest.get("arrays") else "jobs"
+        pending = [e for e in manifest[key] if not e.get("job_id") and e["state"] == State.NOT_SUBMITTED.value]
+        tried = [e for e in pending if e.get("submit_tried_at")]
+        found = backend.find(run_dir, tried, min(e["submit_tried_at"] for e in tried)) if tried else {}
         try:
-            chain = int(entry.get("chain") or 1)
-            fields = backend.submit_chain(run_dir, entry, chain) if chain > 1 else backend.submit(run_dir, entry)
-        except SubmitError as exc:
-            record.update_jobs(run_dir, {entry["name"]: {"error": exc.message}}, key=key)
-            done = sum(1 for e in record.load_manifest(run_dir)[key] if e.get("job_id"))
-            raise SubmitError(
-                f"{exc.message} ({done} of {len(manifest[key])} {key} submitted; after fixing it run: "
-                f"jobgen submit --resume {run_dir})"
-            ) from None
-        entry.update(fields)
-        record.update_jobs(run_dir, {entry["name"]: {**fields, "error": None}}, key=key)
-        if key == "arrays":
-            tasks = {name: {**fields, "job_id": f"{fields['job_id']}_{i}", "error": None}
-                     for i, name in enumerate(entry["tasks"])}  # fmt: skip
-            record.update_jobs(run_dir, tasks)
+            _submit_all(run_dir, backend, manifest, key, pending, found, on_submit)
+        except JobgenError as exc:
+            if isinstance(exc, SubmitError):
+                raise
+            raise JobgenError(f"{exc.message}; then run: jobgen submit --resume {run_dir} (a job already queued is "
+                              "found, not submitted twice)") from None  # fmt: skip
+        return record.load_manifest(run_dir)
+
+
+def _submit_all(run_dir: Path, backend: Any, manifest: dict[str, Any], key: str, pending: list[dict[str, Any]],
+                found: dict[str, list[str]], on_submit: Callable[[dict[str, Any]], None] | None) -> None:
+    for entry in pending:
+        ids = sorted(found.get(entry["name"]) or [], key=_id_order)
+        if ids:  # queued by the earlier try: keep it, submit nothing
+            fields = {"job_id": ids[0].split("_")[0] if key == "arrays" else ids[0], "state": State.SUBMITTED.value,
+                      "submitted_at": entry["submit_tried_at"], "found_on_cluster": True}  # fmt: skip
+            if int(entry.get("chain") or 1) > 1:
+                fields["segments"] = ids  # the segments queued before the answer was lost
+        else:
+            # Written before sbatch runs: if its answer never comes, the next try knows to look.
+            record.update_jobs(run_dir, {entry["name"]: {"submit_tried_at": record.now_iso()}}, key=key)
+            fields = _submit_one(run_dir, backend, entry, manifest, key)
+        _record_submitted(run_dir, entry, fields, key)
         if on_submit:
             on_submit(entry)
-    return record.load_manifest(run_dir)
+
+
+def _submit_one(run_dir: Path, backend: Any, entry: dict[str, Any], manifest: dict[str, Any], key: str) -> dict:
+    chain = int(entry.get("chain") or 1)
+    try:
+        return backend.submit_chain(run_dir, entry, chain) if chain > 1 else backend.submit(run_dir, entry)
+    except SubmitError as exc:
+        # A plain refusal queued nothing: no need to look for the job next time.
+        tried = {} if exc.maybe_queued else {"submit_tried_at": None}
+        record.update_jobs(run_dir, {entry["name"]: {"error": exc.message, **tried}}, key=key)
+        done = sum(1 for e in record.load_manifest(run_dir)[key] if e.get("job_id"))
+        raise SubmitError(
+            f"{exc.message} ({done} of {len(manifest[key])} {key} submitted; after fixing it run: "
+            f"jobgen submit --resume {run_dir}; a job Slurm took without saying so is found, not submitted twice)"
+        ) from None
+
+
+def _record_submitted(run_dir: Path, entry: dict[str, Any], fields: dict[str, Any], key: str) -> None:
+    entry.update(fields)
+    record.update_jobs(run_dir, {entry["name"]: {**fields, "error": None}}, key=key)
+    if key == "arrays":
+        tasks = {name: {**fields, "job_id": f"{fields['job_id']}_{i}", "error": None}
+                 for i, name in enumerate(entry["tasks"])}  # fmt: skip
+        record.update_jobs(run_dir, tasks)
+
+
+def _id_order(job_id: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", job_id))
 
 
 def test_only(run_dir: Path, manifest: dict[str, Any]) -> list[tuple[str, bool, str]]:

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from jobgen import record
+from jobgen.damage import read_json
+from jobgen.errors import JobgenError
 from jobgen.states import State, from_slurm, parse
 
 QUERY_TIMEOUT_S = 30
@@ -79,7 +81,7 @@ def _sacct(ids: list[str]) -> dict[str, JobInfo]:
 
 def expand_array_id(jid: str) -> list[str]:
     """'7_[0-2,5%2]' (a pending array, as sacct shows it) -> ['7_0', '7_1', '7_2', '7_5']."""
-    match = re.match(r"^(\d+)_\[([\d,\-]+)(?:%\d+)?\]$", jid)
+    match = re.fullmatch(r"(\d+)_\[([\d,\-]+)(?:%\d+)?\]", jid)
     if not match:
         return [jid]
     base, ids = match.group(1), []
@@ -130,11 +132,9 @@ def from_files(run_dir: Path, job: dict[str, Any]) -> JobInfo:
     last = job.get("state", "")
     if last in State._value2member_map_ and State(last).is_final:
         return JobInfo(State(last), source="manifest")
-    try:
-        json.loads((run_dir / job["dir"] / "result.json").read_text(encoding="utf-8"))
-        return JobInfo(State.COMPLETED, source="result.json")
-    except (OSError, ValueError):
-        return JobInfo(State.UNKNOWN, source="manifest")
+    doc, _ = read_json(run_dir / job["dir"] / "result.json")
+    # Any result the job wrote (even of another schema) says it got to the end; a damaged one does not.
+    return JobInfo(State.COMPLETED, source="result.json") if isinstance(doc, dict) else JobInfo(State.UNKNOWN, source="manifest")
 
 
 def job_ids(job: dict[str, Any]) -> list[str]:
@@ -204,7 +204,8 @@ def run_status(run_dir: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any]
         if any(job.get(k) != v for k, v in fields.items()):
             updates[job["name"]] = fields
     if updates:
-        manifest = record.update_jobs(run_dir, updates)
+        ids = {job["name"]: job.get("job_id") for job in jobs}
+        manifest = record.update_jobs(run_dir, updates, if_job_id=ids)
     return manifest, rows
 
 
@@ -232,16 +233,20 @@ def runs_table(run_dirs: list[Path], root: Path, refresh: bool) -> tuple[list[st
 
     rows = []
     for run_dir in run_dirs:
-        manifest = record.load_manifest(run_dir)
+        name = str(run_dir.relative_to(root)) if run_dir.is_relative_to(root) else str(run_dir)
+        try:
+            manifest = record.load_manifest(run_dir)
+        except JobgenError as exc:  # one damaged run must not hide the others
+            rows.append([name, "-", "-", "-", f"damaged manifest.json: {exc.message.split(': damaged: ')[-1]}"])
+            continue
         if refresh and not all(parse(j["state"]).is_final for j in manifest["jobs"]):
             manifest, _ = run_status(run_dir)
         counts = Counter(j["state"] for j in manifest["jobs"])
         states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
         try:
             created = datetime.fromisoformat(manifest.get("created") or "").astimezone().strftime("%Y-%m-%d %H:%M:%S")
-        except ValueError:
+        except (ValueError, TypeError):
             created = "-"
-        name = str(run_dir.relative_to(root)) if run_dir.is_relative_to(root) else str(run_dir)
         rows.append([name, created, manifest["backend"], str(len(manifest["jobs"])), states])
     return ["run", "created", "backend", "jobs", "states" if refresh else "states (last known)"], rows
 

@@ -23,6 +23,10 @@ class Backend(Protocol):
     def cancel(self, job_ids: list[str]) -> None:
         """Cancel the jobs."""
 
+    def find(self, run_dir: Path, entries: list[dict[str, Any]], since: str) -> dict[str, list[str]]:
+        """Ids the scheduler already holds for these manifest entries (by name), submitted since `since`:
+        what an earlier submit whose reply was lost may have queued."""
+
 
 def get_backend(name: str) -> Backend:
     if name == "sbatch":

@@ -19,6 +19,10 @@ class LocalBackend:
     def submit_command(self, script: Path) -> list[str]:
         return ["bash", str(script)]
 
+    def find(self, run_dir: Path, entries: list[dict[str, Any]], since: str) -> dict[str, list[str]]:
+        """Local jobs have no ids to find: one that was started is recorded before it runs."""
+        return {}
+
     def submit(self, run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
         log_path = run_dir / job["dir"] / LOG_NAME
         started = now_iso()

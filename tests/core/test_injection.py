@@ -102,7 +102,8 @@ def test_sbatch_lines_quote_hostile_values(hostile, runner):
     (script,) = root.rglob("job.sbatch")
     lines = [line for line in script.read_text().splitlines() if line.startswith("#SBATCH --comment")]
     escaped = HOSTILE.replace("\\", "\\\\").replace('"', '\\"')
-    assert lines == [f'#SBATCH --comment="{escaped}"']
+    run_id = script.parents[2].name  # the user's comment follows jobgen's tag (at-most-once submission)
+    assert lines == [f'#SBATCH --comment="jobgen:{run_id}:inj {escaped}"']
 
 
 def test_newline_in_output_root_is_refused(hostile, runner, tmp_path: Path):

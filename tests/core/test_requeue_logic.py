@@ -43,6 +43,9 @@ done
 """,
     "scancel": """echo "scancel $*" >> "$STATE/argv"
 """,
+    # Before it submits a job again, requeue asks which copies Slurm holds: none here.
+    "squeue": """echo "squeue $*" >> "$STATE/argv"
+""",
 }
 
 
@@ -95,7 +98,7 @@ def test_a_job_slurm_forgot_is_submitted_again_and_keeps_its_old_id(runner, tmp_
     result, argv, jobs, run_dir = _run(runner, tmp_path, stubs, monkeypatch, states, forgotten="1002")
     assert result.exit_code == 0, result.output
     assert argv[:2] == ["scontrol requeue 1001", "scontrol requeue 1002"]
-    assert argv[2] == f"sbatch --parsable {run_dir / jobs[1]['script']}"
+    assert argv[2:4] == ["squeue -h -r -t all -o %i|%k", f"sbatch --parsable {run_dir / jobs[1]['script']}"]
     assert jobs[1]["job_id"] == "1005" and jobs[1]["previous_job_ids"] == ["1002"] and jobs[1]["requeues"] == 1
     assert "resubmitted" in result.output and "Invalid job id specified" in result.output
 
@@ -163,7 +166,9 @@ def test_an_array_task_slurm_forgot_goes_in_again_as_a_one_task_array(runner, tm
     manifest = json.loads((run_dir / "manifest.json").read_text())
     script = run_dir / manifest["arrays"][0]["script"]
     argv = (stubs / "argv").read_text().splitlines()
-    assert argv == ["scontrol requeue 1001_1", "scontrol requeue 1001_3", f"sbatch --parsable --array=3 {script}"]
+    # Slurm is asked for copies an earlier requeue may have queued before the task goes in again.
+    assert argv == ["scontrol requeue 1001_1", "scontrol requeue 1001_3", "squeue -h -r -t all -o %i|%k",
+                    f"sbatch --parsable --array=3 {script}"]  # fmt: skip
     jobs = manifest["jobs"]
     assert [j["job_id"] for j in jobs] == ["1001_0", "1001_1", "1001_2", "1002_3"]
     assert jobs[3]["previous_job_ids"] == ["1001_3"]
