@@ -289,11 +289,23 @@ def resumable_checkpoint(directory: Path) -> Path | None:
 
 def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher | None) -> int:
     os.environ.update(rank_env_from_slurm())
+    try:
+        return _fit_and_test(spec, prepared, stats, watcher)
+    finally:
+        # The DDP wrapper the Trainer holds must be gone before its process group, or a gloo rank can
+        # abort at exit ("terminate called without an active exception"); hence a separate function.
+        import gc
+
+        gc.collect()
+        common.destroy_process_group()
+
+
+def _fit_and_test(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher | None) -> int:
+    import torch
+
     t = spec.train
     stats.accelerator = resolve_accelerator(t)
     stats.precision_effective = effective_precision(t.precision, stats.accelerator)
-    import torch
-
     torch.manual_seed(t.seed)
     model = common.build_model(spec, prepared)
     if stats.precision_effective == "bf16-true":
@@ -315,16 +327,14 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher |
     if resume_from is not None:
         stats.restore(json.loads((resume_from / STATE_FILE).read_text())["stats"])
         stats.resumed = True
-    try:
-        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-        stats.interrupted = book.interrupted
-        stats.epochs_done = len(stats.val_acc_per_epoch)
-        stats.optimizer_steps = trainer.state.global_step
-        if not stats.interrupted:
-            _test_best(trainer, stats, steps_per_epoch)
-        return args.process_index
-    finally:
-        common.destroy_process_group()
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    stats.interrupted = book.interrupted
+    stats.epochs_done = len(stats.val_acc_per_epoch)
+    stats.optimizer_steps = trainer.state.global_step
+    if not stats.interrupted:
+        _test_best(trainer, stats, steps_per_epoch)
+    trainer.accelerator.wait_for_everyone()
+    return args.process_index
 
 
 def _test_best(trainer: Any, stats: Stats, steps_per_epoch: int) -> None:
