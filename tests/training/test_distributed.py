@@ -34,6 +34,8 @@ def _check(result: dict, engine: str, strategy: str) -> None:
     ("fabric", "fsdp_offload", "32-true"),
     ("lightning", "deepspeed_stage_2_offload", "32-true"),
     ("fabric", "deepspeed_stage_3_offload", "32-true"),
+    ("hf_trainer", "ddp", "bf16-mixed"),
+    ("hf_trainer", "deepspeed_stage_2", "32-true"),
 ])
 def test_two_ranks_launched_locally(engine: str, strategy: str, precision: str, tmp_path: Path,
                                     cache_dir: Path) -> None:

@@ -351,7 +351,7 @@ def _test_best(trainer: Any, stats: Stats, steps_per_epoch: int) -> None:
 
 def _launched_by() -> str:
     if "TORCHELASTIC_RUN_ID" in os.environ:
-        return "torchrun"
+        return "accelerate launch (torchrun)" if "ACCELERATE_DYNAMO_BACKEND" in os.environ else "torchrun"
     if "SLURM_PROCID" in os.environ and "RANK" in os.environ:
         return "srun"
     return "this process"
