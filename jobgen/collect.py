@@ -49,6 +49,7 @@ class Result:
     requeue_count: int | None = None
     epochs_done: int | None = None
     finished_at: datetime | None = None
+    scoring: str | None = None  # a split scored on other than its size: the accuracy is not the split's
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ def read_job(run_dir: Path, run_id: str, experiment: str, entry: Mapping[str, An
         result=result,
     )
     if result is not None:
-        return row
+        return dataclasses.replace(row, problem=result.scoring) if result.scoring else row
     return _unfinished(row, Path(job_dir), problem, entry.get("error"), live)
 
 
@@ -305,7 +306,18 @@ def parse_result(data: Mapping[str, Any]) -> Result:
         requeue_count=_int(data.get("requeue_count")),
         epochs_done=_int(data.get("epochs_done")),
         finished_at=_time(data.get("finished_at")),
+        scoring=_scoring_problem(data),
     )
+
+
+def _scoring_problem(data: Mapping[str, Any]) -> str | None:
+    """Every sample of a split counts once: say so when result.json's scored count differs."""
+    wrong = []
+    for split in ("validation", "test"):
+        size, scored = _int(_get(data, "samples", split)), _int(_get(data, "scored", split))
+        if size is not None and scored is not None and size != scored:
+            wrong.append(f"{split} scored on {scored:,} rows of {size:,}")
+    return "; ".join(wrong) + ": its accuracy is not the split's" if wrong else None
 
 
 # --- spec.json and metrics.csv: what an unfinished job was asked to do and got so far ------------------

@@ -222,7 +222,8 @@ def _problem(jobs: list[JobRow]) -> tuple[str, str]:
     job = troubled[0]
     problem = job.problem or (job.cause.message if job.cause else "")
     if len(troubled) < len(jobs):
-        problem = f"{len(troubled)} of {len(jobs)} without result ({job.run_id}: {problem})"
+        what = "with a problem" if job.result is not None else "without result"
+        problem = f"{len(troubled)} of {len(jobs)} {what} ({job.run_id}: {problem})"
     # "Read the log" is advice for a job that ended, not for one still at work.
     advise = job.cause is not None and (job.cause.kind != LAST_LINE or job.state.is_final)
     return problem, job.cause.hint if advise else ""
@@ -232,26 +233,39 @@ def _problem(jobs: list[JobRow]) -> tuple[str, str]:
 
 
 def apply_baseline(lines: list[Line], name: str | None) -> Line | None:
-    """Mark the baseline line and set every line's speed-up (baseline training time / its own)."""
+    """Mark the baseline line and set every line's speed-up: its samples/s over the baseline's.
+
+    Throughput, not training time: both are measured over the timed window (docs/contracts.md), and a
+    compiled job times fewer batches than its baseline (compiling ones are left out), so only a rate
+    compares the same kind of work.
+    """
     base = pick_baseline(lines, name)
     if base is None:
         return None
     base.is_baseline = True
-    base_time = base.metrics["train_s"].mean
+    base_rate = base.metrics["samples_per_s"].mean
     for line in lines:
-        time = line.metrics["train_s"].mean
-        line.speedup = base_time / time if base_time and time else None
+        rate = line.metrics["samples_per_s"].mean
+        line.speedup = rate / base_rate if base_rate and rate else None
     return base
 
 
 def pick_baseline(lines: list[Line], name: str | None) -> Line | None:
     """The line the user named, else the slowest plain-PyTorch one, else the slowest of all."""
-    timed = [ln for ln in lines if ln.metrics["train_s"].mean]
+    timed = [ln for ln in lines if ln.metrics["samples_per_s"].mean]
     if name is not None:
         return _named_baseline(lines, name)
     torch = [ln for ln in timed if ln.config.get("engine") == "torch"]
     pool = torch or timed
-    return max(pool, key=lambda ln: ln.metrics["train_s"].mean or 0.0) if pool else None
+    return min(pool, key=lambda ln: ln.metrics["samples_per_s"].mean or 0.0) if pool else None
+
+
+SPEEDUP_MEANS = "samples/s ÷ the baseline's samples/s, both over the timed window of docs/contracts.md"
+
+
+def speedup_caption(lines: list[Line]) -> list[str]:
+    base = next((ln.label for ln in lines if ln.is_baseline), None)
+    return [f"speed-up: {SPEEDUP_MEANS.replace('the baseline', base)}"] if base else []
 
 
 def _named_baseline(lines: list[Line], name: str) -> Line:
@@ -263,8 +277,8 @@ def _named_baseline(lines: list[Line], name: str) -> Line:
     if len(found) > 1:
         matches = ", ".join(ln.label for ln in found[:10])
         raise JobgenError(f"baseline {name!r} matches {len(found)} configurations ({matches}): be more exact")
-    if not found[0].metrics["train_s"].mean:
-        raise JobgenError(f"baseline {found[0].label!r} has no training time ({found[0].state}): choose a finished one")
+    if not found[0].metrics["samples_per_s"].mean:
+        raise JobgenError(f"baseline {found[0].label!r} has no throughput ({found[0].state}): choose a finished one")
     return found[0]
 
 
@@ -308,7 +322,8 @@ def _round(value: float | None) -> float | None:
 
 def render_json(lines: list[Line], **_: Any) -> str:
     base = next((ln.label for ln in lines if ln.is_baseline), None)
-    return json.dumps({"baseline": base, "rows": [record(ln) for ln in lines]}, indent=2) + "\n"
+    doc = {"baseline": base, "speedup": SPEEDUP_MEANS, "rows": [record(ln) for ln in lines]}
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
 def render_csv(lines: list[Line], **_: Any) -> str:
@@ -399,6 +414,7 @@ def render_markdown(lines: list[Line], **_: Any) -> str:
 
     out = [row(HEADERS), row(["---:" if h in NUMERIC else "---" for h in HEADERS])]
     out += [row(cells(ln)) for ln in lines]
+    out += ["", *speedup_caption(lines)] if speedup_caption(lines) else []
     hints = [f"- {ln.label}: {ln.hint}" for ln in lines if ln.hint]
     if hints:
         out += ["", "What to do:", "", *hints]
@@ -434,6 +450,8 @@ def render_table(lines: list[Line], color: bool = False, width: int | None = Non
             texts[STATE].stylize(STATE_STYLES.get(line.state, "red"))
             table.add_row(*texts.values(), style="bold" if line.is_baseline else None)
         console.print(table)
+    for caption in speedup_caption(lines):
+        console.print(Text(caption))
     for note in notes(lines):
         console.print(Text(f"• {note}"))
     return buf.getvalue()
@@ -494,6 +512,7 @@ def plain_table(lines: list[Line], color: bool = False) -> str:
 
     out = [join(list(HEADERS)), "  ".join("─" * w for w in widths)]
     out += [join(row, line.state) for row, line in zip(rows, lines, strict=True)]
+    out += speedup_caption(lines)
     out += [f"• {note}" for note in notes(lines)]
     return "\n".join(out) + "\n"
 

@@ -131,10 +131,25 @@ def test_no_combine_lists_every_job_of_every_run(tmp_path: Path) -> None:
 
 
 def test_default_baseline_without_torch_is_the_slowest(tmp_path: Path) -> None:
-    jobs = [FakeJob("fast", train_s=50.0), FakeJob("slow", train_s=200.0), FakeJob("mid", train_s=100.0)]
+    jobs = [FakeJob("fast", train_s=50.0, samples_per_s=200.0), FakeJob("slow", train_s=200.0, samples_per_s=50.0),
+            FakeJob("mid", train_s=100.0, samples_per_s=100.0)]
     doc = json.loads(summarize([write_run(tmp_path, "exp", jobs)], fmt="json"))
     assert doc["baseline"] == "slow"
     assert {r["config"]: r["speedup"] for r in doc["rows"]} == {"fast": 4.0, "slow": 1.0, "mid": 2.0}
+    assert "samples/s" in doc["speedup"]
+
+
+def test_speedup_divides_throughput_not_time_of_unequal_work(tmp_path: Path) -> None:
+    """A compiled job times fewer batches (its compiling ones are apart): its train time is not
+    comparable with the baseline's, its samples/s is."""
+    jobs = [FakeJob("eager", engine="torch", train_s=100.0, samples_per_s=100.0),
+            FakeJob("compiled", engine="torch", compile=True, train_s=90.0, samples_per_s=300.0)]
+    run = write_run(tmp_path, "exp", jobs)
+    doc = json.loads(summarize([run], fmt="json", baseline="eager"))
+    assert {r["config"]: r["speedup"] for r in doc["rows"]} == {"eager": 1.0, "compiled": 3.0}
+    markdown = summarize([run], fmt="markdown", baseline="eager")
+    assert "3.00×" in markdown and "speed-up: samples/s ÷ eager's samples/s" in markdown
+    assert "speed-up: samples/s ÷ eager's samples/s" in summarize([run], baseline="eager")
 
 
 def test_named_baseline(tmp_path: Path) -> None:
@@ -156,7 +171,7 @@ def test_bad_baseline_is_a_one_line_error(tmp_path: Path, name: str, message: st
 
 def test_baseline_without_time_is_refused(tmp_path: Path) -> None:
     run = write_run(tmp_path, "exp", [*CONFIGS, FakeJob("dead", state="PENDING", result=None)])
-    with pytest.raises(JobgenError, match="'dead' has no training time"):
+    with pytest.raises(JobgenError, match="'dead' has no throughput"):
         summarize([run], baseline="dead")
 
 
@@ -218,7 +233,7 @@ def test_large_tables_skip_rich_but_keep_the_columns(tmp_path: Path) -> None:
     jobs = [FakeJob(f"j{i}", train_s=100.0 + i) for i in range(summary.RICH_MAX_ROWS + 1)]
     text = summarize([write_run(tmp_path, "exp", jobs)])
     lines = text.splitlines()
-    assert all(h in lines[0] for h in HEADERS) and len(lines) == len(jobs) + 2
+    assert all(h in lines[0] for h in HEADERS) and len(lines) == len(jobs) + 3  # + the speed-up line
     assert lines[2].startswith("j0 ") and "COMPLETED" in lines[2]
 
 
@@ -273,3 +288,20 @@ def test_summary_of_a_real_local_sweep(tmp_path: Path, runner) -> None:
             assert row["config"] in outputs[fmt] and f"{100 * result['test_acc']:.1f}" in outputs[fmt]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert next(r for r in rows if r["engine"] == "torch")["baseline"] is True
+
+
+def test_a_split_scored_on_other_than_its_size_is_a_problem(tmp_path: Path) -> None:
+    """result.json says how many rows each split was scored on; a count that is not the split's size
+    (repeated samples, one rank's metrics) is shown, because that accuracy is not the split's."""
+    run = write_run(tmp_path, "exp", [FakeJob("good"), FakeJob("repeats")])
+    for name, scored in (("good", {"validation": 5000, "test": 10000}),
+                         ("repeats", {"validation": 5000, "test": 10192})):
+        path = run / "jobs" / name / "result.json"
+        result = json.loads(path.read_text())
+        path.write_text(json.dumps({**result, "samples": {"train": 35000, "validation": 5000, "test": 10000},
+                                    "scored": scored}))
+    doc = json.loads(summarize([run], fmt="json"))
+    problems = {r["config"]: r["problem"] for r in doc["rows"]}
+    assert problems["good"] is None
+    assert problems["repeats"] == "test scored on 10,192 rows of 10,000: its accuracy is not the split's"
+    assert "test scored on 10,192 rows of 10,000" in summarize([run])

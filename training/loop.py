@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from training import requeue
+from training.engines.common import parameter_shards
 from training.loaders import model_inputs
 from training.metrics import Scores
 from training.results import Clock, MetricsLog, Stats
@@ -232,6 +233,7 @@ def fit(job: Job) -> None:
         if outcome == "max_steps":
             break
     job.clock.flush(job.rt.reduce_sum)
+    stats.parameters = parameter_shards(job.model, job.rt.rank, job.rt.world, job.rt.reduce_sum)
     stats.epochs_done = len(stats.val_acc_per_epoch)
     stats.optimizer_steps = job.progress["global_step"]
 

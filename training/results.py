@@ -42,6 +42,7 @@ class Stats:
     test_acc: float | None = None
     test_f1: float | None = None
     tested_epoch: int | None = None  # the (best validation) epoch whose weights the test scored
+    parameters: dict[str, Any] = field(default_factory=dict)  # {"total": n, "per_rank": [held by rank r]}
     epochs_done: int = 0
     optimizer_steps: int = 0
     resumed: bool = False
@@ -151,6 +152,7 @@ def build_result(spec: Spec, stats: Stats, requeue_count: int) -> dict[str, Any]
         "nodes": t.num_nodes, "devices_per_node": t.devices, "world_size": stats.world_size,
         "model": t.model, "dataset": spec.data.dataset or ",".join(sorted(spec.data.files.values())),
         "samples": stats.samples,
+        "parameters": stats.parameters or None,
         "samples_trained": {"total": stats.trained_samples, "repeats": stats.repeated_samples,
                             "timed": stats.timed_samples},
         "scored": stats.scored,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jobgen.states import State
-from tests.slurm.helpers import TINY_TRAIN, all_final, jobgen, manifest, only_run, wait_states, write_experiment
+from tests.slurm.helpers import PYTHON, TINY_TRAIN, all_final, jobgen, manifest, only_run, wait_states, write_experiment
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training, pytest.mark.timeout(600)]
 
@@ -70,3 +70,44 @@ def test_signal_checkpoint_requeue_resume(slurm, root: Path, tmp_path: Path, eng
     assert "restarts 0" in out and "restarts 1" in out  # one log, appended across the requeue
     summary = json.loads(jobgen("summary", str(run_dir), "--format", "json", root=root).stdout)["rows"][0]
     assert summary["requeues"] >= 1 and summary["state"] == "COMPLETED"
+
+
+def test_two_nodes_two_ranks_requeue_mid_epoch_trains_each_sample_once(slurm, root: Path, tmp_path: Path):
+    """2 nodes × 2 ranks: the warning signal reaches every rank, every rank checkpoints, rank 0 requeues
+    (the others wait for it, so srun cannot kill it first), the job resumes in the middle of its epoch,
+    and over both attempts each training sample is trained once per epoch."""
+    from tests.training.test_resume import trained_rows
+
+    trace = tmp_path / "trace"
+    n, batch, ranks = 6001, 8, 4  # 751 batches an epoch (the last of 1 row): 188 steps a rank, 1 top-up
+    body = (BODY.replace("cpus_per_task = 1", "nodes = 2\ngpus_per_node = 2\ncpus_per_task = 1")
+            .replace('model = "builtin:tiny"', 'model = "builtin:tiny"\nengine = "fabric"\nstrategy = "ddp"')
+            .replace("epochs = 3", "epochs = 2").replace("batch_size = 16", f"batch_size = {batch}")
+            .replace("[1500, 100, 100]", f"[{n}, 103, 101]")
+            .replace(f'python = "{PYTHON}"', f'python = "{PYTHON}"\nvars = {{ JOBGEN_TRACE_ROWS = "{trace}" }}'))
+    exp = write_experiment(tmp_path, "requeue2x2", body)
+    jobgen("submit", str(exp), root=root)
+    run_dir = only_run(root, "requeue2x2")
+    job = manifest(run_dir)["jobs"][0]
+    deadline = time.monotonic() + 300
+    while len(trained_rows(trace).get(0, [])) < 20 * batch * ranks:
+        assert time.monotonic() < deadline, jobgen("logs", str(run_dir), "--err", root=root, check=False).stdout
+        time.sleep(0.5)
+    out = jobgen("requeue", str(run_dir), job["name"], root=root).stdout
+    assert "signalled: sent SIGUSR2" in out, out
+    states = wait_states(run_dir, all_final, timeout=480, poll=3)
+    logs = jobgen("logs", str(run_dir), root=root).stdout
+    assert states[job["name"]] is State.COMPLETED, jobgen("logs", str(run_dir), "--err", root=root).stdout
+    result = json.loads((run_dir / job["dir"] / "result.json").read_text())
+    assert result["world_size"] == 4 and result["resumed"] is True and result["requeue_count"] == 1
+    rows = trained_rows(trace)
+    assert len(list(trace.glob("rank*.txt"))) == 4
+    for epoch in range(2):
+        fresh = sorted(r for r in rows[epoch] if r >= 0)
+        assert fresh == list(range(n)), f"epoch {epoch}: {len(fresh)} rows, {len(set(fresh))} distinct"
+    assert result["optimizer_steps"] == 2 * 188
+    assert result["samples_trained"] == {"total": 2 * (n + batch), "repeats": 2 * batch, "timed": 2 * (n + batch)}
+    assert result["scored"] == {"validation": 103, "test": 101}
+    err = jobgen("logs", str(run_dir), "--err", root=root).stdout
+    assert err.count("checkpointing at the next step") >= 4, err[-3000:]  # every rank got the signal
+    assert "restarts 0" in logs and "restarts 1" in logs

@@ -21,6 +21,14 @@ def _check(result: dict, engine: str, strategy: str) -> None:
     assert result["test_acc"] >= 0.90, result
     assert result["epochs_done"] == 2 and len(result["val_acc_per_epoch"]) == 2
     assert result["samples"]["train"] == 1600
+    assert result["scored"] == {"validation": 300, "test": 400}  # each row once over both ranks
+    params = result["parameters"]
+    if strategy.startswith(("fsdp", "deepspeed_stage_3")):
+        # Sharded: each rank holds about half of every parameter, together all of them once.
+        assert sum(params["per_rank"]) == params["total"], params
+        assert max(params["per_rank"]) < 0.55 * params["total"], params
+    else:
+        assert params["per_rank"] == [params["total"]] * 2, params
 
 
 @pytest.mark.parametrize(("engine", "strategy", "precision"), [

@@ -34,6 +34,22 @@ def record_sizes(stats: Any, prepared: Prepared) -> None:
     stats.samples = {split: len(prepared.splits[split]) for split in SPLITS}
 
 
+def parameter_shards(module: Any, rank: int, world: int, reduce_sum: Any) -> dict[str, Any]:
+    """How many parameter elements each rank holds, against the whole model's: FSDP2 (DTensor) and
+    ZeRO-3 (ds_tensor) ranks hold a shard, the others a full copy. A collective: every rank calls it."""
+    local = total = 0
+    for p in module.parameters():
+        if hasattr(p, "ds_tensor"):  # DeepSpeed ZeRO-3: this rank's partition of a flattened parameter
+            local, total = local + p.ds_tensor.numel(), total + p.ds_numel
+        elif hasattr(p, "to_local"):  # FSDP2: a DTensor sharded over the ranks
+            local, total = local + p.to_local().numel(), total + p.numel()
+        else:
+            local, total = local + p.numel(), total + p.numel()
+    mine = [0.0] * world
+    mine[rank] = float(local)
+    return {"total": total, "per_rank": [int(v) for v in reduce_sum(mine)]}
+
+
 def announce(rank: int, world: int, strategy: Any) -> None:
     """One line per rank in the job log: which rank this is, who said so (Slurm, or our launcher), and
     what the strategy really does (for DeepSpeed: its ZeRO stage and offload targets)."""

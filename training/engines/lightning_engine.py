@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -184,7 +186,12 @@ class Bookkeeping(Callback):
         self.rows.flush()
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        self.clock.flush(lambda values: _reduce_sum(trainer, pl_module, values))
+        def reduce_sum(values: list[float]) -> list[float]:
+            return _reduce_sum(trainer, pl_module, values)
+
+        self.clock.flush(reduce_sum)
+        self.stats.parameters = common.parameter_shards(pl_module.model, trainer.global_rank, trainer.world_size,
+                                                        reduce_sum)
 
 
 def _reduce_sum(trainer: Any, pl_module: Any, values: list[float]) -> list[float]:
@@ -206,7 +213,9 @@ def _trainer(spec: Spec, stats: Stats, callbacks: list[Any]) -> L.Trainer:
         logger=CSVLogger(str(spec.job_dir), name="lightning_logs"))
 
 
-def _test_best(trainer: L.Trainer, module: Classifier, best: ModelCheckpoint, spec: Spec) -> None:
+def _test_best(trainer: L.Trainer, module: Classifier, best: ModelCheckpoint, spec: Spec, stats: Stats) -> None:
+    found = re.search(r"best-epoch=(\d+)", Path(best.best_model_path).name) if best.best_model_path else None
+    stats.tested_epoch = int(found.group(1)) if found else None
     if "stage_3" not in spec.train.strategy or not best.best_model_path:
         trainer.test(module, ckpt_path="best" if best.best_model_path else None)
         return
@@ -220,9 +229,12 @@ def _test_best(trainer: L.Trainer, module: Classifier, best: ModelCheckpoint, sp
 def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher | None) -> int:
     L.seed_everything(spec.train.seed, verbose=False)
     best = ModelCheckpoint(dirpath=str(spec.checkpoint_dir), filename="best-{epoch}", monitor="val_acc",
-                           mode="max", save_top_k=1, save_last=True)
+                           mode="max", save_top_k=1)
+    # Every epoch's end, for a resume: save_last=True on `best` writes only when the best improves.
+    last = ModelCheckpoint(dirpath=str(spec.checkpoint_dir), filename="last", save_top_k=1,
+                           enable_version_counter=False)
     book = Bookkeeping(spec, stats, watcher)
-    trainer = _trainer(spec, stats, [best, book])
+    trainer = _trainer(spec, stats, [best, last, book])
     module = Classifier(spec, prepared, stats)
     common.record_sizes(stats, prepared)
     resume_from = requeue.newest_checkpoint(spec.checkpoint_dir, ".ckpt")
@@ -236,7 +248,7 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher |
         stats.epochs_done = trainer.current_epoch if not stats.interrupted else len(stats.val_acc_per_epoch)
         stats.optimizer_steps = trainer.global_step
         if not stats.interrupted:
-            _test_best(trainer, module, best, spec)
+            _test_best(trainer, module, best, spec, stats)
         return trainer.global_rank
     finally:
         common.destroy_process_group()
