@@ -258,7 +258,13 @@ def _bookkeeping_class() -> type:
                 atomic_write(folder / STATE_FILE, json.dumps({"stats": tr.stats.state()}) + "\n")
 
         def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            self.trainer.clock.flush(lambda values: _reduce_sum(values, args.device))
+            tr = self.trainer
+
+            def reduce_sum(values: list[float]) -> list[float]:
+                return _reduce_sum(values, args.device)
+
+            tr.clock.flush(reduce_sum)
+            tr.stats.parameters = common.parameter_shards(tr.model, args.process_index, args.world_size, reduce_sum)
 
     return Bookkeeping
 
