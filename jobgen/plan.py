@@ -144,18 +144,14 @@ def check_shape(exp: Experiment, where: str = "") -> None:
     slurm, train, launch = exp.slurm, exp.train, exp.launch
     world = slurm.nodes * train.devices
     problems = _launcher_problems(exp)
-    if launch.launcher == "srun" and train.engine != "torch" and slurm.ntasks_per_node != train.devices:
+    if launch.launcher == "srun" and slurm.ntasks_per_node != train.devices:
         problems.append(
             f"slurm.ntasks_per_node = {slurm.ntasks_per_node} but train.devices = {train.devices}: srun-launched "
             f"{train.engine} needs one task per device; set slurm.ntasks_per_node = {train.devices} (or 0)"
         )
-    if train.engine == "torch" and world > 1:
-        problems.append(
-            f"train.engine = 'torch' is the single-device loop but the job has {world} devices; "
-            "use engine 'lightning', 'fabric' or 'hf_trainer' for several devices, or one node with one device"
-        )
-    if train.engine == "torch" and train.strategy != "auto":
-        problems.append(f"train.strategy = {train.strategy!r} needs engine 'lightning', 'fabric' or 'hf_trainer'; the plain loop uses 'auto'")
+    if train.engine == "torch" and train.strategy not in ("auto", "ddp"):
+        problems.append(f"train.strategy = {train.strategy!r} needs engine 'lightning', 'fabric' or 'hf_trainer'; "
+                        "the plain loop runs on one device or DDP ('auto' or 'ddp')")
     if world == 1 and train.strategy in ("fsdp", "fsdp_offload", "deepspeed_stage_2", "deepspeed_stage_3"):
         problems.append(
             f"train.strategy = {train.strategy!r} shards across devices but the job has one; use 'auto', "

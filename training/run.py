@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from training import requeue
+from training import ranks, requeue
 from training.data import Prepared
 from training.results import Clock, Stats, build_result, write_result
 from training.spec import Spec, to_dict
@@ -20,11 +20,8 @@ def run(spec: Spec, spec_path: Path | None = None) -> int:
     """Returns the process exit status; raises SystemExit(EXIT_REQUEUE) after a checkpoint on signal."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     spec.job_dir.mkdir(parents=True, exist_ok=True)
-    if spec.train.engine == "hf_trainer":
-        from training.engines import hf_trainer_engine as hf
-
-        if hf.needs_local_launch(spec):  # Lightning and Fabric start their own ranks; the Trainer cannot
-            return hf.launch_locally(spec, spec_path or _write_spec(spec))
+    if ranks.needs_local_launch(spec):  # Lightning and Fabric start their own ranks; these engines cannot
+        return ranks.launch_locally(spec, spec_path or _write_spec(spec))
     stats = Stats(world_size=spec.train.world_size)
     watcher = None
     if spec.requeue.enabled:

@@ -143,9 +143,9 @@ def validate(spec: Spec) -> None:
     _check_choice(t.precision, PRECISIONS, "train.precision")
     _check_choice(t.accelerator, ACCELERATORS, "train.accelerator")
     _check_choice(d.padding, PADDINGS, "data.padding")
-    if t.engine == "torch" and (t.world_size > 1 or t.strategy != "auto"):
-        raise SpecError("train.engine='torch' runs on one device: use strategy='auto', devices=1, "
-                        "num_nodes=1, or engine='lightning'/'fabric' for distributed runs")
+    if t.engine == "torch" and t.strategy not in ("auto", "ddp"):
+        raise SpecError("train.engine='torch' is the plain loop, on one device or DDP: use strategy 'auto' or "
+                        "'ddp', or engine 'lightning'/'fabric'/'hf_trainer' for sharded strategies")
     if t.engine == "hf_trainer" and is_fsdp(t.strategy) and t.accelerator == "cpu":
         raise SpecError(HF_FSDP_CPU)
     if d.partition:

@@ -63,10 +63,10 @@ CASES = [
     ("accelerator-unknown", with_lines(train='accelerator = "tpu"'), 1, ["train.accelerator", "auto, gpu, cpu"]),
     ("tasks-not-devices", BASE.replace("gpus_per_node = 1", "gpus_per_node = 4\nntasks_per_node = 1"), 1,
      ["ntasks_per_node = 1", "one task per device"]),
-    ("torch-on-4-gpus", BASE.replace("gpus_per_node = 1", "gpus_per_node = 4").replace('"lightning"', '"torch"'), 1,
-     ["engine = 'torch'", "4 devices"]),
-    ("torch-with-ddp", with_lines(train='strategy = "ddp"').replace('"lightning"', '"torch"'), 1,
-     ["train.strategy", "lightning"]),
+    ("torch-with-fsdp", BASE.replace("gpus_per_node = 1", "gpus_per_node = 4").replace('"lightning"', '"torch"')
+     .replace("[train]\n", '[train]\nstrategy = "fsdp"\n'), 1, ["train.strategy = 'fsdp'", "one device or DDP"]),
+    ("torch-ddp-on-4-gpus", with_lines(train='strategy = "ddp"').replace('"lightning"', '"torch"')
+     .replace("gpus_per_node = 1", "gpus_per_node = 4"), 0, []),
     ("deepspeed-one-device", with_lines(train='strategy = "deepspeed_stage_2"'), 1, ["deepspeed_stage_2", "one"]),
     ("fsdp-one-device", with_lines(train='strategy = "fsdp"'), 1, ["fsdp", "one"]),
     ("fabric-deepspeed-accum", with_lines(train='strategy = "deepspeed_stage_2"\ngrad_accum = 2')
@@ -90,8 +90,8 @@ CASES = [
      ["11800 jobs", "sweep.max_jobs"]),
     ("sweep-point-bad-value", BASE + '\n[sweep.grid]\n"train.precision" = ["bf16-mixed", "fp8"]\n', 1,
      ["sweep point 1", "train.precision", "'fp8'"]),
-    ("sweep-point-bad-shape", BASE + '\n[[sweep.points]]\nname = "big"\n"slurm.gpus_per_node" = 4\n"train.engine" = "torch"\n',
-     1, ["sweep point 0 (big)", "engine = 'torch'"]),
+    ("sweep-point-bad-shape", BASE + '\n[[sweep.points]]\nname = "big"\n"slurm.gpus_per_node" = 4\n"slurm.ntasks_per_node" = 2\n',
+     1, ["sweep point 0 (big)", "one task per device"]),
     ("sweep-point-bad-name", BASE + '\n[[sweep.points]]\nname = "a b"\n', 1, ["sweep.points", "'a b'"]),
     ("signal-kill", with_lines(slurm='signal = "KILL"'), 1, ["slurm.signal", "USR2"]),
     ("extra-managed", with_lines(slurm='extra = { output = "x.log" }'), 1, ["slurm.extra", "set by jobgen"]),

@@ -75,7 +75,8 @@ def _saved_stats(checkpoints: Path) -> dict:
 
 
 @pytest.mark.parametrize(("engine", "devices"), [("torch", 1), ("lightning", 1), ("fabric", 1), ("lightning", 2),
-                                                 ("fabric", 2), ("hf_trainer", 1), ("hf_trainer", 2)])
+                                                 ("fabric", 2), ("hf_trainer", 1), ("hf_trainer", 2),
+                                                 ("torch", 2)])
 def test_mid_epoch_requeue_trains_every_sample_once(engine: str, devices: int, tmp_path: Path,
                                                     cache_dir: Path) -> None:
     """USR2 in the middle of epoch 0: the restart continues that epoch where it stopped, so over both

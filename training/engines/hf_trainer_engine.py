@@ -8,9 +8,8 @@ splits, jobgen's batch samplers (`get_*_dataloader` return `make_loader` loaders
 scores (`Scores`, padding rows of evaluation left out), the timing window (training/timing.py, opened
 in `get_batch_samples` and closed at `on_step_end`), metrics.csv, progress.json and result.json.
 
-Ranks come from RANK/LOCAL_RANK/WORLD_SIZE (torchrun, `accelerate launch`); under srun they are
-copied from SLURM_PROCID & co. (`rank_env_from_slurm`). Without either and with several devices,
-training.run starts the ranks itself through torchrun (`launch_locally`).
+Ranks come from RANK/LOCAL_RANK/WORLD_SIZE (torchrun, `accelerate launch`; under srun copied from
+SLURM_PROCID & co.; without a launcher training.run starts them through torchrun: training/ranks.py).
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from training import requeue
+from training import ranks, requeue
 from training.data import Prepared
 from training.engines import common
 from training.hardware import effective_precision, resolve_accelerator
@@ -35,35 +34,6 @@ from training.spec import Spec, is_fsdp
 from training.timing import TrainClock
 
 STATE_FILE = "jobgen-state.json"  # our counters, written last into each Trainer checkpoint: marks it complete
-
-
-def rank_env_from_slurm(env: dict[str, str] | None = None) -> dict[str, str]:
-    """torch.distributed's variables from srun's, for ranks srun started (one task per device)."""
-    env = os.environ if env is None else env
-    if "RANK" in env or int(env.get("SLURM_NTASKS", "1") or 1) < 2 or "SLURM_PROCID" not in env:
-        return {}
-    return {"RANK": env["SLURM_PROCID"], "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
-            "WORLD_SIZE": env["SLURM_NTASKS"], "LOCAL_WORLD_SIZE": env.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0]}
-
-
-def needs_local_launch(spec: Spec) -> bool:
-    """Several ranks asked for, but no launcher started them (no RANK, no srun tasks)."""
-    return spec.train.world_size > 1 and "RANK" not in os.environ and not rank_env_from_slurm()
-
-
-def launch_locally(spec: Spec, spec_path: Path) -> int:
-    """One machine, N devices, no launcher: run this spec under torchrun --standalone, passing the
-    requeue signal on to the ranks (training/relay.py)."""
-    import sys
-
-    from training import relay
-
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={spec.train.devices}",
-           "-m", "training", "--spec", str(spec_path)]
-    signal = spec.requeue.signal if spec.requeue.enabled else None
-    rc, forwarded = relay.run(cmd, signal)
-    # torchrun reports a rank's "requeue me" exit as a failure of its own; say what the ranks meant.
-    return requeue.EXIT_REQUEUE if rc != 0 and forwarded and requeue.newest_checkpoint(spec.checkpoint_dir) else rc
 
 
 def deepspeed_config(spec: Spec) -> Path:
@@ -294,7 +264,7 @@ def resumable_checkpoint(directory: Path) -> Path | None:
 
 
 def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher | None) -> int:
-    os.environ.update(rank_env_from_slurm())
+    os.environ.update(ranks.from_slurm())
     try:
         return _fit_and_test(spec, prepared, stats, watcher)
     finally:
@@ -327,7 +297,7 @@ def _fit_and_test(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue
     trainer.add_callback(book)
     common.record_sizes(stats, prepared)
     stats.world_size = args.world_size
-    print(f"training: rank {args.process_index}/{args.world_size} via {_launched_by()}; strategy "
+    print(f"training: rank {args.process_index}/{args.world_size} via {ranks.launched_by()}; strategy "
           f"{_describe(trainer)}", flush=True)
     resume_from = resumable_checkpoint(spec.checkpoint_dir)
     if resume_from is not None:
@@ -353,14 +323,6 @@ def _test_best(trainer: Any, stats: Stats, steps_per_epoch: int) -> None:
     stats.tested_epoch = best_epoch(stats.val_acc_per_epoch)
     scores = trainer.evaluate(metric_key_prefix="test")
     stats.test_acc, stats.test_f1 = scores["test_accuracy"], scores.get("test_f1")
-
-
-def _launched_by() -> str:
-    if "TORCHELASTIC_RUN_ID" in os.environ:
-        return "accelerate launch (torchrun)" if "ACCELERATE_DYNAMO_BACKEND" in os.environ else "torchrun"
-    if "SLURM_PROCID" in os.environ and "RANK" in os.environ:
-        return "srun"
-    return "this process"
 
 
 def _describe(trainer: Any) -> str:
