@@ -37,7 +37,8 @@ STATE_FILE = "jobgen-state.json"  # our counters, written last into each Trainer
 
 
 def deepspeed_config(spec: Spec) -> Path:
-    """The DeepSpeed config this job uses, written into the job folder (rank 0 writes; same bytes)."""
+    """The DeepSpeed config this job uses, written into the job folder (every rank writes the same bytes,
+    atomically, before the Trainer reads it)."""
     t = spec.train
     stage = 3 if "stage_3" in t.strategy else 2
     zero: dict[str, Any] = {"stage": stage}
@@ -64,7 +65,8 @@ def training_arguments(spec: Spec, stats: Stats, steps_per_epoch: int, model: An
     extra: dict[str, Any] = {}
     if is_fsdp(t.strategy):
         extra["fsdp"] = "full_shard auto_wrap" + (" offload" if t.strategy == "fsdp_offload" else "")
-        extra["fsdp_config"] = {"fsdp_version": 2, "reshard_after_forward": True, "state_dict_type": "SHARDED_STATE_DICT",
+        extra["fsdp_config"] = {"fsdp_version": 2, "reshard_after_forward": True,
+                                "state_dict_type": "SHARDED_STATE_DICT",  # full state dicts of DTensors fail to save
                                 "transformer_layer_cls_to_wrap": _block_class_names(model)}
     elif t.strategy.startswith("deepspeed"):
         extra["deepspeed"] = str(deepspeed_config(spec))
@@ -80,7 +82,8 @@ def training_arguments(spec: Spec, stats: Stats, steps_per_epoch: int, model: An
         metric_for_best_model="accuracy", greater_is_better=True,
         logging_strategy="steps", logging_steps=t.log_every_n_steps, disable_tqdm=True,
         seed=t.seed, full_determinism=False, dataloader_num_workers=t.num_workers,
-        ddp_find_unused_parameters=False, use_cpu=cpu, ddp_backend="gloo" if cpu and t.world_size > 1 else None, remove_unused_columns=False,
+        ddp_find_unused_parameters=False, remove_unused_columns=False,
+        use_cpu=cpu, ddp_backend="gloo" if cpu and t.world_size > 1 else None,  # no process group for one rank
         **extra)
 
 
