@@ -121,3 +121,47 @@ def test_relay_passes_the_signal_through_a_launcher_to_the_rank(tmp_path: Path) 
     assert proc.wait(timeout=30) == 0, proc.stderr.read()  # the launcher survived and its rank ended well
     assert (tmp_path / "got-signal").exists()
     assert "training.relay: signal" in proc.stderr.read()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_local_backend_runs_accelerate_launch(tmp_path: Path, cache_dir: Path, runner: object) -> None:
+    """The course's way on one machine: `accelerate launch` with 2 processes, from an experiment file."""
+    from jobgen.cli import main
+
+    experiment = tmp_path / "course.toml"
+    experiment.write_text(f"""
+[experiment]
+name = "course"
+[launch]
+backend = "local"
+launcher = "accelerate"
+cache_dir = "{cache_dir}"
+[env]
+vars = {{ OMP_NUM_THREADS = "1" }}
+[train]
+engine = "hf_trainer"
+devices = 2
+model = "builtin:tiny"
+accelerator = "cpu"
+precision = "bf16-mixed"
+epochs = 2
+batch_size = 32
+eval_batch_size = 128
+lr = 3e-3
+num_workers = 0
+[data]
+dataset = "builtin:synthetic"
+partition = [1600, 300, 400]
+max_length = 64
+""")
+    root = tmp_path / "runs"
+    done = runner.invoke(main, ["--output-root", str(root), "submit", str(experiment)], env=subprocess_env())
+    assert done.exit_code == 0, done.output
+    (run,) = (root / "course").iterdir()
+    job = run / "jobs" / "course"
+    script = (job / "job.sh").read_text()
+    assert "accelerate.commands.launch --multi_gpu --num_machines=1" in script and "--num_processes=2" in script
+    result = json.loads((job / "result.json").read_text())
+    assert result["world_size"] == 2 and result["engine"] == "hf_trainer" and result["test_acc"] >= 0.90
+    assert result["precision"] == {"requested": "bf16-mixed", "effective": "bf16-mixed"}
