@@ -1,6 +1,6 @@
 """Each engine, in this process, on the tiny model + synthetic data: it learns, reports, keeps dropout on.
 
-In-process on purpose: Lightning's import (7-9 s) is paid once for the three engines.
+In-process on purpose: Lightning's import (7-9 s) is paid once for all the engines.
 """
 
 from __future__ import annotations
