@@ -16,8 +16,10 @@ from tests.slurm.helpers import TINY_TRAIN, all_final, jobgen, manifest, only_ru
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training]
 
-# Lightning under accelerate is refused at validation (its Trainer ignores accelerate's settings).
-ENGINES = {"torchrun": ["hf_trainer", "fabric", "torch", "lightning"], "accelerate": ["hf_trainer", "fabric", "torch"]}
+# Lightning under accelerate is refused at validation (its Trainer ignores accelerate's settings). Under
+# srun (one task per device), the engines that read torch.distributed's variables get them from Slurm's.
+ENGINES = {"torchrun": ["hf_trainer", "fabric", "torch", "lightning"], "accelerate": ["hf_trainer", "fabric", "torch"],
+           "srun": ["hf_trainer", "torch"]}
 
 
 def _body(launcher: str, engines: list[str], extra_slurm: str = "", epochs: int = 2) -> str:
@@ -48,7 +50,7 @@ def _result_fields(result: dict) -> None:
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("launcher", ["torchrun", "accelerate"])
+@pytest.mark.parametrize("launcher", ["torchrun", "accelerate", "srun"])
 def test_two_nodes_two_processes_each(slurm, root: Path, tmp_path: Path, launcher: str):
     name = f"launch_{launcher}"
     exp = write_experiment(tmp_path, name, _body(launcher, ENGINES[launcher]))
@@ -63,10 +65,11 @@ def test_two_nodes_two_processes_each(slurm, root: Path, tmp_path: Path, launche
                                                         "".join(p.read_text() for p in job_dir.glob("slurm-*.err"))[-5000:])
         result = json.loads((job_dir / "result.json").read_text())
         _result_fields(result)
-        # Ranks 0-3 spread over both nodes, numbered by the launcher (not by Slurm, which has 2 tasks).
+        # Ranks 0-3 spread over both nodes, numbered by the launcher (not by Slurm's 2 tasks under
+        # torchrun and accelerate).
         for rank in range(4):
             assert f"rank {rank}/4 via" in log, log[-3000:]
-        assert "via SLURMEnvironment" not in log
+        assert ("via SLURMEnvironment" in log) == (launcher == "srun" and job["name"].endswith(("fabric", "lightning")))
     rows = json.loads(jobgen("summary", str(run_dir), "--format", "json", root=root).stdout)["rows"]
     assert sorted(r["engine"] for r in rows) == sorted(ENGINES[launcher])
     assert all(r["state"] == "COMPLETED" for r in rows)

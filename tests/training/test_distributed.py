@@ -45,6 +45,7 @@ def _check(result: dict, engine: str, strategy: str) -> None:
     ("hf_trainer", "ddp", "bf16-mixed"),
     ("torch", "ddp", "32-true"),
     ("hf_trainer", "deepspeed_stage_2", "32-true"),
+    ("hf_trainer", "deepspeed_stage_3_offload", "32-true"),
 ])
 def test_two_ranks_launched_locally(engine: str, strategy: str, precision: str, tmp_path: Path,
                                     cache_dir: Path) -> None:
