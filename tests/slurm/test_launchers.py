@@ -81,13 +81,17 @@ def _first_epoch_done(job_dir: Path) -> bool:
 
 
 @pytest.mark.timeout(900)
-def test_requeue_resumes_under_torchrun(slurm, root: Path, tmp_path: Path):
+@pytest.mark.parametrize("launcher", ["torchrun", "accelerate"])
+def test_requeue_resumes_under_a_launcher(slurm, root: Path, tmp_path: Path, launcher: str):
     """Slurm's warning signal (here sent now with scancel, to every process of the job's steps) goes
-    through torchrun to the ranks: checkpoint, requeue, resume, the configured epochs and no more."""
+    through the launcher to the ranks: checkpoint, requeue, resume, the configured epochs and no more.
+    (Without training.relay, torchrun dies of SIGUSR2 itself: srun reports "task 0: User defined
+    signal 2" and the step fails.)"""
     requeue = 'requeue = true\nsignal = "USR2"\nsignal_seconds = 60\n'
-    exp = write_experiment(tmp_path, "requeue_torchrun", _body("torchrun", ["hf_trainer"], requeue, epochs=3))
+    name = f"requeue_{launcher}"
+    exp = write_experiment(tmp_path, name, _body(launcher, ["hf_trainer"], requeue, epochs=3))
     jobgen("submit", str(exp), root=root)
-    run_dir = only_run(root, "requeue_torchrun")
+    run_dir = only_run(root, name)
     job = manifest(run_dir)["jobs"][0]
     job_dir = run_dir / job["dir"]
     deadline = time.monotonic() + 600
