@@ -127,14 +127,15 @@ def sweep_points(path: Path) -> list[tuple[str, dict[str, Any]]]:
 
 
 def sweep(root: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
-    model = model_source()
-    n = 16 * args.sweep_steps + 7
+    model = args.model or model_source()
+    n, held_out = 16 * args.sweep_steps + 7, args.eval_rows
     rows = []
     for name, train in sweep_points(REPO / "experiments" / "speedup_sweep.toml"):
         if args.points and name not in args.points:
             continue
         doc = spec(root, f"sweep-{name}", {**train, "model": model, "epochs": 1, "lr": 5e-5, "warmup_ratio": 0.1},
-                   {"config": "imdb", "partition": [n, 503, 1001], "max_length": 256, "group_by_length": True},
+                   {"config": "imdb", "partition": [n, held_out // 2 + 3, held_out + 1], "max_length": 256,
+                    "group_by_length": True},
                    args.accelerator)
         result, error = run_one(root, f"sweep-{name}", doc, args.timeout * 4)
         rows.append({"name": name, "result": result, "error": error})
@@ -169,6 +170,8 @@ def main() -> int:
     parser.add_argument("--precisions", default=",".join(PRECISIONS))
     parser.add_argument("--compile", default="off,on", help="off, on, or off,on")
     parser.add_argument("--sweep-steps", type=int, default=400, help="training steps of each sweep point (0: skip)")
+    parser.add_argument("--model", default="", help="model of the sweep (default: MiniLM if installed, else tiny)")
+    parser.add_argument("--eval-rows", type=int, default=1000, help="test rows of the sweep (validation: half)")
     parser.add_argument("--points", default="", help="only these sweep points (comma-separated names)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per smoke cell")
     parser.add_argument("--peak-tflops", type=float, default=989.0)
@@ -184,7 +187,8 @@ def main() -> int:
     cells = smoke(root, args)
     rows = []
     if args.sweep_steps:
-        print(f"== speed-up sweep, single-device points ({args.sweep_steps} steps, model {model_source()}) ==")
+        print(f"== speed-up sweep, single-device points ({args.sweep_steps} steps, "
+              f"model {args.model or model_source()}) ==")
         rows = sweep(root, args)
         print_sweep(rows, args.peak_tflops)
     failed = [c for c in cells if not c[1]]

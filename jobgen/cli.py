@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from jobgen import __version__
+from jobgen.completion import experiment_files, run_refs
 from jobgen.errors import JobgenError
 
 
@@ -70,6 +71,7 @@ def main(debug: bool, output_root: str | None) -> None:
     jobgen submit experiments/imdb_fsdp.toml        submit, record the run, return
     jobgen status imdb_fsdp                         states of the latest run
     jobgen summary imdb_fsdp                        time and accuracy per job
+    jobgen report imdb_fsdp -o report.html          one HTML page to share: table, curves, causes
     jobgen requeue imdb_fsdp                        failed jobs resume from their checkpoints
     """
 
@@ -79,7 +81,7 @@ SET_HELP = ("Override one experiment key, e.g. --set train.epochs=1 --set slurm.
 
 
 @main.command()
-@click.argument("experiment", required=False, type=click.Path(dir_okay=False))
+@click.argument("experiment", required=False, type=click.Path(dir_okay=False), shell_complete=experiment_files)
 @click.option("--dry-run", is_flag=True, help="Write the run directory and show the commands; submit nothing.")
 @click.option("--show", is_flag=True, help="With --dry-run: print every script too.")
 @click.option("--test-only", is_flag=True,
@@ -144,6 +146,9 @@ def _submit_and_report(run_dir: Path) -> None:
     def report(job: dict) -> None:
         if job.get("tasks"):
             click.echo(f"  {job['name']}: submitted as array {job['job_id']} ({len(job['tasks'])} tasks)")
+        elif job.get("segments"):
+            click.echo(f"  {job['name']}: submitted as a chain of {len(job['segments'])} jobs "
+                       f"{' -> '.join(job['segments'])} (each starts after the one before ends)")
         elif job.get("job_id"):
             click.echo(f"  {job['name']}: submitted as job {job['job_id']}")
         else:
@@ -166,7 +171,7 @@ def _print_local_summary(run_dir: Path) -> None:
 
 
 @main.command()
-@click.argument("run", required=False)
+@click.argument("run", required=False, shell_complete=run_refs)
 @click.option("--watch", is_flag=True, help="Refresh until every job has ended.")
 @click.option("--interval", default=10.0, show_default=True, help="Seconds between refreshes with --watch.")
 @click.option("--timeout", type=float, help="With --watch: give up after this many seconds.")
@@ -192,7 +197,7 @@ def status(ctx: click.Context, run: str | None, watch: bool, interval: float, ti
 
 
 @main.command()
-@click.argument("experiments", nargs=-1)
+@click.argument("experiments", nargs=-1, shell_complete=run_refs)
 @click.option("--refresh", is_flag=True, help="Ask Slurm for the states of jobs not known to have ended.")
 @click.pass_context
 def runs(ctx: click.Context, experiments: tuple[str, ...], refresh: bool) -> None:
@@ -206,7 +211,7 @@ def runs(ctx: click.Context, experiments: tuple[str, ...], refresh: bool) -> Non
 
 
 @main.command()
-@click.argument("run", required=False)
+@click.argument("run", required=False, shell_complete=run_refs)
 @click.argument("job", required=False)
 @click.option("--err", "stream", flag_value="err", help="Show the error stream (Slurm's .err file).")
 @click.option("--out", "stream", flag_value="out", default=True, help="Show the output stream (default).")
@@ -238,7 +243,7 @@ def logs(ctx: click.Context, run: str | None, job: str | None, stream: str, rank
 
 
 @main.command()
-@click.argument("run")
+@click.argument("run", shell_complete=run_refs)
 @click.argument("jobs", nargs=-1)
 @click.pass_context
 def cancel(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
@@ -249,12 +254,13 @@ def cancel(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
     (run_dir,) = find_runs([run], _lookup_root(ctx))
     cancelled = cancel_jobs(run_dir, list(jobs))
     for job in cancelled:
-        click.echo(f"  {job['name']}: cancel sent to job {job['job_id']}")
+        ids = job.get("segments") or [job["job_id"]]
+        click.echo(f"  {job['name']}: cancel sent to job{'s' if len(ids) > 1 else ''} {', '.join(ids)}")
     click.echo(f"{len(cancelled)} job(s) cancelled" if cancelled else "nothing to cancel (no job of this run is queued)")
 
 
 @main.command()
-@click.argument("run")
+@click.argument("run", shell_complete=run_refs)
 @click.argument("jobs", nargs=-1)
 @click.pass_context
 def requeue(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
@@ -282,7 +288,7 @@ def requeue(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
 
 
 @main.command()
-@click.argument("runs", nargs=-1)
+@click.argument("runs", nargs=-1, shell_complete=run_refs)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "markdown", "json"]), default="table",
               show_default=True, help="Output format.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Also draw training time and test accuracy to this PNG.")
@@ -310,7 +316,48 @@ def summary(ctx: click.Context, runs: tuple[str, ...], fmt: str, plot: str | Non
 
 
 @main.command()
-@click.argument("runs", nargs=-1)
+@click.argument("runs", nargs=-1, shell_complete=run_refs)
+@click.option("-o", "--output", "output", default="report.html", show_default=True, type=click.Path(dir_okay=False),
+              help="The HTML file to write.")
+@click.option("--baseline", help="Configuration (job name) speed-ups are measured against.")
+@click.option("--all-runs", is_flag=True, help="Every run of each experiment named, not only its latest.")
+@click.pass_context
+def report(ctx: click.Context, runs: tuple[str, ...], output: str, baseline: str | None, all_runs: bool) -> None:
+    """Write one self-contained HTML page for RUNS (default: the latest run): the summary table, loss and
+    accuracy curves, time vs accuracy, failure causes and links to each job's logs."""
+    from jobgen.record import every_run_of, find_runs
+    from jobgen.report import write_report
+    from jobgen.summary import live_states
+
+    run_dirs = find_runs(list(runs), _lookup_root(ctx))
+    if all_runs:
+        run_dirs = every_run_of(run_dirs)
+    path = write_report(run_dirs, Path(output), baseline=baseline, live_states=live_states(run_dirs))
+    click.echo(f"report: {path}")
+
+
+@main.command()
+@click.argument("runs", nargs=-1, shell_complete=run_refs)
+@click.option("--all-runs", is_flag=True, help="Every run of each experiment named, not only its latest.")
+@click.pass_context
+def sync(ctx: click.Context, runs: tuple[str, ...], all_runs: bool) -> None:
+    """Upload the W&B runs that the jobs of RUNS logged offline (default: the latest run).
+
+    Run it on a machine with internet (the login node). The API key comes from your environment
+    (WANDB_API_KEY) or `wandb login`; jobgen never stores it.
+    """
+    from jobgen.record import every_run_of, find_runs
+    from jobgen.sync import sync as sync_runs
+
+    run_dirs = find_runs(list(runs), _lookup_root(ctx))
+    if all_runs:
+        run_dirs = every_run_of(run_dirs)
+    folders = sync_runs(run_dirs)
+    click.echo(f"synced {len(folders)} W&B run(s)")
+
+
+@main.command()
+@click.argument("runs", nargs=-1, shell_complete=run_refs)
 @click.option("--all-runs", is_flag=True, help="Every run of each experiment named, not only its latest.")
 @click.option("--yes", is_flag=True, help="Delete; without it, only list what would go.")
 @click.pass_context
@@ -339,7 +386,7 @@ def clean(ctx: click.Context, runs: tuple[str, ...], all_runs: bool, yes: bool) 
 
 
 @main.command()
-@click.argument("experiment", type=click.Path(dir_okay=False))
+@click.argument("experiment", type=click.Path(dir_okay=False), shell_complete=experiment_files)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 @click.pass_context
 def prefetch(ctx: click.Context, experiment: str, sets: tuple[str, ...]) -> None:
@@ -356,7 +403,8 @@ def prefetch(ctx: click.Context, experiment: str, sets: tuple[str, ...]) -> None
 
 
 @main.command()
-@click.argument("experiments", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("experiments", nargs=-1, required=True, type=click.Path(dir_okay=False),
+                shell_complete=experiment_files)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 def validate(experiments: tuple[str, ...], sets: tuple[str, ...]) -> None:
     """Check experiment files: keys, values, sweep points, job shapes and templates."""

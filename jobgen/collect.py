@@ -80,6 +80,8 @@ class JobRow:
     problem: str | None = None  # why there is no usable result
     cause: Cause | None = None
     partial_val_acc: float | None = None  # best so far from metrics.csv, for unfinished jobs
+    job_dir: str = ""  # absolute, or relative to the current directory like run_dir
+    segments: tuple[str, ...] = ()  # a chained job (slurm.chain): each segment's state, "?" where unknown
 
     @property
     def queue_wait_s(self) -> float | None:
@@ -163,10 +165,19 @@ def read_job(run_dir: Path, run_id: str, experiment: str, entry: Mapping[str, An
         submitted_at=_time(entry.get("submitted_at")),
         started_at=_started_at(live, entry, result),
         result=result,
+        job_dir=job_dir,
+        segments=_segments(entry, live),
     )
     if result is not None:
         return dataclasses.replace(row, problem=result.scoring) if result.scoring else row
     return _unfinished(row, Path(job_dir), problem, entry.get("error"), live)
+
+
+def _segments(entry: Mapping[str, Any], live: Live | None) -> tuple[str, ...]:
+    extra = getattr(live, "extra", None) or {}
+    if extra.get("segments"):
+        return tuple(extra["segments"])
+    return tuple("?" for _ in entry.get("segments") or ())
 
 
 def _unfinished(row: JobRow, job_dir: Path, problem: str | None, error: Any, live: Live | None) -> JobRow:
@@ -355,6 +366,27 @@ def read_best_val_acc(path: Path) -> float | None:
         return None
     found = [v for v in values if v is not None and v == v]
     return max(found) if found else None
+
+
+@dataclass(frozen=True)
+class Point:
+    """One row of metrics.csv (docs/contracts.md): None where the column is empty or absent."""
+
+    split: str
+    step: float | None
+    time_s: float | None
+    loss: float | None
+    acc: float | None
+
+
+def read_metrics(path: Path) -> list[Point]:
+    """The rows of a job's metrics.csv, or [] when there is none (or it cannot be read)."""
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            return [Point(str(r.get("split") or ""), _float_or_none(r.get("step")), _float_or_none(r.get("time_s")),
+                          _float_or_none(r.get("loss")), _float_or_none(r.get("acc"))) for r in csv.DictReader(f)]
+    except (OSError, csv.Error, UnicodeDecodeError):
+        return []
 
 
 # --- logs: the likely cause of death --------------------------------------------------------------------

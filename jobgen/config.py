@@ -122,6 +122,7 @@ def build(raw: dict[str, Any], *, path: Path, text: str = "", display: str | Non
         sections[name] = _build_section(name, cls, value, ctx)
     exp = Experiment(path=path, text=text, raw=raw, display=ctx.display, **sections)
     _check_paths(exp, ctx)
+    _check_chain(exp, ctx)
     return exp
 
 
@@ -311,6 +312,13 @@ def _check_name(v: str) -> str | None:
     return None
 
 
+def _check_loggers(v: list[str]) -> str | None:
+    bad = [name for name in v if name not in schema.LOGGERS]
+    if bad:
+        return f"{bad[0]!r} is not one of {', '.join(schema.LOGGERS)}{_suggest(bad[0], schema.LOGGERS)}"
+    return f"{v!r} names a logger twice" if len(set(v)) != len(v) else None
+
+
 def _check_constraint(v: str) -> str | None:
     return None if _CONSTRAINT_RE.match(v) else f"{v!r} is not a Slurm constraint expression"
 
@@ -405,8 +413,19 @@ _KIND_CHECKS = {
     "time": _check_time, "mem": _check_mem, "word": _check_word, "words": _check_words,
     "name": _check_name, "constraint": _check_constraint, "signal": _check_signal,
     "extra": _check_extra, "encoding": _check_encoding, "partition": _check_partition,
-    "grid": _check_grid, "points": _check_points, "files": _check_files,
+    "grid": _check_grid, "points": _check_points, "files": _check_files, "loggers": _check_loggers,
 }  # fmt: skip
+
+
+def _check_chain(exp: Experiment, ctx: _Context) -> None:
+    if exp.slurm.chain == 1:
+        return
+    if exp.launch.backend != "sbatch":
+        ctx.fail("slurm.chain", f"chains are Slurm dependencies: use launch.backend = 'sbatch', not {exp.launch.backend!r}")
+    if exp.launch.array:
+        ctx.fail("slurm.chain", "a job array cannot be chained: set launch.array = false (or slurm.chain = 1)")
+    if exp.slurm.requeue:
+        ctx.fail("slurm.chain", "slurm.requeue and slurm.chain both outlive the time limit: choose one")
 
 
 def _check_paths(exp: Experiment, ctx: _Context) -> None:

@@ -194,6 +194,10 @@ def _find_one(ref: str, output_root: Path) -> Path:
     name, runs = _experiment_runs(ref, output_root)
     if runs:
         return runs[-1].resolve()
+    if _RUN_ID.match(ref):  # a bare run id, as `jobgen runs` lists and shell completion offers
+        found = [d / ref for d in _experiment_dirs(output_root) if is_run_dir(d / ref)]
+        if len(found) == 1:
+            return found[0].resolve()
     raise RunNotFound(f"no run found for {name!r} under {output_root} (experiments with runs: {_known(output_root)})")
 
 

@@ -165,6 +165,7 @@ def job_context(job: Job, run: RunInfo) -> dict[str, Any]:
         "relay": relay,
         "launcher": exp.launch.launcher,
         "mixed_precision": accelerate_precision(exp.train.precision, exp.train.accelerator),
+        "chain": exp.slurm.chain,
         "strict": True,
     }
 

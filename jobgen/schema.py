@@ -28,6 +28,8 @@ ACCELERATORS = ("auto", "gpu", "cpu")
 PADDINGS = ("dynamic", "max_length")
 DATA_FORMATS = ("auto", "csv", "json", "parquet")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
+WANDB_MODES = ("offline", "online", "disabled")
 
 
 def opt(default: Any, doc: str, *, choices: tuple = (), min: float | None = None, kind: str = "") -> Any:
@@ -62,6 +64,8 @@ class SlurmSection:
     requeue: bool = opt(False, "On the warning signal, checkpoint and requeue the job (resumes there).")
     signal: str = opt("USR2", "Warning signal sent before the time limit (USR2 avoids NCCL's USR1).", kind="signal")
     signal_seconds: int = opt(120, "Seconds before the time limit to send the signal.", min=1)
+    chain: int = opt(1, "Submit each job as N segments, each starting when the previous ends (afterany) and resuming "
+                     "from its newest checkpoint: training longer than the time limit.", min=1)
     extra: dict[str, str | int | bool] = opt(
         {}, "Extra #SBATCH flags, e.g. {mail-type = 'END', reservation = 'x'}; true = bare flag.", kind="extra"
     )
@@ -103,6 +107,11 @@ class TrainSection:
     num_workers: int = opt(2, "DataLoader worker processes per rank.", min=0)
     log_every_n_steps: int = opt(50, "Write a metrics row every N optimizer steps.", min=1)
     max_steps: int = opt(0, "Stop after N optimizer steps; 0 = no limit.", min=0)
+    loggers: list[str] = opt(["csv"], "Where metrics go: csv (metrics.csv, always written), tensorboard, wandb, mlflow.",
+                             kind="loggers")
+    wandb_mode: str = opt("offline", "W&B on the nodes: offline (upload later with `jobgen sync`), online, disabled.",
+                          choices=WANDB_MODES)
+    mlflow_uri: str = opt("", "MLflow tracking URI; empty = $MLFLOW_TRACKING_URI on the node, else RUN/mlruns (a file store).")
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,8 @@ def prepare(path: str | Path, output_root: Path | None = None, *, backend: str |
         files[script_rel] = render_job(job, run)
         files[f"{rel}/spec.json"] = record.dumps(build_spec(job, run, cache_dir_for(job, root)))
         entries.append(_entry(job, rel, script_rel, backend_impl.submit_command(run.run_dir / script_rel), dry_run))
+        if exp.slurm.chain > 1:
+            entries[-1]["chain"] = exp.slurm.chain
     manifest = record.manifest_doc(run_id, exp.name, exp.path, exp.launch.backend, dry_run, sha, dirty, entries,
                                    exp.experiment.description)  # fmt: skip
     if sets:
@@ -144,7 +146,8 @@ def submit_pending(run_dir: Path, on_submit: Callable[[dict[str, Any]], None] | 
         if entry.get("job_id") or entry["state"] != State.NOT_SUBMITTED.value:
             continue
         try:
-            fields = backend.submit(run_dir, entry)
+            chain = int(entry.get("chain") or 1)
+            fields = backend.submit_chain(run_dir, entry, chain) if chain > 1 else backend.submit(run_dir, entry)
         except SubmitError as exc:
             record.update_jobs(run_dir, {entry["name"]: {"error": exc.message}}, key=key)
             done = sum(1 for e in record.load_manifest(run_dir)[key] if e.get("job_id"))
@@ -178,6 +181,10 @@ def show(run_dir: Path, manifest: dict[str, Any], with_scripts: bool) -> list[st
     for job in manifest.get("arrays") or manifest["jobs"]:
         lines.append(f"  {job['name']}: {run_dir / job['script']}")
         lines.append(f"    $ {shlex.join(job['submit_command'])}")
+        if int(job.get("chain") or 1) > 1:
+            command = job["submit_command"]
+            after = shlex.join([*command[:-1], "--dependency=afterany:<previous id>", command[-1]])
+            lines.append(f"    $ {after}    # segments 2..{job['chain']} of the chain")
         if with_scripts:
             lines.append((run_dir / job["script"]).read_text(encoding="utf-8"))
     return lines
@@ -192,6 +199,7 @@ def cancel(run_dir: Path, names: list[str]) -> list[dict[str, Any]]:
         raise JobgenError(f"no job {unknown[0]!r} in {run_dir}; jobs: {', '.join(sorted(known))}")
     chosen = [j for j in manifest["jobs"] if (not names or j["name"] in names) and j.get("job_id")]
     if chosen:
-        get_backend(manifest["backend"]).cancel([j["job_id"] for j in chosen])
+        # A chained job is all its segments: cancelling only the running one would start the next.
+        get_backend(manifest["backend"]).cancel([i for j in chosen for i in j.get("segments") or [j["job_id"]]])
         record.update_jobs(run_dir, {j["name"]: {"cancel_requested_at": record.now_iso()} for j in chosen})
     return chosen

@@ -10,66 +10,17 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import shutil
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from jobgen.collect import LAST_LINE, JobRow, LiveStates, collect
+from jobgen.columns import COLUMNS, METRICS, Line, Stat
 from jobgen.errors import JobgenError
 from jobgen.states import State
 
 FORMATS = ("table", "csv", "markdown", "json")
-METRICS = (
-    "queue_wait_s",
-    "train_s",
-    "samples_per_s",
-    "peak_mem_mb",
-    "best_val_acc",
-    "test_acc",
-    "test_f1",
-    "requeues",
-    "val_acc_so_far",
-)
-
-
-@dataclass(frozen=True)
-class Stat:
-    """Mean, sample standard deviation (None below two values) and count of one metric."""
-
-    mean: float | None
-    std: float | None
-    n: int
-
-    @classmethod
-    def of(cls, values: Iterable[float | None]) -> Stat:
-        found = [v for v in values if v is not None]
-        if len(found) < 2:
-            return cls(found[0], None, 1) if found else cls(None, None, 0)
-        mean = math.fsum(found) / len(found)
-        var = math.fsum((v - mean) ** 2 for v in found) / (len(found) - 1)
-        return cls(mean, math.sqrt(var), len(found))
-
-
-@dataclass
-class Line:
-    """One row of the summary: a configuration (its runs combined) or a single job."""
-
-    label: str
-    experiment: str
-    run: str
-    config: dict[str, Any]  # engine, strategy, precision, compile, nodes, devices_per_node
-    state: str
-    n: int
-    metrics: dict[str, Stat]
-    mem_kind: str  # "gpu" when any job measured GPU memory, else "host"
-    problem: str = ""
-    hint: str = ""
-    speedup: float | None = None
-    is_baseline: bool = False
-    jobs: list[JobRow] = field(default_factory=list)
 
 
 def summarize(
@@ -99,9 +50,9 @@ def live_states(run_dirs: Sequence[Path]) -> dict[tuple[str, str], Any]:
     state comes from the manifest, the result and the logs instead.
     """
     from jobgen.record import load_manifest
-    from jobgen.track import query
+    from jobgen.track import job_ids, live_info, query
 
-    jobs: dict[str, tuple[str, str]] = {}
+    jobs: dict[tuple[str, str], tuple[Path, dict[str, Any]]] = {}
     for run_dir in run_dirs:
         try:
             manifest = load_manifest(run_dir)
@@ -111,9 +62,10 @@ def live_states(run_dirs: Sequence[Path]) -> dict[tuple[str, str], Any]:
             continue
         for job in manifest.get("jobs", []):
             if job.get("job_id"):
-                jobs[str(job["job_id"])] = (str(manifest.get("run_id")), str(job.get("name")))
-    found = query(list(jobs)) if jobs else {}
-    return {jobs[jid]: info for jid, info in found.items() if jid in jobs}
+                jobs[(str(manifest.get("run_id")), str(job.get("name")))] = (run_dir, job)
+    found = query([i for _, job in jobs.values() for i in job_ids(job)]) if jobs else {}
+    out = {key: live_info(run_dir, job, found) for key, (run_dir, job) in jobs.items()}
+    return {key: info for key, info in out.items() if info is not None}
 
 
 # --- rows -> lines ----------------------------------------------------------------------------------------
@@ -145,18 +97,7 @@ def _is_seed(key: str) -> bool:
 def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
     first = jobs[0]
     results = [j.result for j in jobs if j.result is not None]
-    metrics = {
-        "queue_wait_s": Stat.of(j.queue_wait_s for j in jobs),
-        "train_s": Stat.of(r.train_s for r in results),
-        "samples_per_s": Stat.of(r.samples_per_s for r in results),
-        "peak_mem_mb": Stat.of(_peak_mem(r) for r in results),
-        "best_val_acc": Stat.of(r.best_val_acc for r in results),
-        "test_acc": Stat.of(r.test_acc for r in results),
-        "test_f1": Stat.of(r.test_f1 for r in results),
-        "requeues": Stat.of(None if r.requeue_count is None else float(r.requeue_count) for r in results),
-        # From metrics.csv of jobs that have no result (yet): how far they got.
-        "val_acc_so_far": Stat.of(j.partial_val_acc for j in jobs if j.result is None),
-    }
+    metrics = {metric.name: metric.combine(metric.of(job) for job in jobs) for metric in METRICS}
     label = f"{first.run_id}/{_label(jobs)}" if many_runs else _label(jobs)
     problem, hint = _problem(jobs)
     run_ids = sorted({j.run_id for j in jobs})
@@ -171,13 +112,9 @@ def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
         mem_kind="gpu" if any(r.peak_gpu_mb is not None for r in results) else "host",
         problem=problem,
         hint=hint,
+        detail=f"{len(first.segments)} segments: {' → '.join(first.segments)}" if first.segments else "",
         jobs=jobs,
     )
-
-
-def _peak_mem(result: Any) -> float | None:
-    # GPU memory is what limits a fine-tune; host RSS stands in on CPU runs.
-    return result.peak_gpu_mb if result.peak_gpu_mb is not None else result.peak_host_mb
 
 
 def _label(jobs: list[JobRow]) -> str:
@@ -264,8 +201,7 @@ SPEEDUP_MEANS = "samples/s ÷ the baseline's samples/s, both over the timed wind
 
 
 def speedup_caption(lines: list[Line]) -> list[str]:
-    base = next((ln.label for ln in lines if ln.is_baseline), None)
-    return [f"speed-up: {SPEEDUP_MEANS.replace('the baseline', base)}"] if base else []
+    return [f"speed-up: {SPEEDUP_MEANS}"] if any(ln.is_baseline for ln in lines) else []
 
 
 def _named_baseline(lines: list[Line], name: str) -> Line:
@@ -287,7 +223,7 @@ def _named_baseline(lines: list[Line], name: str) -> Line:
 FIELDS = (
     ["experiment", "run", "config", "engine", "strategy", "precision", "compile", "nodes"]
     + ["devices_per_node", "state", "n"]
-    + [name for metric in METRICS for name in (metric, f"{metric}_std")]
+    + [name for metric in METRICS for name in (metric.name, f"{metric.name}_std")]
     + ["peak_mem_kind", "speedup", "baseline", "problem", "hint"]
 )
 
@@ -303,9 +239,9 @@ def record(line: Line) -> dict[str, Any]:
         "n": line.n,
     }
     for metric in METRICS:
-        stat = line.metrics[metric]
-        out[metric] = _round(stat.mean)
-        out[f"{metric}_std"] = _round(stat.std)
+        stat = line.metrics[metric.name]
+        out[metric.name] = _round(stat.mean)
+        out[f"{metric.name}_std"] = _round(stat.std)
     out.update(
         peak_mem_kind=line.mem_kind,
         speedup=_round(line.speedup),
@@ -334,73 +270,17 @@ def render_csv(lines: list[Line], **_: Any) -> str:
     return buf.getvalue()
 
 
-# --- human cells: shared by the terminal table and markdown -----------------------------------------------
+# --- human cells: shared by the terminal table, markdown and the report --------------------------------
 
-HEADERS = (
-    "config", "engine", "strategy", "precision", "compile", "nodes×GPUs", "state", "queue wait",
-    "train time", "samples/s", "peak mem (MB)", "best val acc (%)", "test acc (%)", "test F1 (%)",
-    "requeues", "speed-up", "note",
-)  # fmt: skip
-NUMERIC = frozenset(HEADERS[7:16])
+HEADERS = tuple(column.header for column in COLUMNS)
+NUMERIC = frozenset(column.header for column in COLUMNS if column.numeric)
 # Two-line headers keep the terminal table narrow; words are never folded mid-way.
-TERMINAL_HEADERS = {
-    "nodes×GPUs": "nodes\n×GPUs", "queue wait": "queue\nwait", "train time": "train\ntime",
-    "samples/s": "samples\n/s", "peak mem (MB)": "peak mem\n(MB)", "best val acc (%)": "best val\nacc (%)",
-    "test acc (%)": "test acc\n(%)", "test F1 (%)": "test F1\n(%)", "speed-up": "speed-\nup",
-    "precision": "preci-\nsion", "requeues": "re-\nqueues",
-}  # fmt: skip
+TERMINAL_HEADERS = {column.header: column.terminal for column in COLUMNS if column.terminal}
 
 
 def cells(line: Line) -> list[str]:
     """The display text of a line, in HEADERS order."""
-    c, m = line.config, line.metrics
-    shape = f"{c['nodes'] or '?'}×{c['devices_per_node'] or '?'}" if c["nodes"] or c["devices_per_node"] else ""
-    memory = _stat(m["peak_mem_mb"], "{:,.0f}".format)
-    return [
-        line.label + (f" (n={line.n})" if line.n > 1 else ""),
-        c["engine"] or "",
-        c["strategy"] or "",
-        c["precision"] or "",
-        "" if c["compile"] is None else ("yes" if c["compile"] else "no"),
-        shape,
-        line.state,
-        _stat(m["queue_wait_s"], duration),
-        _stat(m["train_s"], duration),
-        _stat(m["samples_per_s"], "{:,.1f}".format),
-        f"{memory} {line.mem_kind}" if memory else "",
-        _stat(m["best_val_acc"], _percent) or _so_far(m["val_acc_so_far"]),
-        _stat(m["test_acc"], _percent),
-        _stat(m["test_f1"], _percent),
-        _stat(m["requeues"], "{:g}".format),
-        "baseline" if line.is_baseline else ("" if line.speedup is None else f"{line.speedup:.2f}×"),
-        line.problem,
-    ]
-
-
-def _stat(stat: Stat, show: Callable[[float], str]) -> str:
-    """ "mean" or "mean ± std"."""
-    if stat.mean is None:
-        return ""
-    return show(stat.mean) + ("" if stat.std is None else f" ± {show(stat.std)}")
-
-
-def _so_far(stat: Stat) -> str:
-    return f"({_stat(stat, _percent)} so far)" if stat.mean is not None else ""
-
-
-def _percent(value: float) -> str:
-    return f"{100 * value:.1f}"  # the header carries the unit
-
-
-def duration(seconds: float) -> str:
-    """12.3s, 4m05s, 2h03m: short enough for a table cell."""
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(round(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
+    return [column.cell(line) for column in COLUMNS]
 
 
 def notes(lines: list[Line]) -> list[str]:
@@ -412,9 +292,10 @@ def render_markdown(lines: list[Line], **_: Any) -> str:
     def row(values: Sequence[str]) -> str:
         return "| " + " | ".join(v.replace("|", "\\|") for v in values) + " |"
 
-    out = [row(HEADERS), row(["---:" if h in NUMERIC else "---" for h in HEADERS])]
+    caption = speedup_caption(lines)
+    out = [*caption, ""] if caption else []
+    out += [row(HEADERS), row(["---:" if h in NUMERIC else "---" for h in HEADERS])]
     out += [row(cells(ln)) for ln in lines]
-    out += ["", *speedup_caption(lines)] if speedup_caption(lines) else []
     hints = [f"- {ln.label}: {ln.hint}" for ln in lines if ln.hint]
     if hints:
         out += ["", "What to do:", "", *hints]
@@ -439,6 +320,8 @@ def render_table(lines: list[Line], color: bool = False, width: int | None = Non
     rows = [cells(ln) for ln in lines]
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=color, no_color=not color, width=width)
+    for caption in speedup_caption(lines):
+        console.print(Text(caption))
     for n, shown in enumerate(column_groups(_natural_widths(rows), width)):
         if n:
             console.print()
@@ -450,8 +333,6 @@ def render_table(lines: list[Line], color: bool = False, width: int | None = Non
             texts[STATE].stylize(STATE_STYLES.get(line.state, "red"))
             table.add_row(*texts.values(), style="bold" if line.is_baseline else None)
         console.print(table)
-    for caption in speedup_caption(lines):
-        console.print(Text(caption))
     for note in notes(lines):
         console.print(Text(f"• {note}"))
     return buf.getvalue()
@@ -507,12 +388,11 @@ def plain_table(lines: list[Line], color: bool = False) -> str:
     def join(values: list[str], state: str | None = None) -> str:
         padded = [v.rjust(w) if h in NUMERIC else v.ljust(w) for v, w, h in zip(values, widths, HEADERS, strict=True)]
         if state is not None and color:
-            padded[6] = f"{ANSI[STATE_STYLES.get(state, 'red')]}{padded[6]}\x1b[0m"
+            padded[STATE] = f"{ANSI[STATE_STYLES.get(state, 'red')]}{padded[STATE]}\x1b[0m"
         return "  ".join(padded).rstrip()
 
-    out = [join(list(HEADERS)), "  ".join("─" * w for w in widths)]
+    out = [*speedup_caption(lines), join(list(HEADERS)), "  ".join("─" * w for w in widths)]
     out += [join(row, line.state) for row, line in zip(rows, lines, strict=True)]
-    out += speedup_caption(lines)
     out += [f"• {note}" for note in notes(lines)]
     return "\n".join(out) + "\n"
 
@@ -524,18 +404,36 @@ RENDERERS = {"table": render_table, "csv": render_csv, "markdown": render_markdo
 
 
 def draw_plot(lines: list[Line], path: Path) -> Any:
-    """Two bar charts, training time and test accuracy per configuration, saved as PNG; returns the figure."""
+    """Two bar charts, training time and test accuracy per configuration, saved as PNG; returns the figure.
+
+    Times are in seconds or minutes (or hours), whichever suits the longest; the accuracy axis is zoomed
+    to the values, so that configurations a point apart do not look the same.
+    """
     import matplotlib
 
     matplotlib.use("Agg")  # no display on a login node
     from matplotlib import pyplot as plt
 
+    from jobgen.charts import time_unit, zoomed_range
+
     labels = [ln.label for ln in lines]
     fig, (ax_time, ax_acc) = plt.subplots(
         1, 2, figsize=(12, 1.2 + 0.45 * max(len(lines), 1)), sharey=True, layout="constrained"
     )
-    _bars(ax_time, labels, [ln.metrics["train_s"] for ln in lines], 1 / 60, "training time (min)", lines)
-    _bars(ax_acc, labels, [ln.metrics["test_acc"] for ln in lines], 100, "test accuracy (%)", lines)
+    longest = max((ln.metrics["train_s"].mean or 0.0 for ln in lines), default=0.0)
+    divisor, unit = time_unit(longest)
+    times = [ln.metrics["train_s"] for ln in lines]
+    _bars(ax_time, labels, times, 1 / divisor, f"training time ({unit})", lines)
+    accs = [ln.metrics["test_acc"] for ln in lines]
+    notes = _bars(ax_acc, labels, accs, 100, "test accuracy (%)", lines)
+    shown = [100 * s.mean for s in accs if s.mean is not None]
+    if shown:
+        low, high = zoomed_range(shown + [100 * (s.mean + s.std) for s in accs if s.mean is not None and s.std],
+                                 floor=0.0, ceiling=100.0)
+        ax_acc.set_xlim(low, high + (high - low) * 0.15)  # room for the value labels
+        for note, stat in zip(notes, accs, strict=True):
+            if stat.mean is None:  # the state of a job without accuracy goes inside the zoomed axis
+                note.xy = (low, note.xy[1])
     ax_time.set_title("Training time")
     ax_acc.set_title("Test accuracy")
     ax_time.invert_yaxis()  # first configuration on top, as in the table
@@ -545,12 +443,18 @@ def draw_plot(lines: list[Line], path: Path) -> Any:
     return fig
 
 
-def _bars(ax: Any, labels: list[str], stats: list[Stat], scale: float, xlabel: str, lines: list[Line]) -> None:
+def _bars(ax: Any, labels: list[str], stats: list[Stat], scale: float, xlabel: str, lines: list[Line]) -> list[Any]:
     values = [(s.mean or 0.0) * scale for s in stats]
     errors = [(s.std or 0.0) * scale for s in stats]
     ax.barh(labels, values, xerr=errors, color="#4c72b0", capsize=3)
+    notes = []
     for y, (stat, value, line) in enumerate(zip(stats, values, lines, strict=True)):
-        text = f"{value:.1f}" if stat.mean is not None else line.state  # no bar: say why
-        ax.annotate(text, (value, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
+        text = _bar_text(value) if stat.mean is not None else line.state  # no bar: say why
+        notes.append(ax.annotate(text, (value, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8))
     ax.set_xlabel(xlabel)
     ax.margins(x=0.15)
+    return notes
+
+
+def _bar_text(value: float) -> str:
+    return f"{value:.1f}" if abs(value) >= 1 else f"{value:.2g}"

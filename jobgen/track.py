@@ -137,14 +137,64 @@ def from_files(run_dir: Path, job: dict[str, Any]) -> JobInfo:
         return JobInfo(State.UNKNOWN, source="manifest")
 
 
+def job_ids(job: dict[str, Any]) -> list[str]:
+    """The Slurm ids of one manifest job: its segments when chained (slurm.chain), else its id."""
+    return list(job.get("segments") or ([job["job_id"]] if job.get("job_id") else []))
+
+
+def live_info(run_dir: Path, job: dict[str, Any], found: dict[str, JobInfo]) -> JobInfo | None:
+    """What Slurm says about a job; a chain of segments is one logical job."""
+    if not job.get("segments"):
+        return found.get(job.get("job_id") or "")
+    return chain_info(job["segments"], found, (run_dir / job["dir"] / "result.json").is_file())
+
+
+def chain_info(segments: list[str], found: dict[str, JobInfo], finished: bool) -> JobInfo | None:
+    """One job from its segments: running while one runs, pending while one waits, completed once the
+    training wrote its result (later segments then stop at once); else how the last one that ran ended."""
+    infos = [found.get(jid) for jid in segments]
+    if not any(infos):
+        return None
+    states = [i.state.value if i else "?" for i in infos]
+    ran = [n for n, i in enumerate(infos) if i and i.start and i.state is not State.PENDING]
+    current = next((n for n, i in enumerate(infos) if i and i.state is State.RUNNING), ran[-1] if ran else 0)
+    base = infos[current] or next(i for i in infos if i)
+    if finished:
+        state = State.COMPLETED
+    elif any(i and i.state is State.RUNNING for i in infos):
+        state = State.RUNNING
+    elif any(i and not i.state.is_final for i in infos):
+        state = State.PENDING
+    else:
+        state = base.state
+    extra = {"segments": states, "segment": current + 1}
+    return JobInfo(state, _total_elapsed([i.elapsed for i in infos if i]), base.nodes, base.nodelist, base.exit_code, infos[0].start if infos[0] else "",
+                   base.end if state.is_final else "", base.source, extra)
+
+
+def _total_elapsed(values: list[str]) -> str:
+    """Slurm's elapsed times ([D-]HH:MM:SS, MM:SS) added up, in the same form."""
+    total = 0
+    for value in values:
+        days, _, clock = value.rpartition("-")
+        parts = [int(p) for p in clock.split(":") if p.isdigit()]
+        if not parts:
+            continue
+        seconds = sum(p * 60**i for i, p in enumerate(reversed(parts)))
+        total += seconds + int(days or 0) * 86400
+    days, rest = divmod(total, 86400)
+    clock = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
 def run_status(run_dir: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], JobInfo]]]:
     """The manifest and, per job, its current info; the manifest's last-known states are refreshed."""
     manifest = record.load_manifest(run_dir)
     jobs = manifest["jobs"]
-    live = query([j["job_id"] for j in jobs if j.get("job_id")]) if manifest["backend"] != "local" else {}
+    live = query([i for j in jobs for i in job_ids(j)]) if manifest["backend"] != "local" else {}
     rows, updates = [], {}
     for job in jobs:
-        info = live.get(job.get("job_id") or "") or from_files(run_dir, job)
+        info = live_info(run_dir, job, live) or from_files(run_dir, job)
         rows.append((job, info))
         fields = {"state": info.state.value}
         if info.start:
@@ -165,9 +215,12 @@ def status_table(run_dir: Path) -> tuple[list[str], list[list[str]], bool]:
     table = []
     for job, info in rows:
         sweep = " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in job.get("sweep", {}).items())
-        table.append([job["name"], sweep, job.get("job_id") or "-", info.state.value, info.elapsed or "-",
-                      info.nodelist or info.nodes or "-", info.exit_code or "-",
-                      progress(run_dir / job["dir"], info.state), info.source])  # fmt: skip
+        where = progress(run_dir / job["dir"], info.state)
+        if "segments" in info.extra:  # a chain: which segment, and how each one went
+            where = f"segment {info.extra['segment']}/{len(info.extra['segments'])} " \
+                    f"({' '.join(info.extra['segments'])}): {where}"
+        table.append([job["name"], sweep, ",".join(job_ids(job)) or "-", info.state.value, info.elapsed or "-",
+                      info.nodelist or info.nodes or "-", info.exit_code or "-", where, info.source])  # fmt: skip
     return header, table, all(info.state.is_final for _, info in rows)
 
 

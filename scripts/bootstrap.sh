@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Create ./.venv with jobgen and the extras named in $1 (default "train,dev,submitit,summary").
+# Create ./.venv with jobgen and the extras named in $1 (default "train,dev,submitit,summary,trackers").
 # uv resolves in seconds; pip is the fallback. torch is pinned here, not in pyproject.toml:
 # on these machines torch==2.13.0 is the CPU wheel lying in pip's find-links folder, while
 # users on a cluster install the CUDA build of their choice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras="${1:-train,dev,submitit,summary}"
+extras="${1:-train,dev,submitit,summary,trackers}"
 torch_pin="${JOBGEN_TORCH:-torch==2.13.0}"
 find_links="$(pip config get global.find-links 2>/dev/null || true)"
 if ! command -v uv >/dev/null 2>&1; then

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite, real Slurm included: install ./.venv (dev extras), start the test cluster
-# (tests/cluster/up.sh: slurmctld + 3 slurmd nodes + accounting; needs root), run pytest, stop
-# the cluster. Extra arguments go to pytest.
+# (tests/cluster/up.sh: slurmctld + 3 slurmd nodes + accounting; needs root) and Chromium
+# (scripts/browser.sh), run pytest, stop the cluster. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+bash scripts/browser.sh     # Chromium, for the report's headless-browser test
 bash tests/cluster/up.sh --accounting
 trap 'bash tests/cluster/down.sh >/dev/null 2>&1 || true' EXIT
 # shellcheck disable=SC1091

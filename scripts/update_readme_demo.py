@@ -1,4 +1,5 @@
-"""Run the local demo and put its real summary into README.md (between the demo-summary markers).
+"""Run the local demo, put its real summary into README.md (between the demo-summary markers) and
+take the screenshot of its report (docs/report.png) with headless Chromium (scripts/browser.sh).
 
     .venv/bin/python scripts/update_readme_demo.py
 """
@@ -24,6 +25,9 @@ def main() -> int:
                        stdout=subprocess.DEVNULL)  # fmt: skip
         table = subprocess.run([jobgen, "summary", "local_demo", "--format", "markdown"], env=env, check=True,
                                capture_output=True, text=True).stdout.strip()  # fmt: skip
+        report = Path(tmp) / "report.html"
+        subprocess.run([jobgen, "report", "local_demo", "-o", str(report)], env=env, check=True, stdout=subprocess.DEVNULL)
+        screenshot(report, REPO / "docs" / "report.png")
     readme = REPO / "README.md"
     text = readme.read_text(encoding="utf-8")
     block = f"{START}\n{table}\n{END}"
@@ -34,6 +38,18 @@ def main() -> int:
     readme.write_text(new, encoding="utf-8")
     print(table)
     return 0
+
+
+def screenshot(page: Path, png: Path) -> None:
+    import shutil
+
+    with tempfile.TemporaryDirectory() as profile:
+        subprocess.run([shutil.which("chromium") or "chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                        "--disable-quic", "--no-first-run", "--disable-background-networking",
+                        "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+                        f"--user-data-dir={profile}", f"--screenshot={png}", "--window-size=1280,1700",
+                        page.as_uri()], check=True, capture_output=True, timeout=120)  # fmt: skip
+    print(f"screenshot: {png}")
 
 
 if __name__ == "__main__":

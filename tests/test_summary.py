@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from jobgen.columns import duration
 from jobgen.errors import JobgenError
-from jobgen.summary import FIELDS, HEADERS, TERMINAL_HEADERS, duration, summarize
+from jobgen.summary import FIELDS, HEADERS, TERMINAL_HEADERS, summarize
 from tests.data.summary.synth import FAULTS, FakeJob, write_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -148,8 +149,8 @@ def test_speedup_divides_throughput_not_time_of_unequal_work(tmp_path: Path) -> 
     doc = json.loads(summarize([run], fmt="json", baseline="eager"))
     assert {r["config"]: r["speedup"] for r in doc["rows"]} == {"eager": 1.0, "compiled": 3.0}
     markdown = summarize([run], fmt="markdown", baseline="eager")
-    assert "3.00×" in markdown and "speed-up: samples/s ÷ eager's samples/s" in markdown
-    assert "speed-up: samples/s ÷ eager's samples/s" in summarize([run], baseline="eager")
+    assert "3.00×" in markdown and markdown.startswith("speed-up: samples/s ÷ the baseline's samples/s")
+    assert "speed-up: samples/s ÷ the baseline's samples/s" in summarize([run], baseline="eager")
 
 
 def test_named_baseline(tmp_path: Path) -> None:
@@ -227,14 +228,37 @@ def test_plot_draws_both_charts(tmp_path: Path) -> None:
     assert "CANCELLED" in [t.get_text() for t in acc_ax.texts]
 
 
+def test_plot_picks_seconds_for_short_jobs_and_zooms_accuracy(tmp_path: Path) -> None:
+    from jobgen.collect import collect
+    from jobgen.summary import build_lines, draw_plot
+
+    short = [FakeJob("a", {"x": 1}, train_s=2.5, test_acc=0.991), FakeJob("b", {"x": 2}, train_s=4.0, test_acc=0.998)]
+    fig = draw_plot(build_lines(collect([write_run(tmp_path, "exp", short)])), tmp_path / "short.png")
+    time_ax, acc_ax = fig.axes
+    assert time_ax.get_xlabel() == "training time (s)"
+    assert [p.get_width() for p in time_ax.patches] == [2.5, 4.0]
+    assert [t.get_text() for t in time_ax.texts] == ["2.5", "4.0"]  # not "0.0" minutes
+    low, high = acc_ax.get_xlim()
+    assert 95 < low < 99.1 and 99.8 < high <= 101  # a 0.7-point difference is visible
+
+
+def test_plot_of_long_jobs_is_in_minutes(tmp_path: Path) -> None:
+    from jobgen.collect import collect
+    from jobgen.summary import build_lines, draw_plot
+
+    fig = draw_plot(build_lines(collect([write_run(tmp_path, "exp", CONFIGS)])), tmp_path / "long.png")
+    assert fig.axes[0].get_xlabel() == "training time (min)"
+
+
 def test_large_tables_skip_rich_but_keep_the_columns(tmp_path: Path) -> None:
     from jobgen import summary
 
     jobs = [FakeJob(f"j{i}", train_s=100.0 + i) for i in range(summary.RICH_MAX_ROWS + 1)]
     text = summarize([write_run(tmp_path, "exp", jobs)])
     lines = text.splitlines()
-    assert all(h in lines[0] for h in HEADERS) and len(lines) == len(jobs) + 3  # + the speed-up line
-    assert lines[2].startswith("j0 ") and "COMPLETED" in lines[2]
+    assert lines[0].startswith("speed-up: samples/s ÷") and len(lines) == len(jobs) + 3
+    assert all(h in lines[1] for h in HEADERS)
+    assert lines[3].startswith("j0 ") and "COMPLETED" in lines[3]
 
 
 def test_empty_run(tmp_path: Path) -> None:
@@ -288,6 +312,15 @@ def test_summary_of_a_real_local_sweep(tmp_path: Path, runner) -> None:
             assert row["config"] in outputs[fmt] and f"{100 * result['test_acc']:.1f}" in outputs[fmt]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert next(r for r in rows if r["engine"] == "torch")["baseline"] is True
+    # The report draws every job's curves from the metrics.csv the engines wrote (time_s included).
+    from jobgen.charts import PALETTE
+
+    report = tmp_path / "report.html"
+    done = runner.invoke(main, ["--output-root", str(root), "report", "local_demo", "-o", str(report)])
+    assert done.exit_code == 0, done.output
+    html = report.read_text()
+    for color in PALETTE[: len(rows)]:
+        assert html.count(f'stroke="{color}"') == 4, color  # loss and accuracy, over steps and over time
 
 
 def test_a_split_scored_on_other_than_its_size_is_a_problem(tmp_path: Path) -> None:

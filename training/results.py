@@ -14,6 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from training import trackers
 from training.spec import Spec
 
 RESULT_SCHEMA = 1
@@ -83,6 +84,9 @@ class MetricsLog:
         self._progress_at = float("-inf")
         if enabled and path.exists():
             self.rows = list(csv.DictReader(io.StringIO(path.read_text())))
+        # time_s: wall seconds since training started, continued from the last row after a resume.
+        self._started = time.monotonic() - float(next((r["time_s"] for r in reversed(self.rows) if r.get("time_s")), 0))
+        self.trackers = trackers.active() if enabled else None  # TensorBoard, W&B, MLflow (train.loggers)
 
     def progress(self, *, epoch: int, epochs: int, batch: int, batches: int, step: int, force: bool = False) -> None:
         """progress.json beside metrics.csv: where a running job is, for `jobgen status` (rank 0, at
@@ -97,7 +101,10 @@ class MetricsLog:
 
     def add(self, **row: Any) -> None:
         if self.enabled:
+            row.setdefault("time_s", time.monotonic() - self._started)
             self.rows.append({k: _fmt(row.get(k)) for k in CSV_FIELDS})
+            if self.trackers is not None:
+                self.trackers.log(row)
 
     def flush(self) -> None:
         if self.enabled:

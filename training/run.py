@@ -5,9 +5,10 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import warnings
 from pathlib import Path
 
-from training import ranks, requeue
+from training import ranks, requeue, trackers
 from training.data import Prepared
 from training.results import Clock, Stats, build_result, write_result
 from training.spec import Spec, to_dict
@@ -19,6 +20,10 @@ ENGINE_MODULES = {"torch": "training.engines.torch_loop", "lightning": "training
 def run(spec: Spec, spec_path: Path | None = None) -> int:
     """Returns the process exit status; raises SystemExit(EXIT_REQUEUE) after a checkpoint on signal."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if "SLURM_JOB_ID" not in os.environ:
+        # Outside a Slurm job, Lightning's "srun is available but not used" (seen wherever slurm-client is
+        # installed) is noise: a local run is not meant to use srun. Inside a job it stays a real hint.
+        warnings.filterwarnings("ignore", message="The `srun` command is available on your system but is not used")
     spec.job_dir.mkdir(parents=True, exist_ok=True)
     if ranks.needs_local_launch(spec):  # Lightning and Fabric start their own ranks; these engines cannot
         return ranks.launch_locally(spec, spec_path or _write_spec(spec))
@@ -36,7 +41,13 @@ def run(spec: Spec, spec_path: Path | None = None) -> int:
         prepared = data.prepare(spec)
     _say_ready(spec, prepared)
     engine = importlib.import_module(ENGINE_MODULES[spec.train.engine])
-    rank = engine.run(spec, prepared, stats, watcher)
+    trackers.start(spec)
+    try:
+        rank = engine.run(spec, prepared, stats, watcher)
+    except BaseException:
+        trackers.finish("FAILED")
+        raise
+    trackers.finish("KILLED" if stats.interrupted else "FINISHED")
     if stats.interrupted:
         requeue.leave_for_requeue(rank, spec.checkpoint_dir)
     stats.finish()

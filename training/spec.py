@@ -21,6 +21,8 @@ STRATEGIES = (
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "bf16-true")
 ACCELERATORS = ("auto", "gpu", "cpu")
 PADDINGS = ("dynamic", "max_length")
+LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
+WANDB_MODES = ("offline", "online", "disabled")
 
 
 # accelerate builds FSDP only for GPU-like devices: on CPU the Trainer would silently run DDP instead.
@@ -62,6 +64,9 @@ class TrainSpec:
     num_workers: int = 2
     log_every_n_steps: int = 50
     max_steps: int = 0
+    loggers: tuple[str, ...] = ("csv",)
+    wandb_mode: str = "offline"
+    mlflow_uri: str = ""
 
     @property
     def world_size(self) -> int:
@@ -127,6 +132,8 @@ def _build(cls: type, raw: dict[str, Any], where: str) -> Any:
     values = dict(raw)
     if "partition" in values:
         values["partition"] = tuple(values["partition"])
+    if "loggers" in values:
+        values["loggers"] = tuple(values["loggers"])
     return cls(**values)
 
 
@@ -143,6 +150,9 @@ def validate(spec: Spec) -> None:
     _check_choice(t.precision, PRECISIONS, "train.precision")
     _check_choice(t.accelerator, ACCELERATORS, "train.accelerator")
     _check_choice(d.padding, PADDINGS, "data.padding")
+    for name in t.loggers:
+        _check_choice(name, LOGGERS, "train.loggers")
+    _check_choice(t.wandb_mode, WANDB_MODES, "train.wandb_mode")
     if t.engine == "torch" and t.strategy not in ("auto", "ddp"):
         raise SpecError("train.engine='torch' is the plain loop, on one device or DDP: use strategy 'auto' or "
                         "'ddp', or engine 'lightning'/'fabric'/'hf_trainer' for sharded strategies")

@@ -27,6 +27,17 @@ class SbatchBackend:
         output = run_tool(command, timeout=SUBMIT_TIMEOUT_S, what=f"submitting {job['name']}")
         return {"job_id": parse_job_id(output), "state": State.SUBMITTED.value, "submitted_at": now_iso()}
 
+    def submit_chain(self, run_dir: Path, job: dict[str, Any], segments: int) -> dict[str, Any]:
+        """Submit one job as `segments` copies of its script, each queued to start when the one before it
+        ends, however it ends (afterany: afterok never fires after a TIMEOUT)."""
+        ids = [self.submit(run_dir, job)["job_id"]]
+        command = job["submit_command"]
+        for n in range(2, segments + 1):
+            after = [*command[:-1], f"--dependency=afterany:{ids[-1]}", command[-1]]
+            output = run_tool(after, timeout=SUBMIT_TIMEOUT_S, what=f"submitting segment {n} of {job['name']}")
+            ids.append(parse_job_id(output))
+        return {"job_id": ids[0], "segments": ids, "state": State.SUBMITTED.value, "submitted_at": now_iso()}
+
     def cancel(self, job_ids: list[str]) -> None:
         if job_ids:
             run_tool(["scancel", *job_ids], timeout=SUBMIT_TIMEOUT_S, what="cancelling")

@@ -14,12 +14,13 @@ from jobgen.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "experiments" / "local_demo.toml"
-HEAVY = {"torch", "lightning", "transformers", "datasets", "deepspeed", "submitit", "rich", "matplotlib"}
+HEAVY = {"torch", "lightning", "transformers", "datasets", "deepspeed", "submitit", "rich", "matplotlib",
+         "tensorboard", "wandb", "mlflow"}
 
 
 @pytest.mark.parametrize("command", [[], ["submit"], ["validate"], ["schema"], ["status"], ["logs"], ["cancel"],
                                      ["requeue"], ["runs"], ["clean"], ["prefetch"],
-                                     ["summary"]])
+                                     ["summary"], ["report"], ["sync"]])
 def test_help(runner, command):
     result = runner.invoke(main, [*command, "--help"])
     assert result.exit_code == 0, result.output

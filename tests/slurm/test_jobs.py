@@ -50,7 +50,7 @@ gpus_per_node = 2
 cpus_per_task = 1
 time = "00:10:00"
 """ + TINY_TRAIN.replace('model = "builtin:tiny"', 'model = "builtin:tiny"\nengine = "lightning"\nstrategy = "ddp"').replace(
-    "epochs = 1", "epochs = 3").replace("batch_size = 16", "batch_size = 8").replace("[400, 100, 100]", "[1200, 200, 200]")
+    "epochs = 1", "epochs = 3").replace("batch_size = 16", "batch_size = 8").replace("[400, 100, 100]", "[1201, 203, 201]")
 
 
 @pytest.mark.timeout(600)
@@ -67,6 +67,7 @@ def test_two_nodes_two_tasks_each(slurm, root: Path, tmp_path: Path, backend: st
     assert result["world_size"] == 4 and result["nodes"] == 2 and result["devices_per_node"] == 2
     assert result["slurm"]["job_id"] == job["job_id"]
     assert result["test_acc"] >= 0.9
+    assert result["scored"] == {"validation": 203, "test": 201}  # 4 ranks, each row once
     summary = jobgen("summary", str(run_dir), "--format", "json", root=root).stdout
     rows = json.loads(summary)["rows"]
     assert rows[0]["state"] == "COMPLETED" and abs(rows[0]["test_acc"] - result["test_acc"]) < 1e-9

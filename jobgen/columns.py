@@ -1,0 +1,164 @@
+"""The summary's numbers and columns, one row each.
+
+`METRICS` says how each number is read from a job and combined over the jobs of one configuration
+(seeds, repeats): every one is mean ± sample standard deviation. CSV and JSON carry each as
+`<name>` and `<name>_std`. `COLUMNS` says how a line is shown: header, the terminal's two-line
+header, right-aligned or not, and the cell's text. The terminal table, Markdown, the HTML report and
+the plot read these two tables; a new column is a row in each (a number) or in COLUMNS alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobgen.collect import JobRow
+
+
+@dataclass(frozen=True)
+class Stat:
+    """Mean, sample standard deviation (None below two values) and count of one metric."""
+
+    mean: float | None
+    std: float | None
+    n: int
+
+    @classmethod
+    def of(cls, values: Iterable[float | None]) -> Stat:
+        found = [v for v in values if v is not None]
+        if len(found) < 2:
+            return cls(found[0], None, 1) if found else cls(None, None, 0)
+        mean = math.fsum(found) / len(found)
+        var = math.fsum((v - mean) ** 2 for v in found) / (len(found) - 1)
+        return cls(mean, math.sqrt(var), len(found))
+
+
+@dataclass
+class Line:
+    """One row of the summary: a configuration (its runs combined) or a single job."""
+
+    label: str
+    experiment: str
+    run: str
+    config: dict[str, Any]  # engine, strategy, precision, compile, nodes, devices_per_node
+    state: str
+    n: int
+    metrics: dict[str, Stat]
+    mem_kind: str  # "gpu" when any job measured GPU memory, else "host"
+    problem: str = ""
+    hint: str = ""
+    detail: str = ""  # shown in the note column when there is no problem
+    speedup: float | None = None
+    is_baseline: bool = False
+    jobs: list[JobRow] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # the CSV/JSON field (with <name>_std beside it) and the key in Line.metrics
+    of: Callable[[JobRow], float | None]  # None: this job has no value (it is left out, not zero)
+    combine: Callable[[Iterable[float | None]], Stat] = Stat.of
+
+
+def _result(read: Callable[[Any], float | None]) -> Callable[[JobRow], float | None]:
+    return lambda job: None if job.result is None else read(job.result)
+
+
+def _peak_mem(result: Any) -> float | None:
+    # GPU memory is what limits a fine-tune; host RSS stands in on CPU runs.
+    return result.peak_gpu_mb if result.peak_gpu_mb is not None else result.peak_host_mb
+
+
+METRICS = (
+    Metric("queue_wait_s", lambda job: job.queue_wait_s),
+    Metric("train_s", _result(lambda r: r.train_s)),
+    Metric("samples_per_s", _result(lambda r: r.samples_per_s)),
+    Metric("peak_mem_mb", _result(_peak_mem)),
+    Metric("best_val_acc", _result(lambda r: r.best_val_acc)),
+    Metric("test_acc", _result(lambda r: r.test_acc)),
+    Metric("test_f1", _result(lambda r: r.test_f1)),
+    Metric("requeues", _result(lambda r: None if r.requeue_count is None else float(r.requeue_count))),
+    # From metrics.csv of jobs that have no result (yet): how far they got.
+    Metric("val_acc_so_far", lambda job: job.partial_val_acc if job.result is None else None),
+)
+
+
+def duration(seconds: float) -> str:
+    """12.3s, 4m05s, 2h03m: short enough for a table cell."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:.1f}"  # the header carries the unit
+
+
+def _stat(stat: Stat, show: Callable[[float], str]) -> str:
+    """ "mean" or "mean ± std"."""
+    if stat.mean is None:
+        return ""
+    return show(stat.mean) + ("" if stat.std is None else f" ± {show(stat.std)}")
+
+
+def _metric(name: str, show: Callable[[float], str]) -> Callable[[Line], str]:
+    return lambda line: _stat(line.metrics[name], show)
+
+
+def _shape(line: Line) -> str:
+    c = line.config
+    return f"{c['nodes'] or '?'}×{c['devices_per_node'] or '?'}" if c["nodes"] or c["devices_per_node"] else ""
+
+
+def _memory(line: Line) -> str:
+    memory = _stat(line.metrics["peak_mem_mb"], "{:,.0f}".format)
+    return f"{memory} {line.mem_kind}" if memory else ""
+
+
+def _best_val(line: Line) -> str:
+    so_far = line.metrics["val_acc_so_far"]
+    return _stat(line.metrics["best_val_acc"], _percent) or (
+        f"({_stat(so_far, _percent)} so far)" if so_far.mean is not None else "")
+
+
+def _speedup(line: Line) -> str:
+    return "baseline" if line.is_baseline else ("" if line.speedup is None else f"{line.speedup:.2f}×")
+
+
+def _config(key: str) -> Callable[[Line], str]:
+    return lambda line: line.config[key] or ""
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str  # Markdown, the plain table and the report; the unit in brackets
+    cell: Callable[[Line], str]
+    numeric: bool = False  # right-aligned
+    terminal: str = ""  # the rich table's header, folded on two lines ("" = header)
+
+
+COLUMNS = (
+    Column("config", lambda line: line.label + (f" (n={line.n})" if line.n > 1 else "")),
+    Column("engine", _config("engine")),
+    Column("strategy", _config("strategy")),
+    Column("precision", _config("precision"), terminal="preci-\nsion"),
+    Column("compile", lambda line: "" if line.config["compile"] is None else ("yes" if line.config["compile"] else "no")),
+    Column("nodes×GPUs", _shape, terminal="nodes\n×GPUs"),
+    Column("state", lambda line: line.state),
+    Column("queue wait", _metric("queue_wait_s", duration), numeric=True, terminal="queue\nwait"),
+    Column("train time", _metric("train_s", duration), numeric=True, terminal="train\ntime"),
+    Column("samples/s", _metric("samples_per_s", "{:,.1f}".format), numeric=True, terminal="samples\n/s"),
+    Column("peak mem (MB)", _memory, numeric=True, terminal="peak mem\n(MB)"),
+    Column("best val acc (%)", _best_val, numeric=True, terminal="best val\nacc (%)"),
+    Column("test acc (%)", _metric("test_acc", _percent), numeric=True, terminal="test acc\n(%)"),
+    Column("test F1 (%)", _metric("test_f1", _percent), numeric=True, terminal="test F1\n(%)"),
+    Column("requeues", _metric("requeues", "{:g}".format), numeric=True, terminal="re-\nqueues"),
+    Column("speed-up", _speedup, numeric=True, terminal="speed-\nup"),
+    Column("note", lambda line: line.problem or line.detail),
+)

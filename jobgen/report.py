@@ -1,0 +1,195 @@
+"""`jobgen report`: one self-contained HTML page to share a sweep's results.
+
+The numbers come from the same rows as `jobgen summary` (collect -> build_lines -> cells, one row per
+job); the curves from each job's metrics.csv. Charts are inline SVG drawn by jobgen.charts: the page
+loads nothing (no network, no CDN, no script), so it opens from a mail attachment or a shared disk.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from html import escape
+from pathlib import Path
+from urllib.parse import quote
+
+from jobgen import __version__
+from jobgen.charts import Series, color, line_chart, scatter_chart, time_unit, zoomed_range
+from jobgen.collect import JobRow, LiveStates, collect, log_files, read_metrics
+from jobgen.summary import HEADERS, NUMERIC, Line, apply_baseline, build_lines, cells
+
+CSS = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px; color: #222; }
+h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8px; }
+.meta { color: #666; margin: 0 0 16px; }
+table.summary { border-collapse: collapse; font-size: 12.5px; }
+table.summary th, table.summary td { border-bottom: 1px solid #ddd; padding: 4px 6px; text-align: left;
+  vertical-align: top; }
+table.summary th { background: #f4f4f4; position: sticky; top: 0; }
+table.summary td.note { min-width: 200px; max-width: 320px; }
+table.summary td.config { white-space: nowrap; }
+.scroll { overflow-x: auto; }
+table.summary td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.baseline td { font-weight: 600; }
+.state-COMPLETED { color: #1a7f37; } .state-RUNNING { color: #0969da; } .state-PENDING { color: #9a6700; }
+.state-bad { color: #cf222e; }
+.charts { display: flex; flex-wrap: wrap; gap: 12px; }
+svg.chart { background: #fff; border: 1px solid #e3e3e3; }
+svg .title { font-size: 14px; font-weight: 600; text-anchor: middle; }
+svg .label { font-size: 12px; text-anchor: middle; fill: #444; }
+svg .tick, svg .point { font-size: 11px; fill: #555; }
+svg .grid { stroke: #eee; } svg .frame { fill: none; stroke: #999; }
+.legend { display: flex; flex-wrap: wrap; gap: 4px 16px; margin: 4px 0 8px; font-size: 12.5px; }
+.legend span::before { content: ""; display: inline-block; width: 14px; height: 4px; margin-right: 5px;
+  vertical-align: middle; background: var(--c); }
+ul.problems li { margin-bottom: 6px; } .hint { color: #555; }
+code { font-size: 12px; }
+"""
+
+
+def build_report(run_dirs: Sequence[Path], out: Path, baseline: str | None = None,
+                 live_states: LiveStates | None = None) -> str:
+    """The report's HTML for these runs; links to logs are relative to `out`'s folder."""
+    lines = build_lines(collect(list(run_dirs), live_states), combine=False)
+    apply_baseline(lines, baseline)
+    colors = {id(line): color(i) for i, line in enumerate(lines)}
+    experiments = ", ".join(dict.fromkeys(line.experiment for line in lines)) or "no jobs"
+    runs = ", ".join(escape(str(r)) for r in run_dirs)
+    created = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    body = [
+        f"<h1>{escape(experiments)}</h1>",
+        f'<p class="meta">{len(lines)} job(s) from {runs} &middot; jobgen {__version__} &middot; {created}</p>',
+        "<h2>Summary</h2>", _table(lines, out.parent, colors),
+        "<h2>Time and accuracy</h2>", _tradeoff(lines, colors),
+        "<h2>Curves</h2>", _legend(lines, colors), _curves(lines, colors),
+        *_problems(lines, out.parent),
+    ]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>jobgen report: {escape(experiments)}</title><style>{CSS}</style></head>\n<body>\n"
+            + "\n".join(body) + "\n</body></html>\n")
+
+
+def write_report(run_dirs: Sequence[Path], out: Path, baseline: str | None = None,
+                 live_states: LiveStates | None = None) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    html = build_report(run_dirs, out, baseline, live_states)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    tmp.write_text(html, encoding="utf-8")
+    os.replace(tmp, out)
+    return out
+
+
+def _table(lines: list[Line], base: Path, colors: dict[int, str]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in (*HEADERS, "logs"))
+    rows = []
+    for line in lines:
+        values = cells(line)
+        tds = []
+        for header, value in zip(HEADERS, values, strict=True):
+            css = "num" if header in NUMERIC else CLASSES.get(header, "")
+            if header == "state":
+                css = "state-" + _state_class(line.state)
+            text = escape(value)
+            if header == "note" and len(value) > NOTE_CHARS:  # the whole cause is under "Jobs without a result"
+                text = f'<span title="{escape(value)}">{escape(value[: NOTE_CHARS - 1])}&hellip;</span>'
+            if header == "config":
+                text = f'<span style="color:{colors[id(line)]}">&#9632;</span> {text}'
+            tds.append(f'<td class="{css}">{text}</td>' if css else f"<td>{text}</td>")
+        tds.append(f"<td>{_log_links(line.jobs, base)}</td>")
+        attrs = ' class="baseline"' if line.is_baseline else ""
+        rows.append(f"<tr{attrs}>{''.join(tds)}</tr>")
+    return (f'<div class="scroll"><table class="summary"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>')
+
+
+CLASSES = {"config": "config", "note": "note"}
+NOTE_CHARS = 60
+
+
+def _state_class(state: str) -> str:
+    return state if state in ("COMPLETED", "RUNNING", "PENDING") else "bad"
+
+
+def _log_links(jobs: list[JobRow], base: Path) -> str:
+    links = []
+    for job in jobs:
+        for path in log_files(Path(job.job_dir)) if job.job_dir else []:
+            links.append(f'<a href="{_href(path, base)}">{escape(path.name)}</a>')
+    return " ".join(links) or "&mdash;"
+
+
+def _href(path: Path, base: Path) -> str:
+    """A link that keeps working when the report and the runs move together (relative), else absolute."""
+    try:
+        target = os.path.relpath(path.resolve(), base.resolve())
+    except ValueError:  # another drive (Windows)
+        return path.resolve().as_uri()
+    return quote(target.replace(os.sep, "/"))
+
+
+def _tradeoff(lines: list[Line], colors: dict[int, str]) -> str:
+    timed = [ln for ln in lines if ln.metrics["train_s"].mean is not None and ln.metrics["test_acc"].mean is not None]
+    divisor, unit = time_unit(max((ln.metrics["train_s"].mean or 0.0) for ln in timed) if timed else 0.0)
+    points = [(ln.label, (ln.metrics["train_s"].mean or 0.0) / divisor, 100 * (ln.metrics["test_acc"].mean or 0.0),
+               colors[id(ln)]) for ln in timed]
+    y_range = zoomed_range([p[2] for p in points], 0.0, 100.0) if points else None
+    chart = scatter_chart("Training time vs test accuracy", f"training time ({unit})", "test accuracy (%)", points,
+                          y_range=y_range, width=760, height=380)
+    return f'<div class="charts">{chart}</div>'
+
+
+def _legend(lines: list[Line], colors: dict[int, str]) -> str:
+    items = "".join(f'<span style="--c:{colors[id(ln)]}">{escape(ln.label)}</span>' for ln in lines)
+    return f'<div class="legend">{items}</div>'
+
+
+def _curves(lines: list[Line], colors: dict[int, str]) -> str:
+    """Loss and validation accuracy, over optimizer steps and over wall time, one line per job."""
+    loss_step, loss_time, acc_step, acc_time = [], [], [], []
+    for line in lines:
+        points = read_metrics(Path(line.jobs[0].job_dir) / "metrics.csv") if line.jobs[0].job_dir else []
+        train = [p for p in points if p.split == "train" and _ok(p.loss)]
+        val = [p for p in points if p.split in ("validation", "val") and _ok(p.acc)]
+        c, name = colors[id(line)], line.label
+        loss_step.append(Series(name, [(p.step, p.loss) for p in train if _ok(p.step)], c))
+        loss_time.append(Series(name, [(p.time_s, p.loss) for p in train if _ok(p.time_s)], c))
+        acc_step.append(Series(name, [(p.step, 100 * p.acc) for p in val if _ok(p.step)], c))
+        acc_time.append(Series(name, [(p.time_s, 100 * p.acc) for p in val if _ok(p.time_s)], c))
+    longest = max((x for s in loss_time + acc_time for x, _ in s.points), default=0.0)
+    divisor, unit = time_unit(longest)
+    loss_time = [Series(s.name, [(x / divisor, y) for x, y in s.points], s.color) for s in loss_time]
+    acc_time = [Series(s.name, [(x / divisor, y) for x, y in s.points], s.color) for s in acc_time]
+    accs = [y for s in acc_step + acc_time for _, y in s.points]
+    acc_range = zoomed_range(accs, 0.0, 100.0) if accs else None
+    charts = [
+        line_chart("Training loss", "optimizer step", "loss", loss_step),
+        line_chart("Training loss over time", f"time since start ({unit})", "loss", loss_time),
+        line_chart("Validation accuracy", "optimizer step", "accuracy (%)", acc_step, y_range=acc_range),
+        line_chart("Validation accuracy over time", f"time since start ({unit})", "accuracy (%)", acc_time,
+                   y_range=acc_range),
+    ]
+    return f'<div class="charts">{"".join(charts)}</div>'
+
+
+def _ok(value: float | None) -> bool:
+    return value is not None and value == value and abs(value) != float("inf")
+
+
+def _problems(lines: list[Line], base: Path) -> list[str]:
+    items = []
+    for line in lines:
+        job = line.jobs[0]
+        if not line.problem and job.cause is None:
+            continue
+        cause = job.cause
+        log = ""
+        if cause is not None and cause.log:
+            path = job.run_dir / cause.log
+            log = f' &middot; <a href="{_href(path, base)}">{escape(cause.log)}</a>'
+        hint = f'<div class="hint">&rarr; {escape(line.hint)}</div>' if line.hint else ""
+        items.append(f"<li><b>{escape(line.label)}</b> ({escape(line.state)}): "
+                     f"{escape(line.problem or (cause.message if cause else ''))}{log}{hint}</li>")
+    if not items:
+        return []
+    return ["<h2>Jobs without a result</h2>", f'<ul class="problems">{"".join(items)}</ul>']

@@ -1,0 +1,102 @@
+"""Chained jobs (slurm.chain) on the real cluster: a job longer than its partition's 1-minute limit runs
+as segments linked with afterany, each resuming from the checkpoint; a segment after the one that
+finished stops at once; status and summary show one job with its segments; cancel cancels them all.
+
+The work stands in for training (tests/slurm/chain.sbatch.j2): it takes wall time, not CPU, so the
+number of segments it needs does not depend on how busy the machine is. That training itself resumes
+from its checkpoints is tested in tests/training/test_resume.py and tests/slurm/test_requeue.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from jobgen.states import State
+from tests.slurm.helpers import all_final, jobgen, manifest, only_run, wait_states, write_experiment
+
+pytestmark = [pytest.mark.slurm]
+
+PARTITION = "short"  # MaxTime=1 (minute)
+
+
+@pytest.fixture
+def short_partition(slurm) -> str:
+    """A partition with a 1-minute limit, made on the running cluster when it has none."""
+    shown = subprocess.run(["scontrol", "show", "partition", PARTITION], capture_output=True, text=True)
+    if shown.returncode != 0:
+        nodes = subprocess.run(["sinfo", "-h", "-p", "debug", "-o", "%N"], capture_output=True, text=True,
+                               check=True).stdout.strip()  # fmt: skip
+        subprocess.run(["scontrol", "create", f"PartitionName={PARTITION}", f"Nodes={nodes}", "MaxTime=1", "State=UP"],
+                       check=True)  # fmt: skip
+        shown = subprocess.run(["scontrol", "show", "partition", PARTITION], capture_output=True, text=True, check=True)
+    assert "MaxTime=00:01:00" in shown.stdout, shown.stdout
+    return PARTITION
+
+
+def _chain_experiment(folder: Path, name: str, chain: int, need: int, partition: str, step_s: int = 48) -> Path:
+    shutil.copy(Path(__file__).parent / "chain.sbatch.j2", folder / "chain.sbatch.j2")
+    body = (f'[launch]\ntemplate = "chain.sbatch.j2"\n[slurm]\npartition = "{partition}"\ntime = "1"\n'
+            f'cpus_per_task = 1\nchain = {chain}\n[env]\nvars = {{ NEED = "{need}", STEP_S = "{step_s}" }}\n[data]\ndataset = "imdb"\n')
+    return write_experiment(folder, name, body)
+
+
+@pytest.mark.timeout(600)
+def test_a_job_longer_than_the_limit_finishes_in_three_segments(short_partition: str, root: Path, tmp_path: Path):
+    # Slurm ends a 1-minute job 60-90 s after it starts (it checks limits every 30 s): a segment finishes
+    # one 48-s step and dies in the second, whatever the machine's load, so 3 steps need 3 segments.
+    exp = _chain_experiment(tmp_path, "chain3", chain=4, need=3, partition=short_partition)
+    out = jobgen("submit", str(exp), root=root).stdout
+    run_dir = only_run(root, "chain3")
+    (job,) = manifest(run_dir)["jobs"]
+    assert len(job["segments"]) == 4 and job["job_id"] == job["segments"][0]
+    assert "submitted as a chain of 4 jobs" in out, out
+    deps = subprocess.run(["scontrol", "show", "job", job["segments"][1]], capture_output=True, text=True).stdout
+    assert f"Dependency=afterany:{job['segments'][0]}" in deps, deps
+
+    status = wait_states(run_dir, lambda s: True, timeout=1)
+    states = wait_states(run_dir, all_final, timeout=480, poll=5)
+    assert states[job["name"]] is State.COMPLETED, status
+    sacct = subprocess.run(["sacct", "-n", "-P", "-X", "--format=JobID,State", "-j", ",".join(job["segments"])],
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    by_id = dict(line.split("|") for line in sacct.splitlines())
+    assert [by_id[i].split()[0] for i in job["segments"]] == ["TIMEOUT", "TIMEOUT", "COMPLETED", "COMPLETED"], sacct
+
+    job_dir = run_dir / job["dir"]
+    logs = {i: (job_dir / f"slurm-{i}.out").read_text() for i in job["segments"]}
+    first, second, third, fourth = job["segments"]
+    assert f"segment {first} resumes at step 0" in logs[first] and "step 1 done" in logs[first]
+    assert f"segment {second} resumes at step 1" in logs[second]  # from the checkpoint the first one left
+    assert f"segment {third} resumes at step 2" in logs[third] and "finished at step 3" in logs[third]
+    assert "training already finished; segment" in logs[fourth] and "resumes" not in logs[fourth]
+
+    table = jobgen("status", str(run_dir), root=root).stdout
+    row = next(line for line in table.splitlines() if line.startswith(job["name"]))
+    assert ",".join(job["segments"]) in row and "COMPLETED" in row
+    assert "segment 4/4 (TIMEOUT TIMEOUT COMPLETED COMPLETED): done" in row, table
+    elapsed = row.split("COMPLETED", 1)[1].split()[0]  # all segments together: two limits and a step
+    assert "00:02:30" <= elapsed <= "00:04:00", row
+    (line,) = json.loads(jobgen("summary", str(run_dir), "--format", "json", root=root).stdout)["rows"]
+    assert line["state"] == "COMPLETED" and line["test_acc"] == 0.9
+    text = jobgen("summary", str(run_dir), "--format", "markdown", root=root).stdout
+    assert "4 segments: TIMEOUT → TIMEOUT → COMPLETED → COMPLETED" in text, text
+
+
+@pytest.mark.timeout(180)
+def test_cancel_cancels_every_segment(short_partition: str, root: Path, tmp_path: Path):
+    exp = _chain_experiment(tmp_path, "chaincancel", chain=3, need=10, partition=short_partition, step_s=5)
+    jobgen("submit", str(exp), root=root)
+    run_dir = only_run(root, "chaincancel")
+    (job,) = manifest(run_dir)["jobs"]
+    wait_states(run_dir, lambda s: s[job["name"]] is State.RUNNING, timeout=60)
+    out = jobgen("cancel", str(run_dir), root=root).stdout
+    assert "1 job(s) cancelled" in out and f"cancel sent to jobs {', '.join(job['segments'])}" in out
+    states = wait_states(run_dir, all_final, timeout=60)
+    assert states[job["name"]] is State.CANCELLED
+    sacct = subprocess.run(["sacct", "-n", "-P", "-X", "--format=JobID,State", "-j", ",".join(job["segments"])],
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert [s.split("|")[1].split()[0] for s in sacct.splitlines()] == ["CANCELLED"] * 3, sacct

@@ -1,0 +1,176 @@
+"""jobgen report: one self-contained HTML page, read as HTML and rendered in a real headless Chromium."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote
+
+from jobgen.charts import PALETTE, nice_ticks, time_unit, zoomed_range
+from jobgen.cli import main
+from tests.data.summary.synth import FakeJob, log, write_run
+
+JOBS = [
+    FakeJob("engine-torch", {"train.engine": "torch"}, engine="torch", train_s=95.0, test_acc=0.912),
+    FakeJob("engine-lightning", {"train.engine": "lightning"}, train_s=80.0, test_acc=0.934),
+    FakeJob("engine-fabric", {"train.engine": "fabric"}, engine="fabric", train_s=70.0, test_acc=0.921),
+    FakeJob("oom", {"train.engine": "fabric"}, result=None, logs={"slurm-4000.out": log("oom.out")}),
+]
+
+
+def _metrics(job_dir: Path, speed: float, top: float, n: int) -> None:
+    """metrics.csv in the training's shape: train rows every 10 steps, a validation row per epoch."""
+    rows = [("epoch", "step", "split", "loss", "acc", "f1", "lr", "samples_per_s", "time_s")]
+    for step in range(10, 201, 10):
+        rows.append((step // 100, step, "train", 0.7 / (1 + step / 40) + 0.1 * n, "", "", 1e-3, "", step / speed))
+    for epoch, step in enumerate((100, 200)):
+        rows.append((epoch, step, "validation", "", top - 0.05 * (1 - epoch), 0.9, "", "", step / speed + 1))
+    buf = io.StringIO()
+    csv.writer(buf).writerows(rows)
+    (job_dir / "metrics.csv").write_text(buf.getvalue())
+
+
+def _run(tmp_path: Path) -> Path:
+    run = write_run(tmp_path / "runs", "sweep", JOBS)
+    for n, job in enumerate(JOBS[:3]):
+        _metrics(run / "jobs" / job.name, speed=2.0 + n, top=job.test_acc, n=n)
+    (run / "jobs" / "engine-torch" / "slurm-4000.out").write_text("training: done\n")
+    return run
+
+
+class _Page(HTMLParser):
+    """The parts of the page a test checks: body rows of the summary table, links, sources, charts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self.links: list[str] = []
+        self.sources: list[str] = []
+        self.tags: list[str] = []
+        self._where: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        self.tags.append(tag)
+        if tag == "tbody":
+            self._where.append("tbody")
+        elif tag == "tr" and self._where:
+            self.rows.append([])
+        elif tag == "td" and self._where and self.rows:
+            self.rows[-1].append("")
+        if tag == "a" and a.get("href"):
+            self.links.append(a["href"] or "")
+        for key in ("src", "srcset", "xlink:href"):
+            if a.get(key):
+                self.sources.append(a[key] or "")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "tbody" and self._where:
+            self._where.pop()
+
+    def handle_data(self, data: str) -> None:
+        if self._where and self.rows and self.rows[-1]:
+            self.rows[-1][-1] += data
+
+
+def _report(tmp_path: Path, runner) -> tuple[Path, Path, str]:
+    run = _run(tmp_path)
+    out = tmp_path / "share" / "report.html"
+    done = runner.invoke(main, ["--output-root", str(tmp_path / "runs"), "report", "sweep", "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    assert done.output.strip() == f"report: {out}"
+    return run, out, out.read_text()
+
+
+def test_report_has_one_row_per_job_and_loads_nothing(tmp_path: Path, runner) -> None:
+    run, out, html = _report(tmp_path, runner)
+    page = _Page()
+    page.feed(html)
+    assert [row[0].strip().lstrip("\u25a0 ") for row in page.rows] == [j.name for j in JOBS]
+    torch_row, *_ = page.rows
+    assert "1m35s" in torch_row and "91.2" in torch_row and "baseline" in torch_row
+    # Self-contained: no script, no stylesheet or image from anywhere, links only to the run's own files.
+    assert "script" not in page.tags and "link" not in page.tags and page.sources == []
+    assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", html)
+    assert page.links, "no log links"
+    for href in page.links:
+        assert (out.parent / unquote(href)).resolve().is_file(), href
+    assert any(href.endswith("engine-torch/slurm-4000.out") for href in page.links)
+    # Curves and the time/accuracy chart, one coloured line per job that logged metrics.
+    assert html.count('<svg xmlns="http://www.w3.org/2000/svg" class="chart') == 5
+    assert html.count(f'stroke="{PALETTE[0]}"') == 4 and html.count(f'stroke="{PALETTE[3]}"') == 0
+    # The failed job: its cause, the hint, and a link to the log that says so.
+    assert "CUDA out of memory" in html and "lower batch_size" in html
+    assert any(href.endswith("oom/slurm-4000.out") for href in page.links)
+
+
+def test_report_escapes_what_runs_wrote(tmp_path: Path, runner) -> None:
+    hostile = FakeJob("x", {"train.engine": "torch"}, engine="<script>alert(1)</script>")
+    write_run(tmp_path / "runs", "sweep", [hostile])
+    out = tmp_path / "r.html"
+    done = runner.invoke(main, ["--output-root", str(tmp_path / "runs"), "report", "sweep", "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    assert "<script>" not in out.read_text() and "&lt;script&gt;" in out.read_text()
+
+
+def test_report_of_an_unknown_run_is_a_one_line_error(tmp_path: Path, runner) -> None:
+    done = runner.invoke(main, ["--output-root", str(tmp_path), "report", "nope", "-o", str(tmp_path / "r.html")])
+    assert done.exit_code == 1
+    assert "nope" in done.output and len(done.output.strip().splitlines()) == 1
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_chart_scales() -> None:
+    assert time_unit(59) == (1.0, "s") and time_unit(600) == (60.0, "min") and time_unit(9000) == (3600.0, "h")
+    assert nice_ticks(0, 10) == [0, 2.5, 5, 7.5, 10]
+    ticks = nice_ticks(91.2, 93.4)
+    assert ticks[0] <= 91.2 and ticks[-1] >= 93.4 and len(ticks) <= 7
+    low, high = zoomed_range([91.2, 93.4], 0, 100)
+    assert 85 < low < 91.2 and 93.4 < high <= 100
+    assert zoomed_range([99.9, 100.0], 0, 100)[1] == 100
+
+
+def test_report_renders_in_a_real_browser(tmp_path: Path, runner) -> None:
+    from PIL import Image
+
+    from tests.browser import Browser
+
+    _, out, _ = _report(tmp_path, runner)
+    js = {
+        "rows": "document.querySelectorAll('table.summary tbody tr').length",
+        "charts": "[...document.querySelectorAll('svg.chart')].map(e => {const r = e.getBoundingClientRect();"
+                  " return [r.left, r.top, r.width, r.height, e.getAttribute('aria-label')]})",
+    }  # fmt: skip
+    with Browser(width=1280, height=2400) as browser:
+        page = browser.load(out, js)
+    assert page.errors == []
+    assert page.values["rows"] == len(JOBS)
+    charts = page.values["charts"]
+    assert [c[4] for c in charts] == ["Training time vs test accuracy", "Training loss", "Training loss over time",
+                                      "Validation accuracy", "Validation accuracy over time"]  # fmt: skip
+    image = Image.open(io.BytesIO(page.screenshot)).convert("RGB")
+    assert image.size == (1280, 2400)
+    job_colors = [tuple(int(c[i : i + 2], 16) for i in (1, 3, 5)) for c in PALETTE[:3]]
+    for left, top, width, height, title in charts:
+        assert top + height <= image.size[1], f"{title} is below the screenshot"
+        box = image.crop((int(left), int(top), int(left + width), int(top + height)))
+        found = {color: n for n, color in box.getcolors(maxcolors=box.width * box.height)}
+        counts = {color: found.get(color, 0) for color in job_colors}
+        # Each job's line (or dot) is drawn in its colour inside each chart.
+        assert all(n >= 20 for n in counts.values()), (title, counts)
+
+
+def test_the_browser_check_sees_console_errors_and_network_loads(tmp_path: Path) -> None:
+    """The harness above is only worth its silence if it hears a page that misbehaves."""
+    from tests.browser import Browser
+
+    bad = tmp_path / "bad.html"
+    bad.write_text('<!DOCTYPE html><html><head><script src="https://cdn.invalid/chart.js"></script></head>'
+                   '<body><script>console.error("boom"); undefinedFunction();</script></body></html>')
+    with Browser(width=400, height=300) as browser:
+        page = browser.load(bad, {})
+    assert any("cdn.invalid" in e for e in page.errors), page.errors
+    assert any("boom" in e for e in page.errors) and any("exception" in e for e in page.errors), page.errors
