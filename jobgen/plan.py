@@ -116,7 +116,8 @@ def resolve(exp: Experiment, where: str = "") -> Experiment:
     devices = train.devices or slurm.gpus_per_node or 1
     num_nodes = train.num_nodes or slurm.nodes
     _check_pairs(exp, devices, num_nodes, where)
-    ntasks = slurm.ntasks_per_node or devices
+    # srun starts one task per device; torchrun and accelerate run one task per node, which starts the rest.
+    ntasks = slurm.ntasks_per_node or (devices if exp.launch.launcher == "srun" else 1)
     return dataclasses.replace(
         exp,
         train=dataclasses.replace(train, devices=devices, num_nodes=num_nodes),
@@ -142,19 +143,15 @@ def check_shape(exp: Experiment, where: str = "") -> None:
     """Refuse job shapes that cannot work, with the fix in the message."""
     slurm, train, launch = exp.slurm, exp.train, exp.launch
     world = slurm.nodes * train.devices
-    problems = []
-    if train.engine != "torch" and slurm.ntasks_per_node != train.devices:
+    problems = _launcher_problems(exp)
+    if launch.launcher == "srun" and slurm.ntasks_per_node != train.devices:
         problems.append(
             f"slurm.ntasks_per_node = {slurm.ntasks_per_node} but train.devices = {train.devices}: srun-launched "
             f"{train.engine} needs one task per device; set slurm.ntasks_per_node = {train.devices} (or 0)"
         )
-    if train.engine == "torch" and world > 1:
-        problems.append(
-            f"train.engine = 'torch' is the single-device loop but the job has {world} devices; "
-            "use engine 'lightning' or 'fabric' for several devices, or one node with one device"
-        )
-    if train.engine == "torch" and train.strategy != "auto":
-        problems.append(f"train.strategy = {train.strategy!r} needs engine 'lightning' or 'fabric'; the plain loop uses 'auto'")
+    if train.engine == "torch" and train.strategy not in ("auto", "ddp"):
+        problems.append(f"train.strategy = {train.strategy!r} needs engine 'lightning', 'fabric' or 'hf_trainer'; "
+                        "the plain loop runs on one device or DDP ('auto' or 'ddp')")
     if world == 1 and train.strategy in ("fsdp", "fsdp_offload", "deepspeed_stage_2", "deepspeed_stage_3"):
         problems.append(
             f"train.strategy = {train.strategy!r} shards across devices but the job has one; use 'auto', "
@@ -176,6 +173,28 @@ def check_shape(exp: Experiment, where: str = "") -> None:
         problems.append("launch.array_parallelism needs launch.array = true")
     if problems:
         raise _shape(exp, where, problems[0])
+
+
+def _launcher_problems(exp: Experiment) -> list[str]:
+    """Which engine runs under which launcher, and the shape each launcher needs."""
+    slurm, train, launch = exp.slurm, exp.train, exp.launch
+    problems = []
+    name = launch.launcher
+    if name != "srun" and slurm.ntasks_per_node != 1:
+        problems.append(f"slurm.ntasks_per_node = {slurm.ntasks_per_node} but launch.launcher = {name!r} runs one task "
+                        f"per node and starts train.devices = {train.devices} processes itself; set "
+                        "slurm.ntasks_per_node = 1 (or 0)")
+    if name != "srun" and launch.backend == "submitit":
+        problems.append(f"launch.launcher = {name!r} needs launch.backend 'sbatch' or 'local': submitit starts one "
+                        "task per GPU itself")
+    if name == "accelerate" and train.engine == "lightning":
+        problems.append("train.engine = 'lightning' under launch.launcher = 'accelerate': the Trainer ignores "
+                        "accelerate's settings; use launcher 'torchrun' (or 'srun')")
+    if train.engine == "hf_trainer" and train.strategy in ("fsdp", "fsdp_offload") and train.accelerator == "cpu":
+        problems.append("train.strategy = 'fsdp' with engine 'hf_trainer' needs GPUs (accelerate runs FSDP only on "
+                        "GPUs and silently falls back to DDP on CPU); use accelerator 'auto' on GPU nodes, or "
+                        "engine 'lightning'/'fabric'")
+    return problems
 
 
 def _shape(exp: Experiment, where: str, problem: str) -> PlanError:

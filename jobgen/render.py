@@ -48,11 +48,18 @@ class RunInfo:
 
 
 def template_dir() -> Path:
-    """The shipped templates: a package in an installed wheel, ./templates in a checkout."""
+    """The shipped templates: ./templates when this jobgen is a checkout, else the installed package.
+
+    The checkout is asked first: with another checkout installed in editable mode, `jobgen.templates`
+    would resolve to that checkout's templates while the code comes from this one.
+    """
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "pyproject.toml").is_file() and (checkout / "templates" / "srun.sbatch.j2").is_file():
+        return checkout / "templates"
     spec = importlib.util.find_spec("jobgen.templates")
     if spec and spec.submodule_search_locations:
         return Path(list(spec.submodule_search_locations)[0])
-    return Path(__file__).resolve().parent.parent / "templates"
+    return checkout / "templates"
 
 
 @functools.cache
@@ -163,6 +170,9 @@ def render_job(job: Job, run: RunInfo, template: str | None = None) -> str:
 def job_context(job: Job, run: RunInfo) -> dict[str, Any]:
     exp, job_dir = job.exp, run.job_dir(job)
     python = exp.env.python or run.default_python
+    signal = exp.slurm.signal.upper().removeprefix("SIG")
+    # Under torchrun/accelerate the warning signal needs passing on to the ranks (training/relay.py).
+    relay = f"{shpath(python)} -u -m training.relay --signal={signal} -- " if exp.slurm.requeue else ""
     return {
         "version": run.version,
         "experiment_file": str(exp.path),
@@ -188,9 +198,20 @@ def job_context(job: Job, run: RunInfo) -> dict[str, Any]:
         "ntasks_per_node": job.ntasks_per_node,
         "devices": job.devices,
         "requeue": exp.slurm.requeue,
+        "signal": signal,
+        "relay": relay,
+        "launcher": exp.launch.launcher,
+        "mixed_precision": accelerate_precision(exp.train.precision, exp.train.accelerator),
         "chain": exp.slurm.chain,
         "strict": True,
     }
+
+
+def accelerate_precision(precision: str, accelerator: str) -> str:
+    """`accelerate launch --mixed_precision`: what the engine will run (fp16 autocast is GPU-only)."""
+    if precision == "16-mixed":
+        return "bf16" if accelerator == "cpu" else "fp16"
+    return "bf16" if precision == "bf16-mixed" else "no"
 
 
 def submit_tag(run_id: str, name: str) -> str:

@@ -10,7 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-ENGINES = ("torch", "lightning", "fabric")
+ENGINES = ("torch", "lightning", "fabric", "hf_trainer")
+LAUNCHERS = ("srun", "torchrun", "accelerate")
 STRATEGIES = (
     "auto",
     "ddp",
@@ -83,7 +84,7 @@ class EnvSection:
 
 @dataclass(frozen=True)
 class TrainSection:
-    engine: str = opt("lightning", "Training engine: plain PyTorch loop, Lightning Trainer or Fabric.", choices=ENGINES)
+    engine: str = opt("lightning", "Training engine: plain PyTorch loop, Lightning Trainer, Fabric or transformers.Trainer.", choices=ENGINES)
     strategy: str = opt("auto", "Distribution strategy.", choices=STRATEGIES)
     precision: str = opt("32-true", "Numeric precision.", choices=PRECISIONS)
     compile: bool = opt(False, "torch.compile the model (warm-up steps run before the timer).")
@@ -137,6 +138,7 @@ class DataSection:
 @dataclass(frozen=True)
 class LaunchSection:
     backend: str = opt("sbatch", "How jobs are started: sbatch, submitit, or local (this machine).", choices=BACKENDS)
+    launcher: str = opt("srun", "Who starts the ranks: srun (one task per device), torchrun or accelerate (one task per node).", choices=LAUNCHERS)
     template: str = opt("", "Your own Jinja template (relative to this file); it may extend srun.sbatch.j2.")
     array: bool = opt(False, "Submit a sweep as one Slurm job array.")
     array_parallelism: int = opt(0, "Most array tasks running at once (--array=...%N); 0 = no limit.", min=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import training
 
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, OSError, ValueError) as exc:
         print(f"training: {exc}", file=sys.stderr)
         return 2
-    return prepare_only(spec) if args.prepare_only else run(spec)
+    return prepare_only(spec) if args.prepare_only else run(spec, Path(args.spec))
 
 
 if __name__ == "__main__":

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import warnings
+from pathlib import Path
 
-from training import requeue, trackers
+from training import ranks, requeue, trackers
 from training.data import Prepared
 from training.results import Clock, Stats, build_result, write_result
-from training.spec import Spec
+from training.spec import Spec, to_dict
 
 ENGINE_MODULES = {"torch": "training.engines.torch_loop", "lightning": "training.engines.lightning_engine",
-                  "fabric": "training.engines.fabric_engine"}
+                  "fabric": "training.engines.fabric_engine", "hf_trainer": "training.engines.hf_trainer_engine"}
 
 
-def run(spec: Spec) -> int:
+def run(spec: Spec, spec_path: Path | None = None) -> int:
     """Returns the process exit status; raises SystemExit(EXIT_REQUEUE) after a checkpoint on signal."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if "SLURM_JOB_ID" not in os.environ:
@@ -23,6 +25,8 @@ def run(spec: Spec) -> int:
         # installed) is noise: a local run is not meant to use srun. Inside a job it stays a real hint.
         warnings.filterwarnings("ignore", message="The `srun` command is available on your system but is not used")
     spec.job_dir.mkdir(parents=True, exist_ok=True)
+    if ranks.needs_local_launch(spec):  # Lightning and Fabric start their own ranks; these engines cannot
+        return ranks.launch_locally(spec, spec_path or _write_spec(spec))
     stats = Stats(world_size=spec.train.world_size)
     watcher = None
     if spec.requeue.enabled:
@@ -73,3 +77,10 @@ def _say_ready(spec: Spec, prepared: Prepared) -> None:
     sizes = ", ".join(f"{split} {len(rows)}" for split, rows in prepared.splits.items())
     origin = "from the cache" if prepared.from_cache else "tokenized now"
     print(f"training: data for {spec.job} ready: {sizes} ({origin})", flush=True)
+
+
+def _write_spec(spec: Spec) -> Path:
+    """A spec given as an object (tests, the local launcher) as a file the ranks can read."""
+    path = spec.job_dir / "spec.ranks.json"
+    path.write_text(json.dumps(to_dict(spec)))
+    return path

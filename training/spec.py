@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ENGINES = ("torch", "lightning", "fabric")
+ENGINES = ("torch", "lightning", "fabric", "hf_trainer")
 STRATEGIES = (
     "auto", "ddp", "fsdp", "fsdp_offload", "deepspeed_stage_2", "deepspeed_stage_2_offload",
     "deepspeed_stage_3", "deepspeed_stage_3_offload",
@@ -23,6 +23,12 @@ ACCELERATORS = ("auto", "gpu", "cpu")
 PADDINGS = ("dynamic", "max_length")
 LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
 WANDB_MODES = ("offline", "online", "disabled")
+
+
+# accelerate builds FSDP only for GPU-like devices: on CPU the Trainer would silently run DDP instead.
+HF_FSDP_CPU = ("train.engine='hf_trainer' with FSDP needs GPUs (accelerate runs FSDP only on GPUs and silently "
+               "falls back to DDP on CPU); use accelerator='auto' on GPU nodes, or engine='lightning'/'fabric' for "
+               "FSDP on CPU")
 
 
 def is_fsdp(strategy: str) -> bool:
@@ -147,9 +153,11 @@ def validate(spec: Spec) -> None:
     for name in t.loggers:
         _check_choice(name, LOGGERS, "train.loggers")
     _check_choice(t.wandb_mode, WANDB_MODES, "train.wandb_mode")
-    if t.engine == "torch" and (t.world_size > 1 or t.strategy != "auto"):
-        raise SpecError("train.engine='torch' runs on one device: use strategy='auto', devices=1, "
-                        "num_nodes=1, or engine='lightning'/'fabric' for distributed runs")
+    if t.engine == "torch" and t.strategy not in ("auto", "ddp"):
+        raise SpecError("train.engine='torch' is the plain loop, on one device or DDP: use strategy 'auto' or "
+                        "'ddp', or engine 'lightning'/'fabric'/'hf_trainer' for sharded strategies")
+    if t.engine == "hf_trainer" and is_fsdp(t.strategy) and t.accelerator == "cpu":
+        raise SpecError(HF_FSDP_CPU)
     if d.partition:
         _check_partition(d.partition)
     if t.epochs < 1 or t.batch_size < 1 or t.grad_accum < 1:

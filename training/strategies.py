@@ -130,11 +130,19 @@ def make_strategy(t: TrainSpec, accelerator: str, fabric: bool) -> Any:
 
 
 def cluster_plugins(fabric: bool) -> list[Any]:
-    """Under srun, ranks come from Slurm; Lightning's own requeue handler stays off (we have ours)."""
+    """Where ranks come from. Under torchrun or `accelerate launch` (RANK, LOCAL_RANK, GROUP_RANK, ...)
+    TorchElasticEnvironment, checked first: inside a Slurm job SLURMEnvironment would also match and
+    read SLURM_PROCID, which there numbers the node's one launcher task, not the rank. Under srun,
+    SLURMEnvironment; Lightning's own requeue handler stays off (we have ours)."""
     if fabric:
         from lightning.fabric.plugins.environments import SLURMEnvironment as FabricSLURM
+        from lightning.fabric.plugins.environments import TorchElasticEnvironment as FabricElastic
 
+        if FabricElastic.detect():
+            return [FabricElastic()]
         return [FabricSLURM()] if FabricSLURM.detect() else []
-    from lightning.pytorch.plugins.environments import SLURMEnvironment
+    from lightning.pytorch.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
+    if TorchElasticEnvironment.detect():
+        return [TorchElasticEnvironment()]
     return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []

@@ -58,15 +58,15 @@ CASES = [
     ("mem-words", with_lines(slurm='mem = "lots"'), 1, ["slurm.mem", "memory size"]),
     ("strategy-typo", with_lines(train='strategy = "fdsp"'), 1, ["train.strategy", "did you mean 'fsdp'"]),
     ("precision-unknown", with_lines(train='precision = "fp8"'), 1, ["train.precision", "32-true"]),
-    ("engine-unknown", BASE.replace('engine = "lightning"', 'engine = "keras"'), 1, ["train.engine", "torch, lightning, fabric"]),
+    ("engine-unknown", BASE.replace('engine = "lightning"', 'engine = "keras"'), 1, ["train.engine", "torch, lightning, fabric, hf_trainer"]),
     ("backend-unknown", with_lines(launch='backend = "slurm"'), 1, ["launch.backend", "sbatch"]),
     ("accelerator-unknown", with_lines(train='accelerator = "tpu"'), 1, ["train.accelerator", "auto, gpu, cpu"]),
     ("tasks-not-devices", BASE.replace("gpus_per_node = 1", "gpus_per_node = 4\nntasks_per_node = 1"), 1,
      ["ntasks_per_node = 1", "one task per device"]),
-    ("torch-on-4-gpus", BASE.replace("gpus_per_node = 1", "gpus_per_node = 4").replace('"lightning"', '"torch"'), 1,
-     ["engine = 'torch'", "4 devices"]),
-    ("torch-with-ddp", with_lines(train='strategy = "ddp"').replace('"lightning"', '"torch"'), 1,
-     ["train.strategy", "lightning"]),
+    ("torch-with-fsdp", BASE.replace("gpus_per_node = 1", "gpus_per_node = 4").replace('"lightning"', '"torch"')
+     .replace("[train]\n", '[train]\nstrategy = "fsdp"\n'), 1, ["train.strategy = 'fsdp'", "one device or DDP"]),
+    ("torch-ddp-on-4-gpus", with_lines(train='strategy = "ddp"').replace('"lightning"', '"torch"')
+     .replace("gpus_per_node = 1", "gpus_per_node = 4"), 0, []),
     ("deepspeed-one-device", with_lines(train='strategy = "deepspeed_stage_2"'), 1, ["deepspeed_stage_2", "one"]),
     ("fsdp-one-device", with_lines(train='strategy = "fsdp"'), 1, ["fsdp", "one"]),
     ("fabric-deepspeed-accum", with_lines(train='strategy = "deepspeed_stage_2"\ngrad_accum = 2')
@@ -90,8 +90,8 @@ CASES = [
      ["11800 jobs", "sweep.max_jobs"]),
     ("sweep-point-bad-value", BASE + '\n[sweep.grid]\n"train.precision" = ["bf16-mixed", "fp8"]\n', 1,
      ["sweep point 1", "train.precision", "'fp8'"]),
-    ("sweep-point-bad-shape", BASE + '\n[[sweep.points]]\nname = "big"\n"slurm.gpus_per_node" = 4\n"train.engine" = "torch"\n',
-     1, ["sweep point 0 (big)", "engine = 'torch'"]),
+    ("sweep-point-bad-shape", BASE + '\n[[sweep.points]]\nname = "big"\n"slurm.gpus_per_node" = 4\n"slurm.ntasks_per_node" = 2\n',
+     1, ["sweep point 0 (big)", "one task per device"]),
     ("sweep-point-bad-name", BASE + '\n[[sweep.points]]\nname = "a b"\n', 1, ["sweep.points", "'a b'"]),
     ("signal-kill", with_lines(slurm='signal = "KILL"'), 1, ["slurm.signal", "USR2"]),
     ("extra-managed", with_lines(slurm='extra = { output = "x.log" }'), 1, ["slurm.extra", "set by jobgen"]),
@@ -115,6 +115,15 @@ CASES = [
     ("array-parallelism-alone", with_lines(launch="array_parallelism = 4"), 1, ["launch.array = true"]),
     ("max-length-tiny", with_lines(data="max_length = 4"), 1, ["data.max_length", "at least 8"]),
     ("module-with-space", BASE + '\n[env]\nmodules = ["cuda 12"]\n', 1, ["env.modules", "one name per"]),
+    ("launcher-unknown", with_lines(launch='launcher = "mpirun"'), 1, ["launch.launcher", "srun, torchrun, accelerate"]),
+    ("torchrun-task-per-device", BASE.replace("gpus_per_node = 1", "gpus_per_node = 4\nntasks_per_node = 4")
+     + '\n[launch]\nlauncher = "torchrun"\n', 1, ["ntasks_per_node = 4", "one task per node", "= 1 (or 0)"]),
+    ("accelerate-under-submitit", with_lines(launch='launcher = "accelerate"\nbackend = "submitit"'), 1,
+     ["launch.launcher = 'accelerate'", "sbatch"]),
+    ("lightning-under-accelerate", with_lines(launch='launcher = "accelerate"'), 1, ["'lightning'", "torchrun"]),
+    ("hf-trainer-fsdp-on-cpu", BASE.replace("gpus_per_node = 1", "gpus_per_node = 2").replace('"lightning"', '"hf_trainer"')
+     .replace("[train]\n", '[train]\nstrategy = "fsdp"\naccelerator = "cpu"\n'), 1, ["'hf_trainer'", "needs GPUs", "DDP"]),
+    ("accelerate-with-hf-trainer", with_lines(launch='launcher = "accelerate"').replace('"lightning"', '"hf_trainer"'), 0, []),
 ]
 
 
@@ -234,3 +243,16 @@ def test_bad_set(tmp_path: Path, runner, sets: list[str], words: list[str]):
         for word in words:
             assert word in lines[0], f"{word!r} not in {lines[0]!r}"
         assert not root.exists() or not any(root.rglob("*")), "a failed submit left files behind"
+
+
+@pytest.mark.parametrize(("launcher", "tasks"), [("srun", 4), ("torchrun", 1), ("accelerate", 1)])
+def test_each_launcher_gets_its_tasks_per_node(launcher: str, tasks: int, tmp_path: Path):
+    """srun: one task per device; torchrun and accelerate: one task per node, which starts the rest."""
+    from jobgen.config import load
+    from jobgen.plan import plan
+
+    path = tmp_path / "exp.toml"
+    text = BASE.replace("gpus_per_node = 1", "gpus_per_node = 4").replace('"lightning"', '"hf_trainer"')
+    path.write_text(text + f'\n[launch]\nlauncher = "{launcher}"\n')
+    (job,) = plan(load(path))
+    assert job.ntasks_per_node == tasks and job.devices == 4

@@ -50,11 +50,12 @@ def test_dry_run_prints_scripts_and_commands(runner, out_root: Path):
     assert result.exit_code == 0, result.output
     (run_dir,) = (out_root / "local_demo").iterdir()
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert [j["name"] for j in manifest["jobs"]] == ["engine-torch", "engine-lightning", "engine-fabric"]
+    assert [j["name"] for j in manifest["jobs"]] == ["engine-torch", "engine-lightning", "engine-fabric",
+                                                    "engine-hf-trainer"]
     for job in manifest["jobs"]:
         assert f"$ bash {run_dir / job['script']}" in result.output
         assert job["state"] == "DRY_RUN" and job["job_id"] is None
-    assert "exec " in result.output and "dry run: 3 job(s) written, nothing submitted" in result.output
+    assert "exec " in result.output and "dry run: 4 job(s) written, nothing submitted" in result.output
     assert (run_dir / "experiment.toml").read_text() == DEMO.read_text()
     assert (run_dir / "code" / "training" / "__main__.py").exists()
     assert (run_dir / "code.patch").exists()
@@ -71,7 +72,7 @@ def test_runs_lists_every_run_oldest_first(runner, out_root: Path):
     demo_runs = sorted(p.name for p in (out_root / "local_demo").iterdir())
     only_demo = runner.invoke(main, [*root, "runs", str(REPO / "experiments" / "local_demo.toml")]).output
     assert [line.split()[0] for line in only_demo.splitlines()[1:]] == [f"local_demo/{r}" for r in demo_runs]
-    assert all(line.split()[-4:] == ["local", "3", "3", "DRY_RUN"] for line in only_demo.splitlines()[1:])
+    assert all(line.split()[-4:] == ["local", "4", "4", "DRY_RUN"] for line in only_demo.splitlines()[1:])
     missing = runner.invoke(main, [*root, "runs", "imdb_fsdp"])
     assert missing.exit_code == 1 and "no runs of 'imdb_fsdp'" in missing.output and "imdb_ddp" in missing.output
 
@@ -138,7 +139,7 @@ def test_installed_script_runs(tmp_path: Path):
     env = {**os.environ, "JOBGEN_OUTPUT_ROOT": str(tmp_path)}
     done = subprocess.run([str(script), "submit", str(DEMO), "--dry-run"], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
-    assert "3 job(s) written" in done.stdout
+    assert "4 job(s) written" in done.stdout
     bad = subprocess.run([str(script), "validate", str(tmp_path / "nope.toml")], capture_output=True, text=True)
     assert bad.returncode == 1 and bad.stderr.strip().startswith("Error:") and "Traceback" not in bad.stderr
 

@@ -42,6 +42,10 @@ def _check(result: dict, engine: str, strategy: str) -> None:
     ("fabric", "fsdp_offload", "32-true"),
     ("lightning", "deepspeed_stage_2_offload", "32-true"),
     ("fabric", "deepspeed_stage_3_offload", "32-true"),
+    ("hf_trainer", "ddp", "bf16-mixed"),
+    ("torch", "ddp", "32-true"),
+    ("hf_trainer", "deepspeed_stage_2", "32-true"),
+    ("hf_trainer", "deepspeed_stage_3_offload", "32-true"),
 ])
 def test_two_ranks_launched_locally(engine: str, strategy: str, precision: str, tmp_path: Path,
                                     cache_dir: Path) -> None:
@@ -70,10 +74,11 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_ranks_come_from_slurm_variables(tmp_path: Path, cache_dir: Path) -> None:
-    """Two tasks started as srun would (SLURM_PROCID=0/1 ...): Fabric ddp, bf16-mixed, no self-launch."""
+@pytest.mark.parametrize(("engine", "via"), [("fabric", "SLURMEnvironment"), ("hf_trainer", "srun")])
+def test_ranks_come_from_slurm_variables(engine: str, via: str, tmp_path: Path, cache_dir: Path) -> None:
+    """Two tasks started as srun would (SLURM_PROCID=0/1 ...): ddp, bf16-mixed, no self-launch."""
     job = tmp_path / "job"
-    spec = write_spec(job, cache_dir, train={"engine": "fabric", "strategy": "ddp", "devices": 2,
+    spec = write_spec(job, cache_dir, train={"engine": engine, "strategy": "ddp", "devices": 2,
                                              "precision": "bf16-mixed"})
     common = {"SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2", "SLURM_NNODES": "1", "SLURM_NODEID": "0",
               "SLURM_NODELIST": "localhost", "SLURM_JOB_NODELIST": "localhost", "SLURM_JOB_ID": "4242",
@@ -89,11 +94,11 @@ def test_ranks_come_from_slurm_variables(tmp_path: Path, cache_dir: Path) -> Non
     logs = [(job / f"task{r}.log").read_text() for r in (0, 1)]
     assert codes == [0, 0], logs[0][-3000:] + logs[1][-3000:]
     for r in (0, 1):
-        assert f"rank {r}/2 via SLURMEnvironment" in logs[r]
+        assert f"rank {r}/2 via {via}" in logs[r]
     assert "wrote" in logs[0] and "wrote" not in logs[1]  # only rank 0 writes
     import json
 
     result = json.loads((job / "result.json").read_text())
-    _check(result, "fabric", "ddp")
+    _check(result, engine, "ddp")
     assert result["precision"] == {"requested": "bf16-mixed", "effective": "bf16-mixed"}
     assert result["slurm"] == {"job_id": "4242", "array_task_id": None, "nodelist": "localhost"}

@@ -1,6 +1,6 @@
 """Each engine, in this process, on the tiny model + synthetic data: it learns, reports, keeps dropout on.
 
-In-process on purpose: Lightning's import (7-9 s) is paid once for the three engines.
+In-process on purpose: Lightning's import (7-9 s) is paid once for all the engines.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ class DropoutWatch:
 
 
 @pytest.mark.parametrize(("engine", "precision", "accum"), [("torch", "16-mixed", 1), ("lightning", "32-true", 2),
-                                                            ("fabric", "32-true", 2), ("lightning", "bf16-true", 1)])
+                                                            ("fabric", "32-true", 2), ("lightning", "bf16-true", 1),
+                                                            ("hf_trainer", "16-mixed", 2)])
 def test_engine_learns_reports_and_trains_with_dropout(engine: str, precision: str, accum: int, tmp_path: Path,
                                                        cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     watch = DropoutWatch()

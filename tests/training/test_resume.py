@@ -24,7 +24,7 @@ def _validation_rows(job: Path) -> list[dict]:
     return [r for r in csv.DictReader(path.open()) if r["split"] == "validation"]
 
 
-@pytest.mark.parametrize("engine", ["torch", "lightning", "fabric"])
+@pytest.mark.parametrize("engine", ["torch", "lightning", "fabric", "hf_trainer"])
 def test_signal_checkpoints_then_restart_resumes(engine: str, tmp_path: Path, cache_dir: Path) -> None:
     job = tmp_path / "job"
     spec = write_spec(job, cache_dir, train={"engine": engine, "epochs": 3},
@@ -39,7 +39,7 @@ def test_signal_checkpoints_then_restart_resumes(engine: str, tmp_path: Path, ca
     assert rc == EXIT_REQUEUE, (job / "first.log").read_text()[-4000:]
     assert not (job / "result.json").exists()
     assert len(_validation_rows(job)) == 1
-    assert any("requeue" in p.name or p.name.startswith("step-") for p in (job / "checkpoints").iterdir())
+    assert any("requeue" in p.name or p.name.startswith(("step-", "checkpoint-")) for p in (job / "checkpoints").iterdir())
 
     result = run_entrypoint(spec, env, timeout=180)
     assert result["resumed"] is True
@@ -63,6 +63,10 @@ def _saved_stats(checkpoints: Path) -> dict:
     """The counters the requeue checkpoint carries (each engine's own layout)."""
     import torch
 
+    trainer = sorted(checkpoints.glob("checkpoint-*/jobgen-state.json"))
+    if trainer:  # transformers.Trainer's checkpoint folder carries our counters beside its own files
+        (path,) = trainer
+        return json.loads(path.read_text())["stats"]
     (path,) = [p for p in checkpoints.iterdir() if p.name.endswith(".ckpt")]
     if path.is_dir():  # Fabric's sharded layout; the plain states are in its meta file
         path = path / "meta.pt"
@@ -71,7 +75,8 @@ def _saved_stats(checkpoints: Path) -> dict:
 
 
 @pytest.mark.parametrize(("engine", "devices"), [("torch", 1), ("lightning", 1), ("fabric", 1), ("lightning", 2),
-                                                 ("fabric", 2)])
+                                                 ("fabric", 2), ("hf_trainer", 1), ("hf_trainer", 2),
+                                                 ("torch", 2)])
 def test_mid_epoch_requeue_trains_every_sample_once(engine: str, devices: int, tmp_path: Path,
                                                     cache_dir: Path) -> None:
     """USR2 in the middle of epoch 0: the restart continues that epoch where it stopped, so over both

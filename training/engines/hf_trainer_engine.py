@@ -1,0 +1,338 @@
+"""transformers.Trainer built from the same spec, doing the same work as the other engines.
+
+What stays the Trainer's own: TrainingArguments (AdamW, the linear schedule with warm-up, fp16/bf16,
+DDP, FSDP and DeepSpeed through accelerate), evaluation and checkpoints each epoch, the best
+validation checkpoint kept (`load_best_model_at_end`) and `resume_from_checkpoint`.
+What comes from training/ so that the rows of `jobgen summary` compare like with like: the prepared
+splits, jobgen's batch samplers (`get_*_dataloader` return `make_loader` loaders for this rank), the
+scores (`Scores`, padding rows of evaluation left out), the timing window (training/timing.py, opened
+in `get_batch_samples` and closed at `on_step_end`), metrics.csv, progress.json and result.json.
+
+Ranks come from RANK/LOCAL_RANK/WORLD_SIZE (torchrun, `accelerate launch`; under srun copied from
+SLURM_PROCID & co.; without a launcher training.run starts them through torchrun: training/ranks.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from training import ranks, requeue
+from training.data import Prepared
+from training.engines import common
+from training.hardware import effective_precision, resolve_accelerator
+from training.loaders import make_loader, model_inputs
+from training.loop import best_epoch
+from training.metrics import Scores
+from training.optim import total_steps, warmup_steps
+from training.results import MetricsLog, Stats, atomic_write
+from training.spec import Spec, is_fsdp
+from training.timing import TrainClock
+
+STATE_FILE = "jobgen-state.json"  # our counters, written last into each Trainer checkpoint: marks it complete
+
+
+def deepspeed_config(spec: Spec) -> Path:
+    """The DeepSpeed config this job uses, written into the job folder (every rank writes the same bytes,
+    atomically, before the Trainer reads it)."""
+    t = spec.train
+    stage = 3 if "stage_3" in t.strategy else 2
+    zero: dict[str, Any] = {"stage": stage}
+    if t.strategy.endswith("_offload"):
+        zero["offload_optimizer"] = {"device": "cpu"}
+        if stage == 3:
+            zero["offload_param"] = {"device": "cpu"}
+    config = {"zero_optimization": zero, "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto",
+              "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+              "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
+              # torch's AdamW, as in every engine (DeepSpeed would otherwise want its compiled CPU Adam).
+              "zero_force_ds_cpu_optimizer": False}
+    path = spec.job_dir / "deepspeed.json"
+    atomic_write(path, json.dumps(config, indent=2) + "\n")
+    return path
+
+
+def training_arguments(spec: Spec, stats: Stats, steps_per_epoch: int, model: Any) -> Any:
+    from transformers import TrainingArguments
+
+    t = spec.train
+    cpu = stats.accelerator == "cpu"
+    total = total_steps(steps_per_epoch, t)
+    extra: dict[str, Any] = {}
+    if is_fsdp(t.strategy):
+        extra["fsdp"] = "full_shard auto_wrap" + (" offload" if t.strategy == "fsdp_offload" else "")
+        extra["fsdp_config"] = {"fsdp_version": 2, "reshard_after_forward": True,
+                                "state_dict_type": "SHARDED_STATE_DICT",  # full state dicts of DTensors fail to save
+                                "transformer_layer_cls_to_wrap": _block_class_names(model)}
+    elif t.strategy.startswith("deepspeed"):
+        extra["deepspeed"] = str(deepspeed_config(spec))
+    return TrainingArguments(
+        output_dir=str(spec.checkpoint_dir), report_to="none",
+        num_train_epochs=t.epochs, max_steps=t.max_steps or -1,
+        per_device_train_batch_size=t.batch_size, per_device_eval_batch_size=t.eval_batch_size,
+        gradient_accumulation_steps=t.grad_accum, learning_rate=t.lr, weight_decay=t.weight_decay,
+        optim="adamw_torch", lr_scheduler_type="linear", warmup_steps=warmup_steps(total, t),
+        max_grad_norm=0.0,  # the other engines do not clip
+        bf16=stats.precision_effective == "bf16-mixed", fp16=stats.precision_effective == "16-mixed",
+        eval_strategy="epoch", save_strategy="epoch", save_total_limit=1, load_best_model_at_end=True,
+        metric_for_best_model="accuracy", greater_is_better=True,
+        logging_strategy="steps", logging_steps=t.log_every_n_steps, disable_tqdm=True,
+        seed=t.seed, full_determinism=False, dataloader_num_workers=t.num_workers,
+        ddp_find_unused_parameters=False, remove_unused_columns=False,
+        use_cpu=cpu, ddp_backend="gloo" if cpu and t.world_size > 1 else None,  # no process group for one rank
+        **extra)
+
+
+def _block_class_names(model: Any) -> list[str]:
+    """FSDP wraps each transformer block, as the other engines' FSDP2 does: the blocks' class names."""
+    from training.model import transformer_blocks
+
+    return sorted({type(b).__name__ for b in transformer_blocks(model)})
+
+
+def _trainer_class() -> type:
+    from transformers import Trainer
+
+    class JobTrainer(Trainer):
+        """The Trainer, fed by jobgen's loaders and scored by jobgen's Scores."""
+
+        def setup_job(self, spec: Spec, prepared: Prepared, stats: Stats, batches: int) -> None:
+            self.spec, self.prepared, self.stats = spec, prepared, stats
+            self.clock, self.batches = TrainClock(stats, spec), batches  # batches: this rank's per epoch
+            self.first_of_epoch = True
+            self.window: list[dict[str, Any]] = []
+
+        def _loader(self, split: str) -> Any:
+            loader = make_loader(self.prepared.splits[split], self.spec, self.prepared.tokenizer, split == "train",
+                                 self.args.process_index, self.args.world_size)
+            if split == "train":
+                # The Trainer calls set_epoch on the loader it iterates (or on a skipping wrapper's sampler).
+                loader.set_epoch = loader.batch_sampler.set_epoch
+            return loader
+
+        def get_train_dataloader(self) -> Any:
+            return self._loader("train")
+
+        def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
+            return self._loader("validation")
+
+        def get_test_dataloader(self, test_dataset: Any = None) -> Any:
+            return self._loader("test")
+
+        def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> Any:
+            # The window opens before the fetch, except for an epoch's first batch (training/timing.py).
+            if not self.first_of_epoch:
+                self.clock.open()
+            batches, items = super().get_batch_samples(epoch_iterator, num_batches, device)
+            if self.first_of_epoch:
+                self.clock.open()
+                self.first_of_epoch = False
+            self.window = batches
+            return batches, items
+
+        def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
+                         num_items_in_batch: Any = None) -> Any:
+            return super().compute_loss(model, model_inputs(inputs), return_outputs, num_items_in_batch)
+
+        def evaluate(self, eval_dataset: Any = None, ignore_keys: Any = None,
+                     metric_key_prefix: str = "eval") -> dict[str, float]:
+            split = "test" if metric_key_prefix == "test" else "validation"
+            tick = time.perf_counter()
+            scores = self.score(split)
+            self.stats.times_s["eval"] += time.perf_counter() - tick
+            metrics = {f"{metric_key_prefix}_accuracy": scores["acc"]}
+            if scores["f1"] is not None:
+                metrics[f"{metric_key_prefix}_f1"] = scores["f1"]
+            if split == "validation":
+                self.stats.val_acc_per_epoch.append(scores["acc"])
+            self.log(metrics)
+            self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+            return metrics
+
+        def score(self, split: str) -> dict[str, Any]:
+            """Every sample of the split once over all ranks; padding rows (row < 0) never scored."""
+            import torch
+
+            model = self.model_wrapped if self.is_deepspeed_enabled else self.model
+            model.eval()
+            scores = Scores(len(self.prepared.label_names), self.args.device)
+            with torch.no_grad(), self.autocast_smart_context_manager():
+                for batch in self._loader(split):
+                    batch = self._prepare_inputs(batch)
+                    logits = model(**model_inputs(batch)).logits.float()
+                    scores.update(logits, batch["labels"], batch["row"])
+            model.train()
+            result = scores.compute()
+            self.stats.scored[split] = result["scored"]
+            return result
+
+    return JobTrainer
+
+
+def _bookkeeping_class() -> type:
+    from transformers import TrainerCallback
+
+    class Bookkeeping(TrainerCallback):
+        """Closes the timing window, writes metrics rows and progress.json, keeps our counters in each
+        checkpoint, and on the requeue signal saves a checkpoint and stops (every rank together)."""
+
+        def __init__(self, trainer: Any, watcher: requeue.Watcher | None) -> None:
+            self.trainer, self.watcher = trainer, watcher
+            spec = trainer.spec
+            self.rows = MetricsLog(spec.job_dir / "metrics.csv", trainer.args.process_index == 0)
+            self.epoch, self.interrupted = 0, False
+
+        def on_epoch_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.epoch = int(state.epoch or 0)
+            self.trainer.first_of_epoch = True
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            tr, t = self.trainer, self.trainer.spec.train
+            first, *rest = tr.window
+            tr.clock.close(first, self.epoch)
+            for batch in rest:  # accumulated micro-batches: counted, their time is in the first's window
+                tr.clock.open()
+                tr.clock.close(batch, self.epoch)
+            batches = tr.batches
+            done = round((state.epoch - self.epoch) * batches)
+            self.rows.progress(epoch=self.epoch, epochs=t.epochs, batch=done, batches=batches,
+                               step=state.global_step, force=done == batches)
+            if self.watcher is not None and _any_rank(self.watcher.requested, args.device):
+                self.interrupted = control.should_save = control.should_training_stop = True
+
+        def on_epoch_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if self.interrupted:  # a half-done epoch is neither validated nor saved again
+                control.should_evaluate = control.should_save = False
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kw: Any) -> None:
+            logs = logs or {}
+            epoch = self.epoch
+            if "loss" in logs:
+                self.rows.add(epoch=epoch, step=state.global_step, split="train", loss=logs["loss"],
+                              lr=logs.get("learning_rate"))
+            for split in ("eval", "test"):
+                if f"{split}_accuracy" in logs:
+                    self.rows.add(epoch=epoch if split == "eval" else len(self.trainer.stats.val_acc_per_epoch),
+                                  step=state.global_step, split="validation" if split == "eval" else split,
+                                  acc=logs[f"{split}_accuracy"], f1=logs.get(f"{split}_f1"))
+                    self.rows.flush()
+
+        def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            # Every rank gets here after the checkpoint is written: sum the counters, then rank 0 marks
+            # the checkpoint complete with them (a resume takes only checkpoints carrying this file).
+            tr = self.trainer
+            tr.clock.flush(lambda values: _reduce_sum(values, args.device))
+            if args.process_index == 0:
+                folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+                atomic_write(folder / STATE_FILE, json.dumps({"stats": tr.stats.state()}) + "\n")
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            tr = self.trainer
+
+            def reduce_sum(values: list[float]) -> list[float]:
+                return _reduce_sum(values, args.device)
+
+            tr.clock.flush(reduce_sum)
+            tr.stats.parameters = common.parameter_shards(tr.model, args.process_index, args.world_size, reduce_sum)
+
+    return Bookkeeping
+
+
+def _reduce_sum(values: list[float], device: Any) -> list[float]:
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return list(values)
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor)
+    return tensor.tolist()
+
+
+def _any_rank(flag: bool, device: Any) -> bool:
+    # The signal may reach one rank (or ranks at different steps): stop together or not at all.
+    return _reduce_sum([float(flag)], device)[0] > 0
+
+
+def resumable_checkpoint(directory: Path) -> Path | None:
+    """The newest Trainer checkpoint that carries our counters (written after everything else)."""
+    if not directory.is_dir():
+        return None
+    found = [p for p in directory.glob("checkpoint-*") if (p / STATE_FILE).exists()]
+    return max(found, key=lambda p: int(p.name.rsplit("-", 1)[1])) if found else None
+
+
+def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher | None) -> int:
+    os.environ.update(ranks.from_slurm())
+    try:
+        return _fit_and_test(spec, prepared, stats, watcher)
+    finally:
+        # The DDP wrapper the Trainer holds must be gone before its process group, or a gloo rank can
+        # abort at exit ("terminate called without an active exception"); hence a separate function.
+        import gc
+
+        gc.collect()
+        common.destroy_process_group()
+
+
+def _fit_and_test(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher | None) -> int:
+    import torch
+
+    t = spec.train
+    stats.accelerator = resolve_accelerator(t)
+    stats.precision_effective = effective_precision(t.precision, stats.accelerator)
+    torch.manual_seed(t.seed)
+    model = common.build_model(spec, prepared)
+    if stats.precision_effective == "bf16-true":
+        model = model.to(torch.bfloat16)
+    model = common.maybe_compile(model, spec)
+    steps_per_epoch = math.ceil(math.ceil(len(prepared.splits["train"]) / t.batch_size) / t.world_size)
+    args = training_arguments(spec, stats, steps_per_epoch, model)
+    # The datasets are named for the Trainer's checks; batches come from get_*_dataloader.
+    trainer = _trainer_class()(model=model, args=args, processing_class=prepared.tokenizer,
+                               train_dataset=prepared.splits["train"], eval_dataset=prepared.splits["validation"])
+    trainer.setup_job(spec, prepared, stats, steps_per_epoch)
+    book = _bookkeeping_class()(trainer, watcher)
+    trainer.add_callback(book)
+    common.record_sizes(stats, prepared)
+    stats.world_size = args.world_size
+    print(f"training: rank {args.process_index}/{args.world_size} via {ranks.launched_by()}; strategy "
+          f"{_describe(trainer)}", flush=True)
+    resume_from = resumable_checkpoint(spec.checkpoint_dir)
+    if resume_from is not None:
+        stats.restore(json.loads((resume_from / STATE_FILE).read_text())["stats"])
+        stats.resumed = True
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    stats.interrupted = book.interrupted
+    stats.epochs_done = len(stats.val_acc_per_epoch)
+    stats.optimizer_steps = trainer.state.global_step
+    if not stats.interrupted:
+        _test_best(trainer, stats, steps_per_epoch)
+    trainer.accelerator.wait_for_everyone()
+    return args.process_index
+
+
+def _test_best(trainer: Any, stats: Stats, steps_per_epoch: int) -> None:
+    """load_best_model_at_end has put the best validation epoch's weights back: test those."""
+    best = trainer.state.best_global_step
+    per_epoch = math.ceil(steps_per_epoch / trainer.args.gradient_accumulation_steps)
+    loaded = math.ceil(best / per_epoch) - 1 if best else None
+    if loaded is not None and loaded != best_epoch(stats.val_acc_per_epoch):
+        raise RuntimeError(f"the Trainer kept epoch {loaded} as best, but validation says {stats.val_acc_per_epoch}")
+    stats.tested_epoch = best_epoch(stats.val_acc_per_epoch)
+    scores = trainer.evaluate(metric_key_prefix="test")
+    stats.test_acc, stats.test_f1 = scores["test_accuracy"], scores.get("test_f1")
+
+
+def _describe(trainer: Any) -> str:
+    if trainer.is_deepspeed_enabled:
+        zero = trainer.accelerator.state.deepspeed_plugin.deepspeed_config.get("zero_optimization", {})
+        where = {part: zero.get(f"offload_{part}", {}).get("device", "none") for part in ("optimizer", "param")}
+        return f"DeepSpeed ZeRO stage {zero.get('stage')}, offload optimizer={where['optimizer']} param={where['param']}"
+    if trainer.is_fsdp_enabled:
+        return f"FSDP{getattr(trainer.accelerator.state.fsdp_plugin, 'fsdp_version', 1)} {trainer.args.fsdp}"
+    return "DDP" if trainer.args.world_size > 1 else "single process"
