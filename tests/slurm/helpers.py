@@ -53,6 +53,14 @@ def wait_states(run_dir: Path, wanted, timeout: float, poll: float = 2.0) -> dic
         time.sleep(poll)
 
 
+def restarts(job_id: str) -> int:
+    """How many times Slurm has requeued a job (scontrol's Restarts=)."""
+    import re
+
+    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=True).stdout
+    return int(re.search(r"Restarts=(\d+)", out).group(1))
+
+
 def all_final(states: dict[str, State]) -> bool:
     return all(s.is_final for s in states.values())
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import threading
 from collections import Counter
@@ -15,7 +14,16 @@ from pathlib import Path
 import pytest
 
 from jobgen.states import State
-from tests.slurm.helpers import JOBGEN, all_final, behave_experiment, behave_sweep, manifest, only_run, wait_states
+from tests.slurm.helpers import (
+    JOBGEN,
+    all_final,
+    behave_experiment,
+    behave_sweep,
+    manifest,
+    only_run,
+    restarts,
+    wait_states,
+)
 from tests.slurm.test_at_most_once import tagged
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
@@ -72,11 +80,6 @@ name = "sleeper"
 """
 
 
-def _restarts(job_id: str) -> int:
-    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=True).stdout
-    return int(re.search(r"Restarts=(\d+)", out).group(1))
-
-
 def test_two_requeues_at_once_start_each_job_once_while_status_watches(slurm, root: Path, tmp_path: Path):
     exp = behave_experiment(tmp_path, "rqtwice", POINTS)
     _start("submit", str(exp), root=root).wait(timeout=60)
@@ -111,7 +114,7 @@ def test_two_requeues_at_once_start_each_job_once_while_status_watches(slurm, ro
         assert jobs["pinned"]["previous_job_ids"] == [first["pinned"]] and jobs["pinned"]["requeues"] == 1
         states = wait_states(run_dir, lambda s: s["flaky"].is_final and s["pinned"].is_final, timeout=120)
         assert states["flaky"] is states["pinned"] is State.COMPLETED, states
-        assert _restarts(first["flaky"]) == 1, "flaky was requeued twice"
+        assert restarts(first["flaky"]) == 1, "flaky was requeued twice"
         assert tagged(run_dir) == Counter({"flaky": 1, "pinned": 2, "sleeper": 1}), "pinned went in more than twice"
         out, err = watch.communicate(timeout=150)  # reads as it goes: the pipe never fills
         rc = watch.returncode

@@ -4,14 +4,12 @@ requeues them; a new id when Slurm refuses), completed ones stay, and a named ru
 from __future__ import annotations
 
 import json
-import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from jobgen.states import State
-from tests.slurm.helpers import all_final, behave_experiment, jobgen, manifest, only_run, wait_states
+from tests.slurm.helpers import all_final, behave_experiment, jobgen, manifest, only_run, restarts, wait_states
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(420)]
 
@@ -33,11 +31,6 @@ name = "pinned"
 name = "sleeper"
 "env.vars" = { BEHAVIOR = "sleep" }
 """
-
-
-def _restarts(job_id: str) -> int:
-    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=True).stdout
-    return int(re.search(r"Restarts=(\d+)", out).group(1))
 
 
 def test_requeue_failed_then_running(slurm_any, root: Path, tmp_path: Path):
@@ -74,7 +67,7 @@ def test_requeue_failed_then_running(slurm_any, root: Path, tmp_path: Path):
     assert "steady (COMPLETED" in out and "skipped" in out
     assert "sleeper (RUNNING" in out and "no checkpoint was asked for first" in out
     sleeper = before["sleeper"]
-    assert _restarts(sleeper) == 1  # Slurm stopped it and queued it again, same id
+    assert restarts(sleeper) == 1  # Slurm stopped it and queued it again, same id
     jobgen("cancel", str(run_dir), "sleeper", root=root)
     wait_states(run_dir, lambda s: s["sleeper"] is State.CANCELLED, timeout=90)
     # `jobgen runs --refresh` asks Slurm again for what the manifest had last seen running.
