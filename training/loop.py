@@ -167,27 +167,26 @@ def train_epoch(job: Job, epoch: int) -> str:
     last, index = batches.num_batches(), batches.skip
     job.progress.update(epoch=epoch, batch=index)
     job.model.train()
-    bar = _progress_bar(job, epoch, last, index)
-    fetch = iter(loader)
-    pending = next(fetch, None)  # the epoch's first batch comes before the clock opens (as in Lightning)
-    job.clock.open()
-    while pending is not None:
-        batch, pending = job.rt.to_device(pending), next(fetch, None)
-        loss, stepped = _step(job, batch, index, last)
-        job.clock.close(batch, epoch)
-        index, job.progress["batch"] = index + 1, index + 1
-        bar.update(1)
-        job.log.progress(epoch=epoch, epochs=t.epochs, batch=index, batches=last, step=job.progress["global_step"],
-                         force=index == last)
-        if stepped and job.progress["global_step"] % t.log_every_n_steps == 0:
-            job.log.add(epoch=epoch, step=job.progress["global_step"], split="train", loss=loss,
-                        lr=job.scheduler.get_last_lr()[0])
-        if t.max_steps and job.progress["global_step"] >= t.max_steps:
-            return "max_steps"
-        if job.watcher is not None and _agreed(job, job.watcher.requested):
-            return "interrupted"
+    with _progress_bar(job, epoch, last, index) as bar:
+        fetch = iter(loader)
+        pending = next(fetch, None)  # the epoch's first batch comes before the clock opens (as in Lightning)
         job.clock.open()
-    bar.close()
+        while pending is not None:
+            batch, pending = job.rt.to_device(pending), next(fetch, None)
+            loss, stepped = _step(job, batch, index, last)
+            job.clock.close(batch, epoch)
+            index, job.progress["batch"] = index + 1, index + 1
+            bar.update(1)
+            job.log.progress(epoch=epoch, epochs=t.epochs, batch=index, batches=last,
+                             step=job.progress["global_step"], force=index == last)
+            if stepped and job.progress["global_step"] % t.log_every_n_steps == 0:
+                job.log.add(epoch=epoch, step=job.progress["global_step"], split="train", loss=loss,
+                            lr=job.scheduler.get_last_lr()[0])
+            if t.max_steps and job.progress["global_step"] >= t.max_steps:
+                return "max_steps"
+            if job.watcher is not None and _agreed(job, job.watcher.requested):
+                return "interrupted"
+            job.clock.open()
     return "done"
 
 
