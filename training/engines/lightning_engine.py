@@ -217,7 +217,7 @@ def _test_best(trainer: L.Trainer, module: Classifier, best: ModelCheckpoint, sp
     found = re.search(r"best-epoch=(\d+)", Path(best.best_model_path).name) if best.best_model_path else None
     stats.tested_epoch = int(found.group(1)) if found else None
     if "stage_3" not in spec.train.strategy or not best.best_model_path:
-        trainer.test(module, ckpt_path="best" if best.best_model_path else None)
+        trainer.test(module, ckpt_path=best.best_model_path or None)  # named: there are two ModelCheckpoints
         return
     # DeepSpeed cannot load a ZeRO-3 checkpoint into its inference engine (the fp32 partitions live in
     # optimizer state it does not have there). Restore the best weights into the training engine,
