@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from pathlib import Path
 
 import pytest
 
 from jobgen.cli import main
+from tests.stub_tools import install_stubs
 
 SWEEP = """
 [experiment]
@@ -41,14 +41,7 @@ cat "$STATE/queue" 2>/dev/null
 
 @pytest.fixture
 def slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    bin_dir, state = tmp_path / "bin", tmp_path / "state"
-    bin_dir.mkdir()
-    state.mkdir()
-    for name, body in STUBS.items():
-        (bin_dir / name).write_text("#!/bin/bash\n" + body)
-        (bin_dir / name).chmod(0o755 | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("STATE", str(state))
+    state = install_stubs(tmp_path, monkeypatch, STUBS)
     (tmp_path / "amo.toml").write_text(SWEEP)
     return state
 

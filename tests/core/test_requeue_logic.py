@@ -4,8 +4,6 @@ the manifest keeps. tests/slurm/test_requeue_command.py runs the same command on
 from __future__ import annotations
 
 import json
-import os
-import stat
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ from jobgen import requeue as requeue_mod
 from jobgen.cli import main
 from jobgen.states import State
 from jobgen.track import JobInfo
+from tests.stub_tools import install_stubs
 
 SWEEP = """
 [experiment]
@@ -51,16 +50,7 @@ done
 
 @pytest.fixture
 def stubs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    bin_dir, state = tmp_path / "bin", tmp_path / "state"
-    bin_dir.mkdir()
-    state.mkdir()
-    for name, body in STUBS.items():
-        tool = bin_dir / name
-        tool.write_text("#!/bin/bash\n" + body)
-        tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("STATE", str(state))
-    return state
+    return install_stubs(tmp_path, monkeypatch, STUBS)
 
 
 def _run(runner, tmp_path: Path, stubs: Path, monkeypatch, states: list[State], *names: str,
