@@ -109,7 +109,14 @@ if [ "${#left[@]}" -gt 0 ]; then
     fi
 fi
 
-# 4. Namespaces (their veths go with them) and the bridge.
+# 4. Veths, namespaces and the bridge. Each veth is deleted by name first: a namespace's own veth
+# only goes when the kernel tears the namespace down, later and in the background, and a lingering
+# one makes the next up.sh fail with "RTNETLINK answers: File exists".
+if ip link show "$BRIDGE" >/dev/null 2>&1; then
+    while read -r veth; do
+        [ -z "$veth" ] || ip link delete "$veth" 2>/dev/null || true
+    done < <(ip -o link show master "$BRIDGE" 2>/dev/null | awk -F': ' '{sub(/@.*/, "", $2); print $2}')
+fi
 for ns in "${NAMESPACES[@]}"; do
     [ ! -e "/run/netns/$ns" ] || ip netns delete "$ns"
 done

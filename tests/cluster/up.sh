@@ -321,6 +321,14 @@ ip link set "$BRIDGE" type bridge nf_call_iptables 0 nf_call_ip6tables 0 nf_call
 ip addr add "$HOST_IP/24" dev "$BRIDGE"
 ip link set "$BRIDGE" up
 add_ns() { # NS IP VETH
+    # A veth of a namespace deleted a moment ago may still be there: the kernel removes it later.
+    local tries=0
+    while ip link show "$3" >/dev/null 2>&1; do
+        ip link delete "$3" 2>/dev/null || true
+        tries=$((tries + 1))
+        [ "$tries" -lt 50 ] || fail "link $3 is still there after 10 s; tests/cluster/down.sh removes it"
+        sleep 0.2
+    done
     ip netns add "$1"
     ip link add "$3" type veth peer name eth0 netns "$1"
     ip link set "$3" master "$BRIDGE" up
