@@ -35,7 +35,8 @@ except ModuleNotFoundError:  # Python 3.10
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from training.spec import ENGINES, PRECISIONS, STRATEGIES, SpecError, from_dict  # noqa: E402
+from training.contract import ENGINES, PRECISIONS, STRATEGIES  # noqa: E402
+from training.spec import SpecError, from_dict  # noqa: E402
 
 
 def model_source() -> str:

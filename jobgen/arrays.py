@@ -7,11 +7,10 @@ ask for identical resources; each task runs its own job's script inside the arra
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
+from jobgen import slurm
 from jobgen.errors import PlanError
 from jobgen.plan import Job
 from jobgen.render import RunInfo, environment, sbatch_options, submit_tag, with_tag
@@ -22,12 +21,7 @@ _PER_JOB_FLAGS = {"job-name", "output", "error"}
 
 def max_array_size() -> int:
     """The cluster's MaxArraySize (task ids must be below it), or Slurm's default if unknown."""
-    if shutil.which("scontrol") is None:
-        return DEFAULT_MAX_ARRAY_SIZE
-    try:
-        out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30).stdout
-    except subprocess.SubprocessError:
-        return DEFAULT_MAX_ARRAY_SIZE
+    out = slurm.ask(["scontrol", "show", "config"]) or ""
     match = re.search(r"^MaxArraySize\s*=\s*(\d+)", out, re.MULTILINE)
     return int(match.group(1)) if match else DEFAULT_MAX_ARRAY_SIZE
 

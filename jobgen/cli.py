@@ -10,10 +10,11 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 import click
 
-from jobgen import __version__
+from jobgen import __version__, backends
 from jobgen.completion import experiment_files, run_refs
 from jobgen.errors import JobgenError
 
@@ -21,7 +22,7 @@ from jobgen.errors import JobgenError
 class _Group(click.Group):
     """Turns unexpected exceptions into one-line errors; --debug shows the traceback."""
 
-    def invoke(self, ctx: click.Context):  # type: ignore[override]
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.Abort, click.UsageError):
@@ -52,7 +53,7 @@ def _lookup_root(ctx: click.Context) -> Path:
     return _root(ctx) or Path("runs")
 
 
-def _warn_damage(run_dir: Path, jobs: list[dict] | None = None) -> None:
+def _warn_damage(run_dir: Path, jobs: list[dict[str, Any]] | None = None) -> None:
     """One line on stderr per damaged record of the run's jobs (all of them, or those given)."""
     from jobgen.damage import run_problems
     from jobgen.record import load_manifest
@@ -100,7 +101,7 @@ SET_HELP = ("Override one experiment key, e.g. --set train.epochs=1 --set slurm.
 @click.option("--show", is_flag=True, help="With --dry-run: print every script too.")
 @click.option("--test-only", is_flag=True,
               help="A dry run that also asks Slurm (sbatch --test-only) whether it accepts every job, and when it would start.")
-@click.option("--backend", type=click.Choice(["sbatch", "submitit", "local"]), help="Override launch.backend.")
+@click.option("--backend", type=click.Choice(backends.names()), help="Override launch.backend.")
 @click.option("--array", is_flag=True, default=None, help="Submit the sweep as Slurm job array(s) (launch.array).")
 @click.option("--array-parallelism", type=click.IntRange(min=1), help="Most array tasks running at once.")
 @click.option("--resume", "resume_run", type=click.Path(file_okay=False, exists=True),
@@ -124,7 +125,7 @@ def submit(ctx: click.Context, experiment: str | None, dry_run: bool, show: bool
         raise click.UsageError("--show goes with --dry-run")
     if test_only:
         chosen = sub.load_experiment(experiment, backend, list(sets)).launch.backend
-        if chosen != "sbatch":
+        if not backends.get(chosen).can_test_only:
             raise JobgenError(f"--test-only checks sbatch scripts; {experiment} uses the {chosen} backend "
                               "(add --backend sbatch)")  # fmt: skip
     prepared = sub.prepare(experiment, _root(ctx), backend=backend, dry_run=dry_run, sets=list(sets), array=array,
@@ -139,7 +140,7 @@ def submit(ctx: click.Context, experiment: str | None, dry_run: bool, show: bool
     _submit_and_report(prepared.run_dir)
 
 
-def _test_only(run_dir: Path, manifest: dict) -> None:
+def _test_only(run_dir: Path, manifest: dict[str, Any]) -> None:
     from jobgen.submit import test_only
 
     refused = []
@@ -157,7 +158,7 @@ def _test_only(run_dir: Path, manifest: dict) -> None:
 def _submit_and_report(run_dir: Path) -> None:
     from jobgen import submit as sub
 
-    def report(job: dict) -> None:
+    def report(job: dict[str, Any]) -> None:
         if job.get("tasks"):
             click.echo(f"  {job['name']}: submitted as array {job['job_id']} ({len(job['tasks'])} tasks)")
         elif job.get("segments"):
@@ -169,7 +170,7 @@ def _submit_and_report(run_dir: Path) -> None:
             click.echo(f"  {job['name']}: {job['state']}")
 
     manifest = sub.submit_pending(run_dir, on_submit=report)
-    if manifest["backend"] == "local":
+    if backends.get(manifest["backend"]).runs_here:
         _print_local_summary(run_dir)
         failed = [j["name"] for j in manifest["jobs"] if j["state"] != "COMPLETED"]
         if failed:
@@ -240,7 +241,8 @@ def logs(ctx: click.Context, run: str | None, job: str | None, stream: str, rank
     from jobgen.track import run_status
 
     (run_dir,) = find_runs([run] if run else [], _lookup_root(ctx))
-    entry = joblogs.pick_job(load_manifest(run_dir), job)
+    manifest = load_manifest(run_dir)
+    entry = joblogs.pick_job(manifest, job)
     _warn_damage(run_dir, [entry])
     if follow:
 
@@ -248,9 +250,9 @@ def logs(ctx: click.Context, run: str | None, job: str | None, stream: str, rank
             _, rows = run_status(run_dir)
             return next(info for j, info in rows if j["name"] == entry["name"]).state.is_final
 
-        lines = joblogs.follow(lambda: joblogs.log_files(run_dir, entry, stream), rank, finished)
+        lines = joblogs.follow(lambda: joblogs.log_files(run_dir, manifest, entry, stream), rank, finished)
     else:
-        files = joblogs.log_files(run_dir, entry, stream)
+        files = joblogs.log_files(run_dir, manifest, entry, stream)
         if not files:
             raise JobgenError(f"{entry['name']}: no {stream} log yet in {run_dir / entry['dir']} (state {entry['state']})")
         lines = joblogs.read_lines(files, rank)

@@ -11,19 +11,18 @@ import csv
 import dataclasses
 import json
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+from jobgen import logs
+from jobgen.diagnose import CAUSE_STATES, LAST_LINE, Cause, find_cause
 from jobgen.record import load_manifest
 from jobgen.states import State, parse
 
 RESULT_SCHEMA = 1
-# A log can be gigabytes; the cause of death is at its end.
-LOG_TAIL_BYTES = 256 * 1024
 NO_RESULT = "no result.json"
 
 
@@ -53,16 +52,6 @@ class Result:
 
 
 @dataclass(frozen=True)
-class Cause:
-    """Why a job did not finish, read from its logs, with what to do about it."""
-
-    kind: str  # a RULES kind ("gpu_oom", "time_limit", ...) or "exception"
-    message: str  # one line, e.g. the last exception line
-    hint: str
-    log: str = ""  # the log file it came from, relative to the run directory
-
-
-@dataclass(frozen=True)
 class JobRow:
     """One job of one run, as the summary sees it."""
 
@@ -81,6 +70,7 @@ class JobRow:
     cause: Cause | None = None
     partial_val_acc: float | None = None  # best so far from metrics.csv, for unfinished jobs
     job_dir: str = ""  # absolute, or relative to the current directory like run_dir
+    backend: str = ""  # the run's launch.backend: its scheduler knows where the logs are
     segments: tuple[str, ...] = ()  # a chained job (slurm.chain): each segment's state, "?" where unknown
 
     @property
@@ -122,8 +112,9 @@ def collect_run(run_dir: Path, live_states: LiveStates | None = None) -> list[Jo
     run_id = str(manifest.get("run_id") or run_dir.name)
     experiment = str(manifest.get("experiment") or run_dir.parent.name)
     live_states = live_states or {}
+    backend = str(manifest.get("backend") or "")
     return [
-        read_job(run_dir, run_id, experiment, entry, live_states.get((run_id, str(entry.get("name")))))
+        read_job(run_dir, run_id, experiment, entry, live_states.get((run_id, str(entry.get("name")))), backend)
         for entry in jobs
         if isinstance(entry, dict)
     ]
@@ -141,7 +132,8 @@ def _broken_run_row(run_dir: Path, exc: Exception) -> JobRow:
     )
 
 
-def read_job(run_dir: Path, run_id: str, experiment: str, entry: Mapping[str, Any], live: Live | None = None) -> JobRow:
+def read_job(run_dir: Path, run_id: str, experiment: str, entry: Mapping[str, Any], live: Live | None = None,
+             backend: str = "") -> JobRow:
     """One manifest entry + its job directory -> a row."""
     if live is not None and (live if isinstance(live, State) else live.state) is State.UNKNOWN:
         live = None  # an answer that says nothing must not hide what the files say
@@ -166,6 +158,7 @@ def read_job(run_dir: Path, run_id: str, experiment: str, entry: Mapping[str, An
         started_at=_started_at(live, entry, result),
         result=result,
         job_dir=job_dir,
+        backend=backend,
         segments=_segments(entry, live),
     )
     if result is not None:
@@ -182,7 +175,7 @@ def _segments(entry: Mapping[str, Any], live: Live | None) -> tuple[str, ...]:
 
 def _unfinished(row: JobRow, job_dir: Path, problem: str | None, error: Any, live: Live | None) -> JobRow:
     """Fill in what a job without a usable result was asked to do, got so far, and why it stopped."""
-    cause = find_cause(job_dir, row.run_dir) if _may_have_died(row.state, live) else None
+    cause = find_cause(logs.files(row.backend, job_dir), row.run_dir) if _may_have_died(row.state, live) else None
     state = _state_from_cause(row.state, cause, live)
     return dataclasses.replace(
         row,
@@ -389,148 +382,6 @@ def read_metrics(path: Path) -> list[Point]:
         return []
 
 
-# --- logs: the likely cause of death --------------------------------------------------------------------
-
-# srun --label prefixes each line with "<rank>: ", torchrun with "[rank<n>]: ".
-_RANK_PREFIX = re.compile(r"^\s*(?:\d+:\s?|\[rank\d+\]:\s?)+")
-# Slurm's own lines: "slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT ... ***" reads better without the frame.
-_SLURM_FRAME = re.compile(r"^(?:slurmstepd|srun|slurmd)(?:-\S+)?: error: (?:\*\*\* )?|\s*\*\*\*$")
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failure)(:.*)?$")
-
-
-@dataclass(frozen=True)
-class _Rule:
-    kind: str
-    pattern: re.Pattern[str]
-    hint: str
-
-
-# Order matters. Errors that name their cause (OOM, collective timeout, port clash) come first: they also
-# raise a Python exception, and a hung job they leave behind may later be cancelled or hit the time limit.
-# Slurm's own kill reasons come before a bare exception, because the SIGTERM they send makes every rank
-# print a traceback that is only an echo of the kill.
-RULES: tuple[_Rule, ...] = (
-    _Rule(
-        "gpu_oom",
-        re.compile(r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED"),
-        "GPU out of memory: lower batch_size (raise grad_accum to keep the effective batch), use bf16, "
-        "or shard with FSDP/DeepSpeed (offload)",
-    ),
-    _Rule(
-        "host_oom",
-        re.compile(r"oom[-_]kill|task \d+: Out Of Memory", re.IGNORECASE),
-        "killed for host memory: raise slurm.mem, lower num_workers, or use DeepSpeed without CPU offload",
-    ),
-    _Rule(
-        "nccl_timeout",
-        # Not a bare "timeout": NCCL_DEBUG=INFO prints the configured timeout at start-up.
-        re.compile(
-            r"collective operation timeout|(NCCL|gloo|c10d|ProcessGroup|DistStore|distributed).*timed out"
-            r"|timed out waiting \d+ ?ms for",
-            re.IGNORECASE,
-        ),
-        "a collective timed out: one rank died or hung; read every rank's log (NCCL_DEBUG=INFO) "
-        "and check that all ranks run the same steps",
-    ),
-    _Rule(
-        "address_in_use",
-        re.compile(r"address already in use|EADDRINUSE", re.IGNORECASE),
-        "MASTER_PORT clash with another job on the node: derive the port from SLURM_JOB_ID and resubmit",
-    ),
-    _Rule(
-        "time_limit",
-        re.compile(r"DUE TO TIME LIMIT"),
-        "hit the time limit: `jobgen requeue` continues it from its last checkpoint; raise slurm.time, "
-        "or set slurm.requeue so it checkpoints before the limit",
-    ),
-    _Rule(
-        "node_fail",
-        re.compile(r"DUE TO NODE FAIL|NODE_FAIL|Node failure", re.IGNORECASE),
-        "a node failed: `jobgen requeue` starts it again from its last checkpoint (exclude the node via "
-        "slurm.extra if it fails again)",
-    ),
-    _Rule(
-        "preempted",
-        re.compile(r"DUE TO PREEMPTION"),
-        "preempted by a higher-priority job: `jobgen requeue` resumes it from its last checkpoint; set "
-        "slurm.requeue to have that happen by itself",
-    ),
-    _Rule(
-        "cancelled",
-        re.compile(r"\*\*\* JOB \S+ ON \S+ CANCELLED AT"),
-        "cancelled (scancel or an admin): `jobgen requeue` starts it again if that was not intended",
-    ),
-)
-CAUSE_STATES: dict[str, State] = {
-    # A CUDA OOM is an exception, so Slurm says FAILED; OUT_OF_MEMORY is its cgroup's kill.
-    "host_oom": State.OUT_OF_MEMORY,
-    "time_limit": State.TIMEOUT,
-    "node_fail": State.NODE_FAIL,
-    "preempted": State.PREEMPTED,
-    "cancelled": State.CANCELLED,
-}
-LAST_LINE = "last_line"  # not a diagnosis: never changes a state
-EXCEPTION_HINT = "Python exception: fix it, the full traceback is in {log}"
-
-
-def log_files(job_dir: Path) -> list[Path]:
-    """The job's logs: Slurm's slurm-*.out / *.err and the local backend's local.out, oldest first."""
-    try:
-        found = [p for p in job_dir.iterdir() if _is_log(p.name) and p.is_file()]
-    except OSError:
-        return []
-    return sorted(found, key=lambda p: (_mtime(p), p.name))
-
-
-def _is_log(name: str) -> bool:
-    slurm_out = name.startswith("slurm-") and name.endswith(".out")
-    return slurm_out or name.endswith(".err") or name == "local.out"
-
-
-def find_cause(job_dir: Path, run_dir: Path | None = None) -> Cause | None:
-    """The likely cause of failure from the job's logs, or None when the logs say nothing."""
-    logs = [(p, _tail_lines(p)) for p in log_files(job_dir)]
-    base = run_dir or job_dir
-    for rule in RULES:
-        for path, lines in logs:
-            line = next((ln for ln in reversed(lines) if rule.pattern.search(ln)), None)
-            if line is not None:
-                return Cause(rule.kind, _clip(line), rule.hint, _rel(path, base))
-    for path, lines in reversed(logs):
-        line = last_exception_line(lines)
-        if line is not None:
-            log = _rel(path, base)
-            return Cause("exception", _clip(line), EXCEPTION_HINT.format(log=log), log)
-    # Nothing recognised: a program that exits with a clean one-line error still says why on its last line.
-    for path, lines in reversed(logs):
-        if lines:
-            log = _rel(path, base)
-            return Cause(LAST_LINE, _clip(lines[-1]), f"no known cause: read {log}", log)
-    return None
-
-
-def last_exception_line(lines: list[str]) -> str | None:
-    """The last 'SomeError: message' line that follows a traceback."""
-    if not any("Traceback (most recent call last)" in ln for ln in lines):
-        return None
-    # torchrun's ChildFailedError only says that a rank failed; the rank's own exception says why.
-    found = [ln for ln in reversed(lines) if _EXCEPTION_LINE.match(ln)]
-    return next((ln for ln in found if "ChildFailedError" not in ln), found[0] if found else None)
-
-
-def _tail_lines(path: Path) -> list[str]:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - LOG_TAIL_BYTES))
-            data = f.read()
-    except OSError:
-        return []
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    return [_RANK_PREFIX.sub("", ln).strip() for ln in lines if ln.strip()]
-
-
 # --- small tolerant converters --------------------------------------------------------------------------
 
 
@@ -583,18 +434,6 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return 0.0
-
-
-def _rel(path: Path, base: Path) -> str:
-    try:
-        return str(path.relative_to(base))
-    except ValueError:
-        return str(path)
-
-
-def _clip(line: str, width: int = 200) -> str:
-    line = _SLURM_FRAME.sub("", line)
-    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def _one_line(exc: BaseException) -> str:

@@ -68,7 +68,8 @@ def _result(read: Callable[[Any], float | None]) -> Callable[[JobRow], float | N
 
 def _peak_mem(result: Any) -> float | None:
     # GPU memory is what limits a fine-tune; host RSS stands in on CPU runs.
-    return result.peak_gpu_mb if result.peak_gpu_mb is not None else result.peak_host_mb
+    peak: float | None = result.peak_gpu_mb if result.peak_gpu_mb is not None else result.peak_host_mb
+    return peak
 
 
 METRICS = (

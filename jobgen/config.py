@@ -14,12 +14,16 @@ import re
 import sys
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobgen import schema
+from jobgen import backends, schema
 from jobgen.errors import ConfigError, is_control
+from training import contract
+from training.contract import show as _show
+from training.contract import suggest as _suggest
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -291,12 +295,6 @@ def _coerce(value: Any, tp: Any, dotted: str, ctx: _Context) -> Any:
     return value
 
 
-def _show(value: Any, width: int = 60) -> str:
-    """A value for a message: its repr, cut short (a value may be a 5,000-character string or a deep table)."""
-    text = repr(value)
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
 class _Mismatch(Exception):
     pass
 
@@ -310,18 +308,9 @@ class _Silent(_Context):
 
 
 def _check_value(value: Any, meta: Any, dotted: str, ctx: _Context) -> None:
-    choices = meta["choices"]
-    if choices and value not in choices:
-        ctx.fail(dotted, f"{_show(value)} is not one of {', '.join(choices)}{_suggest(str(value), choices)}")
-    minimum = meta["min"]
-    if minimum is not None and value < minimum:
-        what = "positive" if minimum == 1 else f"at least {minimum}" if minimum else "zero or more"
-        ctx.fail(dotted, f"must be {what}, got {value!r}")
-    kind = meta["kind"]
-    if kind:
-        problem = _KIND_CHECKS[kind](value)
-        if problem:
-            ctx.fail(dotted, problem)
+    problem = contract.value_problem(value, meta, _KIND_CHECKS)
+    if problem:
+        ctx.fail(dotted, problem)
 
 
 def _check_time(v: str) -> str | None:
@@ -355,13 +344,6 @@ def _check_name(v: str) -> str | None:
     return None
 
 
-def _check_loggers(v: list[str]) -> str | None:
-    bad = [name for name in v if name not in schema.LOGGERS]
-    if bad:
-        return f"{bad[0]!r} is not one of {', '.join(schema.LOGGERS)}{_suggest(bad[0], schema.LOGGERS)}"
-    return f"{v!r} names a logger twice" if len(set(v)) != len(v) else None
-
-
 def _check_constraint(v: str) -> str | None:
     return None if _CONSTRAINT_RE.fullmatch(v) else f"{v!r} is not a Slurm constraint expression"
 
@@ -385,27 +367,6 @@ def _check_extra(v: dict[str, Any]) -> str | None:
             near = difflib.get_close_matches(flag, SBATCH_OPTIONS, n=1, cutoff=0.8)
             if near:
                 return f"{flag!r} is not an sbatch option (did you mean '{near[0]}'?)"
-    return None
-
-
-def _check_encoding(v: str) -> str | None:
-    import codecs
-
-    try:
-        codecs.lookup(v)
-    except LookupError:
-        return f"{v!r} is not a text encoding Python knows (e.g. utf-8, latin-1)"
-    return None
-
-
-def _check_partition(v: list[float]) -> str | None:
-    if v and (len(v) != 3 or any(x <= 0 for x in v)):
-        return "give three positive sizes [train, val, test] (counts, or fractions that sum to at most 1)"
-    counts = all(float(x).is_integer() and x >= 1 for x in v)
-    if v and not counts and not all(x < 1 for x in v):
-        return "give three counts (e.g. [35000, 5000, 10000]) or three fractions (e.g. [0.8, 0.1, 0.1]), not a mix"
-    if v and not counts and sum(v) > 1.0 + 1e-9:
-        return f"fractions sum to {sum(v):.3f}; they must sum to at most 1"
     return None
 
 
@@ -442,27 +403,20 @@ def _check_sweep_key(key: str) -> str | None:
     return None
 
 
-def _check_files(v: dict[str, str]) -> str | None:
-    roles = ("train", "validation", "test")
-    for role in v:
-        if role not in roles:
-            return f"{role!r} is not a split; use {', '.join(roles)}{_suggest(role, roles)}"
-    return None
-
-
-_KIND_CHECKS = {
+_KIND_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "time": _check_time, "mem": _check_mem, "word": _check_word, "words": _check_words,
     "name": _check_name, "constraint": _check_constraint, "signal": _check_signal,
-    "extra": _check_extra, "encoding": _check_encoding, "partition": _check_partition,
-    "grid": _check_grid, "points": _check_points, "files": _check_files, "loggers": _check_loggers,
+    "extra": _check_extra, "grid": _check_grid, "points": _check_points,
 }  # fmt: skip
+# Kinds of the [train] and [data] keys are checked by training/contract.py itself.
 
 
 def _check_chain(exp: Experiment, ctx: _Context) -> None:
     if exp.slurm.chain == 1:
         return
-    if exp.launch.backend != "sbatch":
-        ctx.fail("slurm.chain", f"chains are Slurm dependencies: use launch.backend = 'sbatch', not {exp.launch.backend!r}")
+    if not backends.get(exp.launch.backend).can_chain:
+        able = " or ".join(repr(n) for n in backends.names() if backends.get(n).can_chain)
+        ctx.fail("slurm.chain", f"chains are Slurm dependencies: use launch.backend = {able}, not {exp.launch.backend!r}")
     if exp.launch.array:
         ctx.fail("slurm.chain", "a job array cannot be chained: set launch.array = false (or slurm.chain = 1)")
     if exp.slurm.requeue:
@@ -529,11 +483,6 @@ def locate(text: str, dotted: str) -> int | None:
             if table + name.split(".") == parts or table + [name] == parts:
                 return number
     return None
-
-
-def _suggest(word: str, options: Any, prefix: str = "") -> str:
-    match = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
-    return f" (did you mean '{prefix}{match[0]}'?)" if match else ""
 
 
 def _tname(value: Any) -> str:

@@ -1,4 +1,8 @@
-"""A job's output: Slurm's .out/.err (or local.out), with srun's rank labels made readable."""
+"""The one log reader: which files are a job's logs (its scheduler says), their lines with the rank
+labels of srun (`3: text`) and torchrun (`[rank3]: text`) made readable, and their tails.
+
+`jobgen logs`, the failure diagnosis (jobgen.diagnose) and the HTML report all read logs here.
+"""
 
 from __future__ import annotations
 
@@ -8,39 +12,82 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from jobgen import backends
 from jobgen.errors import JobgenError
 
-_LABEL = re.compile(r"^\s*(\d+): ?(.*)$", re.DOTALL)
+# srun --label: "<task>: "; torchrun/accelerate --tee: "[rank<n>]: ", possibly after srun's label (one
+# launcher task per node). The last label is the rank that wrote the line.
+_LABEL = re.compile(r"^\s*((?:\d+: ?|\[rank\d+\]: ?)+)(.*)$", re.DOTALL)
+_RANK = re.compile(r"\d+")
+# A log can be gigabytes; the cause of death is at its end.
+TAIL_BYTES = 256 * 1024
 
 
 def pick_job(manifest: dict[str, Any], name: str | None) -> dict[str, Any]:
     jobs = manifest["jobs"]
     if name is None:
         if len(jobs) == 1:
-            return jobs[0]
+            return dict(jobs[0])
         raise JobgenError(f"this run has {len(jobs)} jobs; name one: {', '.join(j['name'] for j in jobs)}")
     for job in jobs:
         if name in (job["name"], job.get("job_id"), *job.get("previous_job_ids", ())):
-            return job
+            return dict(job)
     raise JobgenError(f"no job {name!r} in this run; jobs: {', '.join(j['name'] for j in jobs)}")
 
 
-def log_files(run_dir: Path, job: dict[str, Any], stream: str) -> list[Path]:
-    """The job's log files for a stream ('out' or 'err'), oldest first."""
-    folder = run_dir / job["dir"]
-    if stream == "out" and (folder / "local.out").exists():
-        return [folder / "local.out"]
-    return sorted(folder.glob(f"slurm-*.{stream}"), key=lambda p: p.stat().st_mtime)
+def files(backend: str, job_dir: Path, stream: str | None = None) -> list[Path]:
+    """A job's log files of one stream ('out', 'err'; None: both), oldest first. An unknown backend
+    (a damaged manifest) gets every scheduler's kinds of log."""
+    try:
+        schedulers = [backends.get(backend)]
+    except JobgenError:
+        schedulers = [backends.get(name) for name in backends.names()]
+    found = {p for s in schedulers for p in s.log_files(job_dir, stream)}
+    return sorted(found, key=lambda p: (_mtime(p), p.name))
+
+
+def log_files(run_dir: Path, manifest: dict[str, Any], job: dict[str, Any], stream: str | None) -> list[Path]:
+    """The log files of one manifest job."""
+    return files(str(manifest.get("backend")), run_dir / job["dir"], stream)
 
 
 def label(line: str, rank: int | None) -> str | None:
-    """'3: text' (srun --label) -> '[rank 3] text'; None when filtering out another rank."""
+    """'3: text' (srun --label) or '[rank3]: text' (torchrun) -> '[rank 3] text'; None when filtering
+    out another rank."""
     match = _LABEL.match(line)
     if not match:
         return line if rank is None else None
-    if rank is not None and int(match.group(1)) != rank:
+    writer = int(_RANK.findall(match.group(1))[-1])
+    if rank is not None and writer != rank:
         return None
-    return f"[rank {match.group(1)}] {match.group(2)}"
+    return f"[rank {writer}] {match.group(2)}"
+
+
+def strip_label(line: str) -> str:
+    """The line without its rank labels."""
+    match = _LABEL.match(line)
+    return match.group(2) if match else line
+
+
+def tail_lines(path: Path) -> list[str]:
+    """The non-blank lines of a log's last TAIL_BYTES, without rank labels, stripped."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - TAIL_BYTES))
+            data = f.read()
+    except OSError:
+        return []
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return [strip_label(ln).strip() for ln in lines if ln.strip()]
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def read_lines(paths: list[Path], rank: int | None) -> Iterator[str]:

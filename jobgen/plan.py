@@ -15,8 +15,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from jobgen import backends
 from jobgen.config import Experiment, with_overrides
 from jobgen.errors import PlanError
+from training import contract
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9.-]+")
 MAX_NAME = 100
@@ -142,33 +144,19 @@ def _check_pairs(exp: Experiment, devices: int, num_nodes: int, where: str) -> N
 def check_shape(exp: Experiment, where: str = "") -> None:
     """Refuse job shapes that cannot work, with the fix in the message."""
     slurm, train, launch = exp.slurm, exp.train, exp.launch
-    world = slurm.nodes * train.devices
-    problems = _launcher_problems(exp)
+    # The backend's own rules first: a job it cannot start at all needs no finer advice.
+    problems = backends.get(launch.backend).shape_problems(exp) + _launcher_problems(exp)
     if launch.launcher == "srun" and slurm.ntasks_per_node != train.devices:
         problems.append(
             f"slurm.ntasks_per_node = {slurm.ntasks_per_node} but train.devices = {train.devices}: srun-launched "
             f"{train.engine} needs one task per device; set slurm.ntasks_per_node = {train.devices} (or 0)"
         )
-    if train.engine == "torch" and train.strategy not in ("auto", "ddp"):
-        problems.append(f"train.strategy = {train.strategy!r} needs engine 'lightning', 'fabric' or 'hf_trainer'; "
-                        "the plain loop runs on one device or DDP ('auto' or 'ddp')")
-    if world == 1 and train.strategy in ("fsdp", "fsdp_offload", "deepspeed_stage_2", "deepspeed_stage_3"):
-        problems.append(
-            f"train.strategy = {train.strategy!r} shards across devices but the job has one; use 'auto', "
-            "more devices, or a *_offload DeepSpeed stage"
-        )
-    if train.engine == "fabric" and train.strategy.startswith("deepspeed") and train.grad_accum > 1:
-        problems.append(f"train.grad_accum = {train.grad_accum} with engine 'fabric' and DeepSpeed is not supported; "
-                        "use engine 'lightning' or grad_accum = 1")
-    if train.accelerator == "gpu" and not slurm.gpus_per_node and launch.backend != "local":
-        problems.append("train.accelerator = 'gpu' but slurm.gpus_per_node = 0: ask for GPUs or use accelerator 'auto'")
+    problems += [f"{key} = {problem}" for key, problem in contract.shape_problems(train)]
     if slurm.gpu_type and not slurm.gpus_per_node:
         problems.append(f"slurm.gpu_type = {slurm.gpu_type!r} needs slurm.gpus_per_node > 0")
-    if launch.backend == "local" and slurm.nodes > 1:
-        problems.append(f"launch.backend = 'local' runs on this machine but slurm.nodes = {slurm.nodes}; use 1 node or sbatch")
-    if launch.backend == "submitit" and slurm.requeue:
-        problems.append("slurm.requeue is jobgen's own signal handling in sbatch scripts; submitit has its own: "
-                        "use launch.backend = 'sbatch' for requeue")
+    if launch.array and not backends.get(launch.backend).can_array:
+        able = " or ".join(repr(n) for n in backends.names() if backends.get(n).can_array)
+        problems.append(f"launch.array = true needs launch.backend = {able}, not {launch.backend!r}")
     if launch.array_parallelism and not launch.array:
         problems.append("launch.array_parallelism needs launch.array = true")
     if problems:
@@ -184,16 +172,9 @@ def _launcher_problems(exp: Experiment) -> list[str]:
         problems.append(f"slurm.ntasks_per_node = {slurm.ntasks_per_node} but launch.launcher = {name!r} runs one task "
                         f"per node and starts train.devices = {train.devices} processes itself; set "
                         "slurm.ntasks_per_node = 1 (or 0)")
-    if name != "srun" and launch.backend == "submitit":
-        problems.append(f"launch.launcher = {name!r} needs launch.backend 'sbatch' or 'local': submitit starts one "
-                        "task per GPU itself")
     if name == "accelerate" and train.engine == "lightning":
         problems.append("train.engine = 'lightning' under launch.launcher = 'accelerate': the Trainer ignores "
                         "accelerate's settings; use launcher 'torchrun' (or 'srun')")
-    if train.engine == "hf_trainer" and train.strategy in ("fsdp", "fsdp_offload") and train.accelerator == "cpu":
-        problems.append("train.strategy = 'fsdp' with engine 'hf_trainer' needs GPUs (accelerate runs FSDP only on "
-                        "GPUs and silently falls back to DDP on CPU); use accelerator 'auto' on GPU nodes, or "
-                        "engine 'lightning'/'fabric'")
     return problems
 
 

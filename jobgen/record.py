@@ -143,7 +143,7 @@ def _umask() -> int:
 
 
 def manifest_doc(run_id: str, exp_name: str, exp_file: Path, backend: str, dry_run: bool,
-                 git_sha: str | None, git_dirty: bool, jobs: list[dict[str, Any]], description: str = "") -> dict:
+                 git_sha: str | None, git_dirty: bool, jobs: list[dict[str, Any]], description: str = "") -> dict[str, Any]:
     return {
         "schema": MANIFEST_SCHEMA,
         "run_id": run_id,
@@ -189,6 +189,7 @@ def load_manifest(run_dir: Path) -> dict[str, Any]:
     if problem:
         raise JobgenError(f"{path}: damaged: {problem}; jobgen cannot read this run (restore the file from a copy, "
                           "or remove the run)")  # fmt: skip
+    assert isinstance(doc, dict)  # manifest_problem() said so
     return doc
 
 

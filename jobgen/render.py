@@ -17,13 +17,11 @@ from typing import Any
 
 import jinja2
 
-from jobgen import __version__
+from jobgen import __version__, backends
 from jobgen.config import ENV_NAME_RE, control_char
 from jobgen.errors import TemplateError, one_line
 from jobgen.plan import Job
 
-DEFAULT_TEMPLATES = {"sbatch": "srun.sbatch.j2", "submitit": "setup.sh.j2", "local": "local.sh.j2"}
-SCRIPT_NAMES = {"sbatch": "job.sbatch", "submitit": "setup.sh", "local": "job.sh"}
 _SBATCH_PLAIN = re.compile(r"[A-Za-z0-9_./:@%,=+-]+")
 _FLAG = re.compile(r"[A-Za-z][A-Za-z0-9-]*")
 
@@ -150,7 +148,7 @@ def template_name(job: Job) -> tuple[str, Path | None]:
     if custom:
         path = (job.exp.base_dir / custom).resolve()
         return path.name, path.parent
-    return DEFAULT_TEMPLATES[job.exp.launch.backend], None
+    return backends.get(job.exp.launch.backend).template, None
 
 
 def render_job(job: Job, run: RunInfo, template: str | None = None) -> str:

@@ -14,10 +14,11 @@ from html import escape
 from pathlib import Path
 from urllib.parse import quote
 
-from jobgen import __version__
+from jobgen import __version__, logs
 from jobgen.charts import Series, color, line_chart, scatter_chart, time_unit, zoomed_range
-from jobgen.collect import JobRow, LiveStates, collect, log_files, read_metrics
-from jobgen.summary import HEADERS, NUMERIC, Line, apply_baseline, build_lines, cells
+from jobgen.collect import JobRow, LiveStates, collect, read_metrics
+from jobgen.columns import Line
+from jobgen.summary import HEADERS, NUMERIC, apply_baseline, build_lines, cells
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px; color: #222; }
@@ -114,7 +115,7 @@ def _state_class(state: str) -> str:
 def _log_links(jobs: list[JobRow], base: Path) -> str:
     links = []
     for job in jobs:
-        for path in log_files(Path(job.job_dir)) if job.job_dir else []:
+        for path in logs.files(job.backend, Path(job.job_dir)) if job.job_dir else []:
             links.append(f'<a href="{_href(path, base)}">{escape(path.name)}</a>')
     return " ".join(links) or "&mdash;"
 
@@ -152,10 +153,10 @@ def _curves(lines: list[Line], colors: dict[int, str]) -> str:
         train = [p for p in points if p.split == "train" and _ok(p.loss)]
         val = [p for p in points if p.split in ("validation", "val") and _ok(p.acc)]
         c, name = colors[id(line)], line.label
-        loss_step.append(Series(name, [(p.step, p.loss) for p in train if _ok(p.step)], c))
-        loss_time.append(Series(name, [(p.time_s, p.loss) for p in train if _ok(p.time_s)], c))
-        acc_step.append(Series(name, [(p.step, 100 * p.acc) for p in val if _ok(p.step)], c))
-        acc_time.append(Series(name, [(p.time_s, 100 * p.acc) for p in val if _ok(p.time_s)], c))
+        loss_step.append(Series(name, _pairs([(p.step, p.loss) for p in train]), c))
+        loss_time.append(Series(name, _pairs([(p.time_s, p.loss) for p in train]), c))
+        acc_step.append(Series(name, _pairs([(p.step, p.acc) for p in val], 100), c))
+        acc_time.append(Series(name, _pairs([(p.time_s, p.acc) for p in val], 100), c))
     longest = max((x for s in loss_time + acc_time for x, _ in s.points), default=0.0)
     divisor, unit = time_unit(longest)
     loss_time = [Series(s.name, [(x / divisor, y) for x, y in s.points], s.color) for s in loss_time]
@@ -170,6 +171,11 @@ def _curves(lines: list[Line], colors: dict[int, str]) -> str:
                    y_range=acc_range),
     ]
     return f'<div class="charts">{"".join(charts)}</div>'
+
+
+def _pairs(points: list[tuple[float | None, float | None]], scale: float = 1) -> list[tuple[float, float]]:
+    """The (x, y * scale) points where both are finite numbers."""
+    return [(x, scale * y) for x, y in points if x is not None and y is not None and _ok(x) and _ok(y)]
 
 
 def _ok(value: float | None) -> bool:

@@ -16,10 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobgen import record
-from jobgen.backends import get_backend
-from jobgen.backends.sbatch import SUBMIT_TIMEOUT_S, UNREACHABLE, run_tool
-from jobgen.backends.sbatch import submit as sbatch_submit
+from jobgen import backends, record, slurm
+from jobgen.backends import Scheduler
 from jobgen.errors import JobgenError, SubmitError
 from jobgen.states import State
 from jobgen.track import run_status
@@ -53,9 +51,10 @@ def _requeue(run_dir: Path, names: list[str]) -> list[Outcome]:
     manifest, rows = run_status(run_dir)
     if manifest.get("dry_run"):
         raise JobgenError(f"{run_dir} is a dry run: nothing was submitted, so nothing can be requeued")
-    if manifest["backend"] == "local":
-        raise JobgenError(f"{run_dir} ran with the local backend; requeue is for Slurm runs "
-                          "(run the experiment again to repeat a local run)")  # fmt: skip
+    scheduler = backends.get(manifest["backend"])
+    refusal = scheduler.requeue_refusal(run_dir)
+    if refusal:
+        raise JobgenError(refusal)
     known = {job["name"] for job, _ in rows}
     unknown = [n for n in names if n not in known]
     if unknown:
@@ -66,11 +65,11 @@ def _requeue(run_dir: Path, names: list[str]) -> list[Outcome]:
             continue
         if not names and info.state not in UNSUCCESSFUL:
             continue
-        outcomes.append(_one(run_dir, manifest, job, info.state))
+        outcomes.append(_one(run_dir, scheduler, manifest, job, info.state))
     return outcomes
 
 
-def _one(run_dir: Path, manifest: dict[str, Any], job: dict[str, Any], state: State) -> Outcome:
+def _one(run_dir: Path, scheduler: Scheduler, manifest: dict[str, Any], job: dict[str, Any], state: State) -> Outcome:
     name, job_id = job["name"], job.get("job_id")
 
     def skip(why: str) -> Outcome:
@@ -83,38 +82,39 @@ def _one(run_dir: Path, manifest: dict[str, Any], job: dict[str, Any], state: St
     if state in (State.PENDING, State.SUBMITTED, State.REQUEUED, State.SUSPENDED):
         return skip(f"{state.value.lower()}: it is still queued")
     if state is State.RUNNING:
-        return _running(run_dir, job, state)
+        return _running(run_dir, scheduler, job, state)
     try:
-        run_tool(["scontrol", "requeue", job_id], timeout=SUBMIT_TIMEOUT_S, what=f"requeueing {name}")
+        scheduler.requeue(job_id, what=f"requeueing {name}")
     except SubmitError as exc:
-        if any(sign in exc.message for sign in UNREACHABLE):
+        if slurm.unreachable(exc.message):
             # No answer is not a refusal: the job may be alive, and a second copy must not be queued.
             raise SubmitError(f"{exc.message}; run jobgen requeue again once Slurm answers") from None
-        return _resubmit(run_dir, manifest, job, state, refused=exc.message)
+        return _resubmit(run_dir, scheduler, manifest, job, state, refused=exc.message)
     _record(run_dir, job, job_id)
     return Outcome(name, job_id, state, "requeued", "queued again under the same job id")
 
 
-def _running(run_dir: Path, job: dict[str, Any], state: State) -> Outcome:
+def _running(run_dir: Path, scheduler: Scheduler, job: dict[str, Any], state: State) -> Outcome:
     name, job_id = job["name"], job["job_id"]
     settings = _requeue_settings(run_dir, job)
     if settings.get("enabled"):
         signal = settings.get("signal") or "USR2"
         # To the job's steps, as Slurm sends it before the time limit: the training checkpoints and
         # calls `scontrol requeue` itself.
-        run_tool(["scancel", f"--signal={signal}", job_id], timeout=SUBMIT_TIMEOUT_S, what=f"signalling {name}")
+        scheduler.signal(job_id, signal, what=f"signalling {name}")
         _record(run_dir, job, job_id)
         return Outcome(name, job_id, state, "signalled", f"sent SIG{signal}: it checkpoints, then requeues itself")
-    run_tool(["scontrol", "requeue", job_id], timeout=SUBMIT_TIMEOUT_S, what=f"requeueing {name}")
+    scheduler.requeue(job_id, what=f"requeueing {name}")
     _record(run_dir, job, job_id)
     return Outcome(name, job_id, state, "requeued",
                    "stopped and queued again (slurm.requeue is off: no checkpoint was asked for first)")
 
 
-def _resubmit(run_dir: Path, manifest: dict[str, Any], job: dict[str, Any], state: State, refused: str) -> Outcome:
+def _resubmit(run_dir: Path, scheduler: Scheduler, manifest: dict[str, Any], job: dict[str, Any], state: State,
+              refused: str) -> Outcome:
     name, old = job["name"], job["job_id"]
     why = refused.split("failed: ", 1)[-1]
-    earlier = _earlier_resubmission(run_dir, manifest, job)
+    earlier = _earlier_resubmission(run_dir, scheduler, manifest, job)
     if earlier:
         _record(run_dir, job, earlier, {"found_on_cluster": True})
         return Outcome(name, earlier, state, "resubmitted", f"Slurm would not requeue job {old} ({why}); found job "
@@ -123,10 +123,9 @@ def _resubmit(run_dir: Path, manifest: dict[str, Any], job: dict[str, Any], stat
         if job.get("array"):
             (array,) = [a for a in manifest["arrays"] if a["name"] == job["array"]]
             index = job["array_index"]
-            command = ["sbatch", "--parsable", f"--array={index}", str(run_dir / array["script"])]
-            new, extra = f"{sbatch_submit(command, f'submitting {name} again')}_{index}", {}
+            new, extra = scheduler.submit_array_task(run_dir, array, index, f"submitting {name} again"), {}
         else:
-            extra = get_backend(manifest["backend"]).submit(run_dir, job)
+            extra = scheduler.submit(run_dir, job)
             new = extra.pop("job_id")
             extra.pop("state", None)
     except SubmitError as exc:
@@ -136,7 +135,8 @@ def _resubmit(run_dir: Path, manifest: dict[str, Any], job: dict[str, Any], stat
     return Outcome(name, new, state, "resubmitted", f"Slurm would not requeue job {old} ({why}); submitted again")
 
 
-def _earlier_resubmission(run_dir: Path, manifest: dict[str, Any], job: dict[str, Any]) -> str | None:
+def _earlier_resubmission(run_dir: Path, scheduler: Scheduler, manifest: dict[str, Any],
+                          job: dict[str, Any]) -> str | None:
     """The id of a copy of this job that an earlier requeue submitted but could not record, if Slurm has one."""
     known = {job["job_id"], *job.get("previous_job_ids", [])}
     if job.get("array"):
@@ -145,7 +145,7 @@ def _earlier_resubmission(run_dir: Path, manifest: dict[str, Any], job: dict[str
     else:
         entry, suffix = job, ""
     since = job.get("submitted_at") or manifest.get("created") or record.now_iso()
-    ids = get_backend(manifest["backend"]).find(run_dir, [entry], since).get(entry["name"], [])
+    ids = scheduler.find(run_dir, [entry], since).get(entry["name"], [])
     fresh = [i for i in ids if i not in known and (i.endswith(suffix) if suffix else "_" not in i)]
     return fresh[-1] if fresh else None
 

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobgen import config, record
-from jobgen.backends import get_backend
+from jobgen import backends, config, record
+from jobgen.backends import Scheduler
 from jobgen.errors import JobgenError, SubmitError
 from jobgen.plan import Job, plan
-from jobgen.render import SCRIPT_NAMES, RunInfo, render_job
+from jobgen.render import RunInfo, render_job
 from jobgen.spec import build_spec, cache_dir_for
 from jobgen.states import State
 
@@ -71,17 +70,16 @@ def _render(exp: config.Experiment, jobs: list[Job], root: Path, run_id: str, ru
     """The run's manifest and every file it holds, by path relative to the run folder."""
     sha, dirty, patch = git
     # Locally the jobs run with this very interpreter; on a cluster, with the nodes' `python`.
-    python = sys.executable if exp.launch.backend == "local" else "python"
-    run = RunInfo(run_id=run_id, run_dir=run_dir, git_sha=sha, git_dirty=dirty, default_python=python)
-    backend_impl = get_backend(exp.launch.backend)
+    scheduler = backends.get(exp.launch.backend)
+    run = RunInfo(run_id=run_id, run_dir=run_dir, git_sha=sha, git_dirty=dirty, default_python=scheduler.python())
     files: dict[str, str | bytes] = {"experiment.toml": exp.text, "code.patch": patch}
     entries = []
     for job in jobs:
         rel = f"jobs/{job.name}"
-        script_rel = f"{rel}/{SCRIPT_NAMES[exp.launch.backend]}"
+        script_rel = f"{rel}/{scheduler.script_name}"
         files[script_rel] = render_job(job, run)
         files[f"{rel}/spec.json"] = record.dumps(build_spec(job, run, cache_dir_for(job, root)))
-        entries.append(_entry(job, rel, script_rel, backend_impl.submit_command(run.run_dir / script_rel), dry_run))
+        entries.append(_entry(job, rel, script_rel, scheduler.submit_command(run.run_dir / script_rel), dry_run))
         if exp.slurm.chain > 1:
             entries[-1]["chain"] = exp.slurm.chain
     manifest = record.manifest_doc(run_id, exp.name, exp.path, exp.launch.backend, dry_run, sha, dirty, entries,
@@ -89,19 +87,17 @@ def _render(exp: config.Experiment, jobs: list[Job], root: Path, run_id: str, ru
     if sets:
         manifest["overrides"] = list(sets)
     if exp.launch.array:
-        manifest["arrays"] = _arrays(jobs, entries, run, exp, files, backend_impl, dry_run)
+        manifest["arrays"] = _arrays(jobs, entries, run, exp, files, scheduler, dry_run)
     files[record.MANIFEST] = record.dumps(manifest)
     record.check_no_secrets({k: v for k, v in files.items() if isinstance(v, str)})
     return manifest, files
 
 
 def _arrays(jobs: list[Job], entries: list[dict[str, Any]], run: RunInfo, exp: config.Experiment,
-            files: dict[str, str | bytes], backend: Any, dry_run: bool) -> list[dict[str, Any]]:
+            files: dict[str, str | bytes], scheduler: Scheduler, dry_run: bool) -> list[dict[str, Any]]:
     """Render the sweep as job arrays; the jobs then carry their array and task index."""
     from jobgen.arrays import max_array_size, render_arrays
 
-    if exp.launch.backend != "sbatch":
-        raise JobgenError(f"launch.array works with the sbatch backend, not {exp.launch.backend!r}")
     arrays = render_arrays(jobs, [e["script"] for e in entries], run, exp.path, exp.launch.array_parallelism,
                            max_array_size())  # fmt: skip
     by_name = {e["name"]: e for e in entries}
@@ -111,7 +107,7 @@ def _arrays(jobs: list[Job], entries: list[dict[str, Any]], run: RunInfo, exp: c
         for index, name in enumerate(array["tasks"]):
             by_name[name].update(array=array["name"], array_index=index, submit_command=None)
         state = State.DRY_RUN if dry_run else State.NOT_SUBMITTED
-        out.append({**array, "submit_command": backend.submit_command(run.run_dir / array["script"]),
+        out.append({**array, "submit_command": scheduler.submit_command(run.run_dir / array["script"]),
                     "job_id": None, "state": state.value, "error": None})  # fmt: skip
     return out
 
@@ -160,7 +156,7 @@ def submit_pending(run_dir: Path, on_submit: Callable[[dict[str, Any]], None] | 
         manifest = record.load_manifest(run_dir)
         if manifest.get("dry_run"):
             raise JobgenError(f"{run_dir} is a dry run; submit the experiment file again without --dry-run")
-        backend = get_backend(manifest["backend"])
+        backend = backends.get(manifest["backend"])
         key = "arrays" if manifest.get("arrays") else "jobs"
         pending = [e for e in manifest[key] if not e.get("job_id") and e["state"] == State.NOT_SUBMITTED.value]
         tried = [e for e in pending if e.get("submit_tried_at")]
@@ -175,7 +171,7 @@ def submit_pending(run_dir: Path, on_submit: Callable[[dict[str, Any]], None] | 
         return record.load_manifest(run_dir)
 
 
-def _submit_all(run_dir: Path, backend: Any, manifest: dict[str, Any], key: str, pending: list[dict[str, Any]],
+def _submit_all(run_dir: Path, backend: Scheduler, manifest: dict[str, Any], key: str, pending: list[dict[str, Any]],
                 found: dict[str, list[str]], on_submit: Callable[[dict[str, Any]], None] | None) -> None:
     for entry in pending:
         ids = sorted(found.get(entry["name"]) or [], key=_id_order)
@@ -193,7 +189,7 @@ def _submit_all(run_dir: Path, backend: Any, manifest: dict[str, Any], key: str,
             on_submit(entry)
 
 
-def _submit_one(run_dir: Path, backend: Any, entry: dict[str, Any], manifest: dict[str, Any], key: str) -> dict:
+def _submit_one(run_dir: Path, backend: Scheduler, entry: dict[str, Any], manifest: dict[str, Any], key: str) -> dict[str, Any]:
     chain = int(entry.get("chain") or 1)
     try:
         return backend.submit_chain(run_dir, entry, chain) if chain > 1 else backend.submit(run_dir, entry)
@@ -223,9 +219,8 @@ def _id_order(job_id: str) -> tuple[int, ...]:
 
 def test_only(run_dir: Path, manifest: dict[str, Any]) -> list[tuple[str, bool, str]]:
     """(name, accepted, sbatch's words) for every job (or array) of a dry run; nothing is queued."""
-    from jobgen.backends.sbatch import test_only as sbatch_test_only
-
-    return [(job["name"], *sbatch_test_only(run_dir / job["script"])) for job in manifest.get("arrays") or manifest["jobs"]]
+    scheduler = backends.get(manifest["backend"])
+    return [(job["name"], *scheduler.test_only(run_dir / job["script"])) for job in manifest.get("arrays") or manifest["jobs"]]
 
 
 def show(run_dir: Path, manifest: dict[str, Any], with_scripts: bool) -> list[str]:
@@ -255,6 +250,6 @@ def cancel(run_dir: Path, names: list[str]) -> list[dict[str, Any]]:
     chosen = [j for j in manifest["jobs"] if (not names or j["name"] in names) and j.get("job_id")]
     if chosen:
         # A chained job is all its segments: cancelling only the running one would start the next.
-        get_backend(manifest["backend"]).cancel([i for j in chosen for i in j.get("segments") or [j["job_id"]]])
+        backends.get(manifest["backend"]).cancel([i for j in chosen for i in j.get("segments") or [j["job_id"]]])
         record.update_jobs(run_dir, {j["name"]: {"cancel_requested_at": record.now_iso()} for j in chosen})
     return chosen

@@ -15,8 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jobgen.collect import LAST_LINE, JobRow, LiveStates, collect
+from jobgen import backends
+from jobgen.collect import JobRow, LiveStates, collect
 from jobgen.columns import COLUMNS, METRICS, Line, Stat
+from jobgen.diagnose import LAST_LINE
 from jobgen.errors import JobgenError
 from jobgen.states import State
 
@@ -50,20 +52,26 @@ def live_states(run_dirs: Sequence[Path]) -> dict[tuple[str, str], Any]:
     state comes from the manifest, the result and the logs instead.
     """
     from jobgen.record import load_manifest
-    from jobgen.track import job_ids, live_info, query
+    from jobgen.track import job_ids, live_info
 
     jobs: dict[tuple[str, str], tuple[Path, dict[str, Any]]] = {}
+    asked: dict[str, list[str]] = {}  # job ids by backend
     for run_dir in run_dirs:
         try:
             manifest = load_manifest(run_dir)
         except JobgenError:
             continue  # collect() reports it on the run's row
-        if manifest.get("backend") == "local":
-            continue
+        try:
+            scheduler = backends.get(str(manifest.get("backend")))
+        except JobgenError:
+            continue  # collect() reports it on the run's row
         for job in manifest.get("jobs", []):
             if job.get("job_id"):
                 jobs[(str(manifest.get("run_id")), str(job.get("name")))] = (run_dir, job)
-    found = query([i for _, job in jobs.values() for i in job_ids(job)]) if jobs else {}
+                asked.setdefault(scheduler.name, []).extend(job_ids(job))
+    found: dict[str, Any] = {}
+    for name, ids in asked.items():
+        found |= backends.get(name).states(ids)
     out = {key: live_info(run_dir, job, found) for key, (run_dir, job) in jobs.items()}
     return {key: info for key, info in out.items() if info is not None}
 
@@ -162,8 +170,9 @@ def _problem(jobs: list[JobRow]) -> tuple[str, str]:
         what = "with a problem" if job.result is not None else "without result"
         problem = f"{len(troubled)} of {len(jobs)} {what} ({job.run_id}: {problem})"
     # "Read the log" is advice for a job that ended, not for one still at work.
-    advise = job.cause is not None and (job.cause.kind != LAST_LINE or job.state.is_final)
-    return problem, job.cause.hint if advise else ""
+    if job.cause is None or (job.cause.kind == LAST_LINE and not job.state.is_final):
+        return problem, ""
+    return problem, job.cause.hint
 
 
 # --- baseline and speed-up --------------------------------------------------------------------------------

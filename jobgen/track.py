@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobgen import record
+from jobgen import backends, record, slurm
 from jobgen.damage import read_json
 from jobgen.errors import JobgenError
 from jobgen.states import State, from_slurm, parse
 
-QUERY_TIMEOUT_S = 30
 SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,NNodes,NodeList,Submit,Start,End"
 
 
@@ -54,21 +51,12 @@ def query(job_ids: list[str]) -> dict[str, JobInfo]:
     return found
 
 
-def _run(command: list[str]) -> subprocess.CompletedProcess[str] | None:
-    if shutil.which(command[0]) is None:
-        return None
-    try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return None
-
-
 def _sacct(ids: list[str]) -> dict[str, JobInfo]:
-    done = _run(["sacct", "-n", "-P", "-X", f"--format={SACCT_FIELDS}", "-j", ",".join(ids)])
-    if done is None or done.returncode != 0:
+    said = slurm.ask(["sacct", "-n", "-P", "-X", f"--format={SACCT_FIELDS}", "-j", ",".join(ids)])
+    if said is None:
         return {}  # accounting disabled or unreachable: the callers fall back
     out: dict[str, JobInfo] = {}
-    for line in done.stdout.splitlines():
+    for line in said.splitlines():
         parts = line.split("|")
         if len(parts) != 9:
             continue
@@ -92,8 +80,8 @@ def expand_array_id(jid: str) -> list[str]:
 
 
 def _squeue(ids: list[str]) -> dict[str, JobInfo]:
-    done = _run(["squeue", "-h", "-r", "-o", "%i|%T|%M|%D|%N|%S", "-j", ",".join(ids)])
-    if done is None or done.returncode != 0:
+    said = slurm.ask(["squeue", "-h", "-r", "-o", "%i|%T|%M|%D|%N|%S", "-j", ",".join(ids)])
+    if said is None:
         # squeue refuses the whole list when one id is unknown: ask one by one.
         if len(ids) > 1:
             out: dict[str, JobInfo] = {}
@@ -102,7 +90,7 @@ def _squeue(ids: list[str]) -> dict[str, JobInfo]:
             return out
         return {}
     out = {}
-    for line in done.stdout.splitlines():
+    for line in said.splitlines():
         parts = line.split("|")
         if len(parts) == 6:
             jid, state, elapsed, nnodes, nodelist, start = parts
@@ -111,10 +99,10 @@ def _squeue(ids: list[str]) -> dict[str, JobInfo]:
 
 
 def _scontrol(jid: str) -> JobInfo | None:
-    done = _run(["scontrol", "show", "job", "-o", jid])
-    if done is None or done.returncode != 0 or "JobState=" not in done.stdout:
+    said = slurm.ask(["scontrol", "show", "job", "-o", jid])
+    if said is None or "JobState=" not in said:
         return None
-    kv = dict(re.findall(r"(\w+)=(\S*)", done.stdout))
+    kv = dict(re.findall(r"(\w+)=(\S*)", said))
     nodelist = kv.get("NodeList", "")
     return JobInfo(
         from_slurm(kv.get("JobState", "")), kv.get("RunTime", ""), kv.get("NumNodes", ""),
@@ -182,16 +170,16 @@ def _total_elapsed(values: list[str]) -> str:
             continue
         seconds = sum(p * 60**i for i, p in enumerate(reversed(parts)))
         total += seconds + int(days or 0) * 86400
-    days, rest = divmod(total, 86400)
-    clock = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
-    return f"{days}-{clock}" if days else clock
+    whole_days, rest = divmod(total, 86400)
+    shown = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{whole_days}-{shown}" if whole_days else shown
 
 
 def run_status(run_dir: Path) -> tuple[dict[str, Any], list[tuple[dict[str, Any], JobInfo]]]:
     """The manifest and, per job, its current info; the manifest's last-known states are refreshed."""
     manifest = record.load_manifest(run_dir)
     jobs = manifest["jobs"]
-    live = query([i for j in jobs for i in job_ids(j)]) if manifest["backend"] != "local" else {}
+    live = backends.get(manifest["backend"]).states([i for j in jobs for i in job_ids(j)])
     rows, updates = [], {}
     for job in jobs:
         info = live_info(run_dir, job, live) or from_files(run_dir, job)

@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+bash scripts/lint.sh        # ruff check, ruff format --check, mypy --strict jobgen (as pre-commit does)
 bash scripts/browser.sh     # Chromium, for the report's headless-browser test
 bash tests/cluster/up.sh --accounting
 trap 'bash tests/cluster/down.sh >/dev/null 2>&1 || true' EXIT

@@ -10,7 +10,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = REPO / "tests" / "golden"
-TEMPLATES = ("srun.sbatch.j2", "local.sh.j2", "setup.sh.j2")
+TEMPLATES = ("srun.sbatch.j2", "local.sh.j2", "setup.sh.j2", "array.sbatch.j2")
 SEPARATOR = "\n# ---------------------------------------------------------------- next job\n"
 
 
@@ -30,8 +30,26 @@ def render_all(experiment: Path, template: str) -> str:
 
     exp = load_experiment(experiment)
     run = RunInfo(run_id="RUNID", run_dir=Path("/RUNS") / exp.name / "RUNID", git_sha="GITSHA", version="VERSION")
-    text = SEPARATOR.join(render_job(job, run, template=template) for job in plan(exp))
+    jobs = plan(exp)
+    if template == "array.sbatch.j2":
+        text = _render_arrays(exp, jobs, run)
+    else:
+        text = SEPARATOR.join(render_job(job, run, template=template) for job in jobs)
     return text.replace(str(REPO), "<REPO>")
+
+
+def _render_arrays(exp, jobs, run) -> str:  # noqa: ANN001 - test helper
+    """The experiment's sweep as job array script(s), as `launch.array = true` submits it; a sweep an
+    array cannot hold gives the refusal instead."""
+    from jobgen.arrays import DEFAULT_MAX_ARRAY_SIZE, render_arrays
+    from jobgen.errors import PlanError
+
+    scripts = [f"jobs/{job.name}/job.sbatch" for job in jobs]
+    try:
+        arrays = render_arrays(jobs, scripts, run, exp.path, exp.launch.array_parallelism, DEFAULT_MAX_ARRAY_SIZE)
+    except PlanError as exc:
+        return f"# launch.array refused: {exc}\n"
+    return SEPARATOR.join(array["text"] for array in arrays)
 
 
 def main(argv: list[str]) -> int:

@@ -9,7 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from jobgen.collect import LAST_LINE, collect, collect_run, find_cause, read_best_val_acc, read_result
+from jobgen import logs
+from jobgen.collect import collect, collect_run, read_best_val_acc, read_result
+from jobgen.diagnose import LAST_LINE, find_cause
 from jobgen.states import State
 from tests.data.summary import synth
 from tests.data.summary.synth import FAULTS, FakeJob, log, write_run
@@ -128,19 +130,19 @@ def test_rank_labelled_exception_after_torchrun_wrapper(tmp_path: Path) -> None:
         "Traceback (most recent call last):\n"
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: train.py FAILED\n"
     )
-    cause = find_cause(tmp_path)
+    cause = find_cause(logs.files("sbatch", tmp_path), tmp_path)
     assert cause.kind == "exception" and cause.message == "ValueError: labels must be 0 or 1"
 
 
 def test_a_startup_timeout_setting_is_not_a_timeout(tmp_path: Path) -> None:
     (tmp_path / "slurm-1.out").write_text("NCCL INFO ProcessGroupNCCL initialized, TIMEOUT(ms): 600000\n")
-    assert find_cause(tmp_path).kind == LAST_LINE
+    assert find_cause(logs.files("sbatch", tmp_path), tmp_path).kind == LAST_LINE
 
 
 def test_only_the_log_tail_is_read(tmp_path: Path) -> None:
     # A cause far before the tail is history (e.g. an earlier attempt); the tail decides.
     (tmp_path / "slurm-1.out").write_text("CUDA out of memory\n" + "x" * 400_000 + "\nall good\n")
-    assert (find_cause(tmp_path).kind, find_cause(tmp_path).message) == (LAST_LINE, "all good")
+    assert (find_cause(logs.files("sbatch", tmp_path), tmp_path).kind, find_cause(logs.files("sbatch", tmp_path), tmp_path).message) == (LAST_LINE, "all good")
 
 
 def test_a_clean_one_line_error_is_shown_as_the_last_log_line(tmp_path: Path) -> None:

@@ -183,9 +183,12 @@ def test_unknown_format(tmp_path: Path) -> None:
 
 def test_every_fault_is_a_row_with_its_state_cause_and_hint(tmp_path: Path) -> None:
     jobs = [FakeJob(fid, **{k: v for k, v in vars(job).items() if k != "name"}) for fid, job, *_ in FAULTS]
-    run = write_run(tmp_path, "exp", [FakeJob("fine"), *jobs])
+    # A run has one backend: the local backend's fault goes in a run of its own.
+    local = [j for j in jobs if "local.out" in (j.logs or {})]
+    runs = [write_run(tmp_path, "exp", [FakeJob("fine"), *[j for j in jobs if j not in local]]),
+            write_run(tmp_path, "exp", local, run_id="20261129-200000-cd34")]
     for fmt in ("json", "csv"):
-        text = summarize([run], fmt=fmt)
+        text = summarize(runs, fmt=fmt)
         rows = json.loads(text)["rows"] if fmt == "json" else list(_rows(text).values())
         by_name = {r["config"]: r for r in rows}
         assert by_name["fine"]["state"] == "COMPLETED" and not by_name["fine"]["problem"]
@@ -194,7 +197,7 @@ def test_every_fault_is_a_row_with_its_state_cause_and_hint(tmp_path: Path) -> N
             assert row["state"] == state.value and problem in row["problem"], fid
             assert bool(row["hint"]) == (kind is not None), fid
             assert not row["train_s"] and not row["speedup"], fid
-    table = summarize([run], width=300)
+    table = summarize(runs, width=300)
     for fid, _, state, _, kind in FAULTS:
         line = next(ln for ln in table.splitlines() if ln.startswith(fid + " "))
         assert state.value in line

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from training import model as model_lib
 from training import synthetic
 from training.spec import DataSpec, Spec, SpecError, resolve_partition
 
@@ -197,11 +198,17 @@ def save_atomically(splits: DatasetDict, meta: dict[str, Any], final: Path) -> N
     os.replace(tmp, final)
 
 
+def train_texts(train: Any, data: DataSpec) -> list[str]:
+    """Every text of the training split (both sentences of a pair): what the tiny tokenizer learns."""
+    texts = list(train[data.text_field])
+    if data.text_pair_field:
+        texts += list(train[data.text_pair_field])
+    return texts
+
+
 def prepare(spec: Spec) -> Prepared:
     """Tokenized splits for this spec, from the cache when another rank or run made them already."""
     from datasets import load_from_disk
-
-    from training import model as model_lib
 
     key = data_fingerprint(spec.data, spec.train.seed)
     with file_lock(spec.cache_dir / "locks" / f"{key}.lock"):
@@ -212,7 +219,10 @@ def prepare(spec: Spec) -> Prepared:
                 raw.append(make_splits(load_raw(spec), spec.data, spec.train.seed))
             return raw[0]
 
-        source = model_lib.resolve_source(spec, key, lambda: splits())
+        def corpus() -> tuple[list[str], list[str]]:
+            return train_texts(splits()["train"], spec.data), label_names(splits(), spec.data.label_field)
+
+        source = model_lib.resolve_source(spec, key, corpus)
         tokenizer = model_lib.load_tokenizer(source)
         tok_key = _hash([key, tokenizer_fingerprint(tokenizer), spec.data.max_length])
         final = spec.cache_dir / "tokenized" / tok_key

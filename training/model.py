@@ -19,25 +19,16 @@ TINY = "builtin:tiny"
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
-def resolve_source(spec: Spec, data_key: str, get_splits: Callable[[], Any]) -> str:
-    """Path or hub name to load from; builds the tiny model (once per data fingerprint) if asked."""
+def resolve_source(spec: Spec, data_key: str, get_corpus: Callable[[], tuple[list[str], list[str]]]) -> str:
+    """Path or hub name to load from; builds the tiny model (once per data fingerprint) if asked, from
+    `get_corpus()`: the training texts and the label names (called only then: it may load the data)."""
     if spec.train.model != TINY:
         return spec.train.model
     target = spec.cache_dir / "tiny-model" / data_key
     if not target.exists():
-        from training.data import label_names
-
-        splits = get_splits()
-        build_tiny(_texts(splits["train"], spec), label_names(splits, spec.data.label_field),
-                   target, spec.train.seed)
+        texts, labels = get_corpus()
+        build_tiny(texts, labels, target, spec.train.seed)
     return str(target)
-
-
-def _texts(train: Any, spec: Spec) -> list[str]:
-    texts = list(train[spec.data.text_field])
-    if spec.data.text_pair_field:
-        texts += list(train[spec.data.text_pair_field])
-    return texts
 
 
 def build_tiny(texts: list[str], labels: list[str], target: Path, seed: int = 0) -> None:

@@ -18,8 +18,9 @@ from lightning.fabric.strategies import ModelParallelStrategy as FabricModelPara
 from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, ModelParallelStrategy
 from lightning.pytorch.strategies.ddp import DDPStrategy as _TrainerDDPBase
 
+from training.contract import STRATEGIES, is_deepspeed
 from training.model import transformer_blocks
-from training.spec import TrainSpec, is_fsdp
+from training.spec import SpecError, TrainSpec, is_fsdp
 
 
 def fsdp2_parallelize(model: Any, device_mesh: Any, offload: bool = False) -> Any:
@@ -126,7 +127,9 @@ def make_strategy(t: TrainSpec, accelerator: str, fabric: bool) -> Any:
                                        tensor_parallel_size=1, process_group_backend=backend)
         return ModelParallelStrategy(data_parallel_size=t.world_size, tensor_parallel_size=1,
                                      process_group_backend=backend)
-    return _deepspeed(t, accelerator, fabric)
+    if is_deepspeed(name):
+        return _deepspeed(t, accelerator, fabric)
+    raise SpecError(f"train.strategy: {name!r} is not one of {', '.join(STRATEGIES)}")
 
 
 def cluster_plugins(fabric: bool) -> list[Any]:

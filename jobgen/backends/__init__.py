@@ -1,46 +1,34 @@
-"""Backends start jobs. They share one small interface; the run directory is written before them.
+"""The schedulers jobs can be started with (`launch.backend`): one module per backend in this folder.
 
-Where jobs stand is not a backend's business: jobgen.track asks Slurm (or reads the run's files).
+A module's file name is the backend's name, and it defines SCHEDULER (a jobgen.backends._base.Scheduler).
+Modules whose names start with "_" are shared code. Names are found without importing the modules,
+so the CLI stays fast; a scheduler is imported when a run needs it.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
+import pkgutil
 from pathlib import Path
-from typing import Any, Protocol
 
+from jobgen.backends._base import Scheduler
 from jobgen.errors import BackendError
 
-
-class Backend(Protocol):
-    name: str
-
-    def submit_command(self, script: Path) -> list[str]:
-        """The exact command that submits (or runs) one job's script."""
-
-    def submit(self, run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
-        """Start one manifest job; returns the fields to record (job_id, state, ...)."""
-
-    def cancel(self, job_ids: list[str]) -> None:
-        """Cancel the jobs."""
-
-    def find(self, run_dir: Path, entries: list[dict[str, Any]], since: str) -> dict[str, list[str]]:
-        """Ids the scheduler already holds for these manifest entries (by name), submitted since `since`:
-        what an earlier submit whose reply was lost may have queued."""
+__all__ = ["Scheduler", "get", "names"]
 
 
-def get_backend(name: str) -> Backend:
-    if name == "sbatch":
-        from jobgen.backends.sbatch import SbatchBackend
+@functools.cache
+def names() -> tuple[str, ...]:
+    """Every backend's name, sorted."""
+    found = (m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]))
+    return tuple(sorted(n for n in found if not n.startswith("_")))
 
-        return SbatchBackend()
-    if name == "local":
-        from jobgen.backends.local import LocalBackend
 
-        return LocalBackend()
-    if name == "submitit":
-        try:
-            from jobgen.backends.submitit_backend import SubmititBackend
-        except ImportError as exc:
-            raise BackendError(f"the submitit backend needs submitit: pip install 'jobgen[submitit]' ({exc})") from None
-        return SubmititBackend()
-    raise BackendError(f"unknown backend {name!r}; use sbatch, submitit or local")
+@functools.cache
+def get(name: str) -> Scheduler:
+    if name not in names():
+        raise BackendError(f"unknown backend {name!r}; use {', '.join(names())}")
+    scheduler = importlib.import_module(f"jobgen.backends.{name}").SCHEDULER
+    assert isinstance(scheduler, Scheduler) and scheduler.name == name, name
+    return scheduler

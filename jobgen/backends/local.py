@@ -1,27 +1,35 @@
-"""Run jobs on this machine, one after another, with live output: no Slurm needed."""
+"""local: run the jobs on this machine, one after another, with live output: no Slurm needed."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from jobgen.backends._base import Scheduler
 from jobgen.record import now_iso
 from jobgen.states import State
+
+if TYPE_CHECKING:
+    from jobgen.config import Experiment
 
 LOG_NAME = "local.out"
 
 
-class LocalBackend:
+class Local(Scheduler):
     name = "local"
+    doc = "run the jobs on this machine, one after another"
+    template = "local.sh.j2"
+    script_name = "job.sh"
+    logs = {"out": (LOG_NAME,)}
+    runs_here = True
+
+    def python(self) -> str:
+        return sys.executable  # the jobs run with this very interpreter
 
     def submit_command(self, script: Path) -> list[str]:
         return ["bash", str(script)]
-
-    def find(self, run_dir: Path, entries: list[dict[str, Any]], since: str) -> dict[str, list[str]]:
-        """Local jobs have no ids to find: one that was started is recorded before it runs."""
-        return {}
 
     def submit(self, run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
         log_path = run_dir / job["dir"] / LOG_NAME
@@ -33,8 +41,15 @@ class LocalBackend:
         state = State.COMPLETED if code == 0 else State.FAILED
         return {"state": state.value, "submitted_at": started, "ended_at": now_iso(), "exit_code": code}
 
-    def cancel(self, job_ids: list[str]) -> None:
-        return None
+    def requeue_refusal(self, run_dir: Path) -> str | None:
+        return (f"{run_dir} ran with the local backend; requeue is for Slurm runs "
+                "(run the experiment again to repeat a local run)")  # fmt: skip
+
+    def shape_problems(self, exp: Experiment) -> list[str]:
+        if exp.slurm.nodes > 1:
+            return [f"launch.backend = 'local' runs on this machine but slurm.nodes = {exp.slurm.nodes}; "
+                    "use 1 node or sbatch"]  # fmt: skip
+        return []
 
 
 def _run_teed(command: list[str], log_path: Path) -> int:
@@ -54,3 +69,6 @@ def _run_teed(command: list[str], log_path: Path) -> int:
             proc.terminate()
             proc.wait()
             raise
+
+
+SCHEDULER = Local()

@@ -94,7 +94,7 @@ def test_failure_midway_then_resume_submits_only_the_rest(runner, tmp_path: Path
 
 
 def test_unparsable_output_is_an_error_with_the_raw_text():
-    from jobgen.backends.sbatch import parse_job_id
+    from jobgen.slurm import parse_job_id
 
     assert parse_job_id("123\n") == "123" and parse_job_id("77;c\n") == "77"
     with pytest.raises(SubmitError, match="Submitted batch job"):
@@ -145,7 +145,7 @@ def test_array_refuses_mixed_resources(runner, tmp_path: Path):
 
 
 def test_submitit_parameters_come_from_the_same_config(tmp_path: Path):
-    from jobgen.backends.submitit_backend import executor_parameters
+    from jobgen.backends.submitit import executor_parameters
 
     spec = {"experiment": "e", "job": "j", "slurm": {
         "nodes": 2, "ntasks_per_node": 4, "cpus_per_task": 8, "time": "1-00:30", "gpus_per_node": 4, "gpu_type": "",

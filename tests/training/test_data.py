@@ -166,7 +166,7 @@ def test_spec_rejects_unknown_keys_with_a_suggestion(tmp_path: Path) -> None:
     raw = spec_dict(tmp_path, tmp_path, train={"epocs": 3})
     with pytest.raises(SpecError, match=r"train\.epocs.*train\.epochs"):
         from_dict(raw)
-    with pytest.raises(SpecError, match="plain loop, on one device or DDP"):
+    with pytest.raises(SpecError, match=r"the plain loop \(engine .torch.\) runs on one device or DDP"):
         from_dict(spec_dict(tmp_path, tmp_path, train={"engine": "torch", "devices": 2, "strategy": "fsdp"}))
     json.dumps(spec_dict(tmp_path, tmp_path))  # the helper itself writes valid JSON
 

@@ -93,7 +93,10 @@ def result_json(job: FakeJob, experiment: str) -> dict[str, Any]:
 
 
 def write_run(root: Path, experiment: str, jobs: Iterable[FakeJob], run_id: str = "20261129-200000-ab12") -> Path:
-    """Write <root>/<experiment>/<run_id>/ with its manifest and every job's files; return the run dir."""
+    """Write <root>/<experiment>/<run_id>/ with its manifest and every job's files; return the run dir.
+    The run's backend is local when its jobs' logs are the local backend's (local.out), else sbatch."""
+    jobs = list(jobs)
+    local = any("local.out" in (job.logs or {}) for job in jobs)
     run_dir = root / experiment / run_id
     run_dir.mkdir(parents=True)
     entries = []
@@ -107,7 +110,7 @@ def write_run(root: Path, experiment: str, jobs: Iterable[FakeJob], run_id: str 
         "run_id": run_id,
         "experiment": experiment,
         "experiment_file": f"/abs/experiments/{experiment}.toml",
-        "backend": "sbatch",
+        "backend": "local" if local else "sbatch",
         "dry_run": False,
         "created": T0.isoformat(),
         "jobgen_version": "0.1.0",

@@ -10,19 +10,28 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jobgen.backends.sbatch import SbatchBackend
+from jobgen.backends._slurm import SlurmScheduler
 from jobgen.config import time_minutes
-from jobgen.errors import SubmitError
+from jobgen.errors import BackendError, SubmitError
 from jobgen.record import now_iso
 from jobgen.states import State
 
+if TYPE_CHECKING:
+    from jobgen.config import Experiment
 
-class SubmititBackend(SbatchBackend):
-    """Differs from the sbatch backend only in submission; cancelling is scancel all the same."""
+
+class Submitit(SlurmScheduler):
+    """submitit writes the sbatch script and the srun line; jobgen renders the setup file it sources.
+    Following, cancelling and requeueing are Slurm's, as for sbatch."""
 
     name = "submitit"
+    doc = "submitit writes and submits the batch script; jobgen's setup file gives it the environment"
+    template = "setup.sh.j2"
+    script_name = "setup.sh"
+    # submitit's own names: <job id>_<task>_log.out|err in its folder.
+    logs = {"out": ("submitit/*_log.out",), "err": ("submitit/*_log.err",)}
 
     def submit_command(self, script: Path) -> list[str]:
         """What submitit will run in every task (after sourcing `script`), for the record."""
@@ -31,8 +40,11 @@ class SubmititBackend(SbatchBackend):
                 "--spec", str(spec)]  # fmt: skip
 
     def submit(self, run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
-        import submitit
-        from submitit.helpers import CommandFunction
+        try:
+            import submitit
+            from submitit.helpers import CommandFunction
+        except ImportError as exc:
+            raise BackendError(f"the submitit backend needs submitit: pip install 'jobgen[submitit]' ({exc})") from None
 
         spec_path = run_dir / job["spec"]
         spec = json.loads(spec_path.read_text(encoding="utf-8"))
@@ -49,6 +61,18 @@ class SubmititBackend(SbatchBackend):
         return {"job_id": str(submitted.job_id), "state": State.SUBMITTED.value, "submitted_at": now_iso(),
                 "submitit_script": str(script.relative_to(run_dir)) if script.exists() else None}  # fmt: skip
 
+    def shape_problems(self, exp: Experiment) -> list[str]:
+        problems = super().shape_problems(exp)
+        if exp.slurm.requeue:
+            problems.append("slurm.requeue is jobgen's own signal handling in sbatch scripts; submitit has its own: "
+                            "use launch.backend = 'sbatch' for requeue")
+        if exp.launch.launcher != "srun":
+            problems.append(f"launch.launcher = {exp.launch.launcher!r} needs launch.backend 'sbatch' or 'local': "
+                            "submitit starts one task per GPU itself")
+        return problems
+
+
+SCHEDULER = Submitit()
 
 
 def executor_parameters(spec: dict[str, Any], setup_file: Path) -> dict[str, Any]:

@@ -1,0 +1,110 @@
+"""What a scheduler is: everything about starting and following jobs that differs from one to another.
+
+Each backend is one module in jobgen/backends/ (its file name is its `launch.backend` name) that
+defines `SCHEDULER`, an instance of a Scheduler subclass. Nothing outside this package compares
+backend names: it asks the run's scheduler (docs/backends.md).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from jobgen.errors import JobgenError
+
+if TYPE_CHECKING:
+    from jobgen.config import Experiment
+    from jobgen.track import JobInfo
+
+
+class Scheduler:
+    """The defaults are a scheduler that can do the least; subclasses say what they can do."""
+
+    name: ClassVar[str]
+    doc: ClassVar[str]  # one line for `jobgen schema` and --help
+    template: ClassVar[str]  # the Jinja template (jobgen/templates) a job's script is rendered from
+    script_name: ClassVar[str]  # the rendered script's file name in the job folder
+    # Log files by stream ('out', 'err'), as glob patterns relative to the job folder.
+    logs: ClassVar[dict[str, tuple[str, ...]]]
+    # Jobs run on this machine while `submit` waits: its interpreter, its output, a summary at the end.
+    runs_here: ClassVar[bool] = False
+    can_chain: ClassVar[bool] = False  # slurm.chain: segments that start when the one before ends
+    can_array: ClassVar[bool] = False  # launch.array: a sweep as one job array
+    can_test_only: ClassVar[bool] = False  # submit --test-only: ask the scheduler without queueing
+
+    # ---- rendering and submitting
+    def python(self) -> str:
+        """The interpreter the jobs run when env.python is empty."""
+        return "python"
+
+    def submit_command(self, script: Path) -> list[str]:
+        """The exact command that submits (or runs) one job's script, for the record."""
+        raise NotImplementedError
+
+    def submit(self, run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
+        """Start one manifest job; returns the fields to record (job_id, state, ...)."""
+        raise NotImplementedError
+
+    def submit_chain(self, run_dir: Path, job: dict[str, Any], segments: int) -> dict[str, Any]:
+        raise JobgenError(f"the {self.name} backend cannot chain jobs")
+
+    def submit_array_task(self, run_dir: Path, array: dict[str, Any], index: int, what: str) -> str:
+        """Submit one task of an array again (requeue of a task Slurm forgot); its new id."""
+        raise JobgenError(f"the {self.name} backend has no job arrays")
+
+    def test_only(self, script: Path) -> tuple[bool, str]:
+        """Whether the scheduler would accept a script, and its words; queues nothing."""
+        raise JobgenError(f"the {self.name} backend cannot check scripts without submitting them")
+
+    def find(self, run_dir: Path, entries: list[dict[str, Any]], since: str) -> dict[str, list[str]]:
+        """Ids the scheduler already holds for these manifest entries (by name), submitted since `since`:
+        what an earlier submit whose reply was lost may have queued."""
+        return {}
+
+    # ---- following and steering
+    def states(self, job_ids: list[str]) -> dict[str, JobInfo]:
+        """What the scheduler says about each job id it knows; the rest are judged by their files."""
+        return {}
+
+    def cancel(self, job_ids: list[str]) -> None:
+        return None
+
+    def requeue_refusal(self, run_dir: Path) -> str | None:
+        """Why `jobgen requeue` cannot work for this scheduler's runs (None: it can)."""
+        return (f"{run_dir} ran with the {self.name} backend, which cannot requeue "
+                "(submit the experiment again to repeat it)")  # fmt: skip
+
+    def requeue(self, job_id: str, what: str) -> None:
+        """Put an ended (or running) job back in the queue under the same id."""
+        raise JobgenError(f"the {self.name} backend cannot requeue")
+
+    def signal(self, job_id: str, signal: str, what: str) -> None:
+        """Send a signal to a running job's steps."""
+        raise JobgenError(f"the {self.name} backend cannot signal jobs")
+
+    # ---- files
+    def log_files(self, job_dir: Path, stream: str | None = None) -> list[Path]:
+        """The job's log files of one stream (None: every stream), oldest first."""
+        patterns = [p for s, ps in self.logs.items() if stream in (None, s) for p in ps]
+        found: set[Path] = set()
+        for pattern in patterns:
+            folder, _, name = pattern.rpartition("/")
+            base = job_dir / folder if folder else job_dir
+            try:
+                found.update(p for p in base.iterdir() if fnmatch.fnmatchcase(p.name, name) and p.is_file())
+            except OSError:
+                continue
+        return sorted(found, key=lambda p: (_mtime(p), p.name))
+
+    # ---- rules
+    def shape_problems(self, exp: Experiment) -> list[str]:
+        """Job shapes this scheduler cannot start, each with its fix."""
+        return []
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0

@@ -1,0 +1,88 @@
+"""The one way jobgen calls Slurm's command-line tools (sbatch, squeue, sacct, scontrol, scancel).
+
+Every call: an argument list (never a shell), a timeout after which the tool and everything it started
+are killed, a one-line error that names the tool when it is missing or does not answer, and the tool's
+own words when it refuses.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+
+from jobgen.errors import BackendError, SubmitError
+
+# How long sbatch & co. may take to answer; a busy controller can be slow (env: JOBGEN_SBATCH_TIMEOUT).
+SUBMIT_TIMEOUT_S = float(os.environ.get("JOBGEN_SBATCH_TIMEOUT") or 60)
+# Queries (squeue, sacct, scontrol show) have a fallback, so they give up sooner.
+QUERY_TIMEOUT_S = 30
+
+# What Slurm's clients print when the controller did not answer (as opposed to refusing).
+UNREACHABLE = ("Unable to contact slurm controller", "did not answer", "Socket timed out", "Connection refused",
+               "Transport endpoint", "Zero Bytes were transmitted")  # fmt: skip
+_JOB_ID = re.compile(r"(\d+)(?:;\S+)?")
+
+
+def call(command: list[str], *, timeout: float, what: str) -> subprocess.CompletedProcess[str]:
+    """Run a Slurm client and return what it did, whatever its exit code; a missing tool or no answer
+    is an error."""
+    if shutil.which(command[0]) is None:
+        raise BackendError(f"{command[0]} not found on PATH; run this on a Slurm login node (or use launch.backend = 'local')")
+    # In its own session, so that a tool that hangs is stopped with everything it started (a wrapper's
+    # children would otherwise keep its pipes open, and us waiting).
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                          text=True, start_new_session=True) as proc:  # fmt: skip
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise SubmitError(f"{what}: {command[0]} did not answer in {timeout:.0f} s; is slurmctld up?") from None
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def run(command: list[str], *, what: str, timeout: float | None = None) -> str:
+    """Run a Slurm client that must succeed; its output. Errors carry the tool's own words on one line."""
+    done = call(command, timeout=SUBMIT_TIMEOUT_S if timeout is None else timeout, what=what)
+    if done.returncode != 0:
+        raise SubmitError(f"{what}: {command[0]} failed: {words(done)}")
+    return done.stdout
+
+
+def ask(command: list[str], timeout: float = QUERY_TIMEOUT_S) -> str | None:
+    """A query's output, or None when the tool is missing, fails or does not answer (callers fall back)."""
+    try:
+        done = call(command, timeout=timeout, what="asking")
+    except (SubmitError, BackendError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def submit(command: list[str], what: str) -> str:
+    """Run an sbatch command; the job id. A SubmitError says whether the job may be queued all the same."""
+    done = call(command, timeout=SUBMIT_TIMEOUT_S, what=what)
+    if done.returncode != 0:
+        said = words(done)
+        raise SubmitError(f"{what}: {command[0]} failed: {said}", maybe_queued=unreachable(said))
+    return parse_job_id(done.stdout)
+
+
+def unreachable(message: str) -> bool:
+    """The tool's words say the controller did not answer (the request may or may not have happened)."""
+    return any(sign in message for sign in UNREACHABLE)
+
+
+def parse_job_id(output: str) -> str:
+    """sbatch --parsable prints "<id>" or "<id>;<cluster>"; anything else is an error we show whole."""
+    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
+    match = _JOB_ID.fullmatch(lines[-1]) if lines else None
+    if not match:
+        raise SubmitError(f"sbatch printed no job id: {output.strip()!r}")
+    return match.group(1)
+
+
+def words(done: subprocess.CompletedProcess[str]) -> str:
+    return " ".join((done.stderr or done.stdout).split()) or f"exit code {done.returncode}"

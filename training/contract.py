@@ -1,0 +1,224 @@
+"""The training entrypoint's input contract: every `train` and `data` key of spec.json.
+
+One description of each key (type, default, one-line doc, allowed values, checks) and the rules
+between keys (which engine runs which strategy on how many ranks). The training code reads its spec
+through these classes; jobgen builds its [train] and [data] sections, `jobgen schema` and its
+validation from the same ones. Standard library only: the CLI imports it on a login node.
+
+A key added here exists on both sides at once; tests/test_contract.py fails if anything reads a key
+this module does not describe.
+"""
+
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+ENGINES = ("torch", "lightning", "fabric", "hf_trainer")
+FSDP_STRATEGIES = ("fsdp", "fsdp_offload")
+DEEPSPEED_STRATEGIES = (
+    "deepspeed_stage_2",
+    "deepspeed_stage_2_offload",
+    "deepspeed_stage_3",
+    "deepspeed_stage_3_offload",
+)
+STRATEGIES = ("auto", "ddp", *FSDP_STRATEGIES, *DEEPSPEED_STRATEGIES)
+# Strategies that split the model over ranks and so need more than one (offloading ones also run on one).
+SHARDING_STRATEGIES = ("fsdp", "fsdp_offload", "deepspeed_stage_2", "deepspeed_stage_3")
+# The plain loop runs on one device or DDP.
+PLAIN_LOOP_STRATEGIES = ("auto", "ddp")
+PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "bf16-true")
+ACCELERATORS = ("auto", "gpu", "cpu")
+PADDINGS = ("dynamic", "max_length")
+DATA_FORMATS = ("auto", "csv", "json", "parquet")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
+WANDB_MODES = ("offline", "online", "disabled")
+SPLITS = ("train", "validation", "test")
+
+
+def opt(default: Any, doc: str, *, choices: tuple[str, ...] = (), min: float | None = None, kind: str = "") -> Any:
+    """A field with its doc and checks. `kind` names a format check: one of KIND_CHECKS here, or one
+    jobgen.config adds for its own sections (time, mem, ...)."""
+    meta = {"doc": doc, "choices": choices, "min": min, "kind": kind}
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def is_fsdp(strategy: str) -> bool:
+    return strategy in FSDP_STRATEGIES
+
+
+def is_deepspeed(strategy: str) -> bool:
+    return strategy in DEEPSPEED_STRATEGIES
+
+
+@dataclass(frozen=True)
+class Train:
+    engine: str = opt("lightning", "Training engine: plain PyTorch loop, Lightning Trainer, Fabric or transformers.Trainer.", choices=ENGINES)
+    strategy: str = opt("auto", "Distribution strategy.", choices=STRATEGIES)
+    precision: str = opt("32-true", "Numeric precision.", choices=PRECISIONS)
+    compile: bool = opt(False, "torch.compile the model (warm-up steps run before the timer).")
+    compile_mode: str = opt("default", "torch.compile mode.", choices=COMPILE_MODES)
+    warmup_compile_steps: int = opt(3, "Untimed steps that trigger compilation before timing starts.", min=0)
+    accelerator: str = opt("auto", "auto|gpu|cpu; cpu runs a GPU-shaped job on CPU with gloo (tests).", choices=ACCELERATORS)
+    num_nodes: int = opt(0, "Nodes the engine uses; 0 = slurm.nodes (must equal it).", min=0)
+    devices: int = opt(0, "Devices (ranks) per node; 0 = slurm.gpus_per_node, or 1.", min=0)
+    model: str = opt("distilbert-base-uncased", "Hugging Face model name, local path, or builtin:tiny.")
+    epochs: int = opt(3, "Training epochs.", min=1)
+    batch_size: int = opt(16, "Per-device training batch size.", min=1)
+    eval_batch_size: int = opt(64, "Per-device evaluation batch size.", min=1)
+    grad_accum: int = opt(1, "Gradient accumulation steps.", min=1)
+    lr: float = opt(5e-5, "AdamW learning rate.", min=0)
+    weight_decay: float = opt(0.01, "AdamW weight decay.", min=0)
+    warmup_steps: int = opt(0, "Linear warm-up steps of the learning rate.", min=0)
+    warmup_ratio: float = opt(0.0, "Warm-up as a fraction of all steps (used when warmup_steps = 0).", min=0)
+    seed: int = opt(42, "Random seed (data partition, init, shuffling).", min=0)
+    deterministic: bool = opt(False, "Deterministic algorithms (slower).")
+    num_workers: int = opt(2, "DataLoader worker processes per rank.", min=0)
+    log_every_n_steps: int = opt(50, "Write a metrics row every N optimizer steps.", min=1)
+    max_steps: int = opt(0, "Stop after N optimizer steps; 0 = no limit.", min=0)
+    loggers: list[str] = opt(["csv"], "Where metrics go: csv (metrics.csv, always written), tensorboard, wandb, mlflow.",
+                             kind="loggers")
+    wandb_mode: str = opt("offline", "W&B on the nodes: offline (upload later with `jobgen sync`), online, disabled.",
+                          choices=WANDB_MODES)
+    mlflow_uri: str = opt("", "MLflow tracking URI; empty = $MLFLOW_TRACKING_URI on the node, else RUN/mlruns (a file store).")
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.devices
+
+
+@dataclass(frozen=True)
+class Data:
+    dataset: str = opt("", "Hub dataset (imdb, glue), builtin:synthetic, or empty to use `files`.")
+    config: str = opt("", "Hub dataset configuration, e.g. mrpc.")
+    files: dict[str, str] = opt({}, "Local files by split: {train = 'a.csv', test = 'b.csv'} (relative to this file).", kind="files")
+    format: str = opt("auto", "Format of local files (auto = from the extension).", choices=DATA_FORMATS)
+    encoding: str = opt("utf-8", "Text encoding of local files (e.g. latin-1).", kind="encoding")
+    text_field: str = opt("text", "Column with the text (first sentence of a pair).")
+    text_pair_field: str = opt("", "Column with the second sentence, for sentence-pair tasks.")
+    label_field: str = opt("label", "Column with the label (ints, or strings mapped to ids).")
+    train_split: str = opt("train", "Source split used for training.")
+    validation_split: str = opt("", "Source split for validation; empty = carve val_fraction of train.")
+    test_split: str = opt("test", "Source split used for the final test.")
+    partition: list[int | float] = opt([], "[train, val, test] sizes (or fractions) cut from all splits pooled.", kind="partition")
+    val_fraction: float = opt(0.1, "Share of train kept for validation when there is no validation split.", min=0)
+    max_samples: int = opt(0, "Cap every split at N samples (quick runs); 0 = all.", min=0)
+    max_length: int = opt(512, "Truncate sequences to this many tokens.", min=8)
+    padding: str = opt("dynamic", "dynamic = pad each batch to its longest; max_length = pad all to max_length.", choices=PADDINGS)
+    group_by_length: bool = opt(False, "Batch samples of similar length together (less padding).")
+
+
+SECTIONS: dict[str, type] = {"train": Train, "data": Data}
+
+
+def suggest(word: str, options: Any, prefix: str = "") -> str:
+    match = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return f" (did you mean '{prefix}{match[0]}'?)" if match else ""
+
+
+def show(value: Any, width: int = 60) -> str:
+    """A value for a message: its repr, cut short (a value may be a 5,000-character string)."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _check_loggers(v: list[str]) -> str | None:
+    bad = [name for name in v if name not in LOGGERS]
+    if bad:
+        return f"{show(bad[0])} is not one of {', '.join(LOGGERS)}{suggest(str(bad[0]), LOGGERS)}"
+    return f"{v!r} names a logger twice" if len(set(v)) != len(v) else None
+
+
+def _check_encoding(v: str) -> str | None:
+    try:
+        codecs.lookup(v)
+    except LookupError:
+        return f"{show(v)} is not a text encoding Python knows (e.g. utf-8, latin-1)"
+    return None
+
+
+def _check_partition(v: list[float]) -> str | None:
+    if v and (len(v) != 3 or any(isinstance(x, bool) or x <= 0 for x in v)):
+        return "give three positive sizes [train, val, test] (counts, or fractions that sum to at most 1)"
+    counts = all(float(x).is_integer() and x >= 1 for x in v)
+    if v and not counts and not all(x < 1 for x in v):
+        return "give three counts (e.g. [35000, 5000, 10000]) or three fractions (e.g. [0.8, 0.1, 0.1]), not a mix"
+    if v and not counts and sum(v) > 1.0 + 1e-9:
+        return f"fractions sum to {sum(v):.3f}; they must sum to at most 1"
+    return None
+
+
+def _check_files(v: dict[str, str]) -> str | None:
+    for role in v:
+        if role not in SPLITS:
+            return f"{show(role)} is not a split; use {', '.join(SPLITS)}{suggest(role, SPLITS)}"
+    return None
+
+
+KIND_CHECKS: dict[str, Callable[[Any], str | None]] = {"loggers": _check_loggers, "encoding": _check_encoding, "partition": _check_partition,
+               "files": _check_files}  # fmt: skip
+
+
+def value_problem(value: Any, meta: Any, kinds: dict[str, Callable[[Any], str | None]] | None = None) -> str | None:
+    """What is wrong with one (well-typed) value by its field's checks; None when nothing is.
+    `kinds` adds format checks for kinds this module does not own."""
+    choices = meta["choices"]
+    if choices and value not in choices:
+        return f"{show(value)} is not one of {', '.join(choices)}{suggest(str(value), choices)}"
+    minimum = meta["min"]
+    if minimum is not None and value < minimum:
+        what = "positive" if minimum == 1 else f"at least {minimum}" if minimum else "zero or more"
+        return f"must be {what}, got {value!r}"
+    kind = meta["kind"]
+    if kind:
+        check: Callable[[Any], str | None] = KIND_CHECKS.get(kind) or (kinds or {})[kind]
+        return check(value)
+    return None
+
+
+def section_problems(section: str, values: Any) -> list[tuple[str, str]]:
+    """(dotted key, problem) for every value of a Train or Data object its checks refuse."""
+    out = []
+    for f in dataclasses.fields(values):
+        problem = value_problem(getattr(values, f.name), f.metadata)
+        if problem:
+            out.append((f"{section}.{f.name}", problem))
+    return out
+
+
+def shape_problems(t: Train) -> list[tuple[str, str]]:
+    """(dotted key, problem) for engine/strategy/world-size combinations no engine can run. `t` has
+    num_nodes and devices resolved (>= 1)."""
+    out = []
+    if t.engine == "torch" and t.strategy not in PLAIN_LOOP_STRATEGIES:
+        out.append(("train.strategy", f"{t.strategy!r} needs engine 'lightning', 'fabric' or 'hf_trainer'; the "
+                                      "plain loop (engine 'torch') runs on one device or DDP ('auto' or 'ddp')"))
+    if t.world_size == 1 and t.strategy in SHARDING_STRATEGIES:
+        out.append(("train.strategy", f"{t.strategy!r} shards across devices but the job has one; use 'auto', "
+                                      "more devices, or a *_offload DeepSpeed stage"))
+    if t.engine == "fabric" and is_deepspeed(t.strategy) and t.grad_accum > 1:
+        out.append(("train.grad_accum", f"{t.grad_accum} with engine 'fabric' and DeepSpeed is not supported; use "
+                                        "engine 'lightning' or grad_accum = 1"))
+    if t.engine == "hf_trainer" and is_fsdp(t.strategy) and t.accelerator == "cpu":
+        out.append(("train.strategy", f"{t.strategy!r} with engine 'hf_trainer' needs GPUs (accelerate runs FSDP only "
+                                      "on GPUs and silently falls back to DDP on CPU); use accelerator 'auto' on GPU "
+                                      "nodes, or engine 'lightning'/'fabric'"))
+    return out
+
+
+def resolve_partition(sizes: list[int | float] | tuple[int | float, ...], rows: int) -> tuple[int, int, int]:
+    """Counts from data.partition: counts as given; fractions of `rows` rounded down, and when the
+    fractions add up to 1, train takes the rows that rounding left over (no row is dropped)."""
+    if all(isinstance(n, int) or float(n).is_integer() and n >= 1 for n in sizes):
+        train, val, test = (int(n) for n in sizes)
+        return train, val, test
+    val, test = (int(f * rows) for f in sizes[1:])
+    train = rows - val - test if abs(sum(sizes) - 1) <= 1e-9 else int(sizes[0] * rows)
+    return train, val, test
