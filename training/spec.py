@@ -25,12 +25,6 @@ LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
 WANDB_MODES = ("offline", "online", "disabled")
 
 
-# accelerate builds FSDP only for GPU-like devices: on CPU the Trainer would silently run DDP instead.
-HF_FSDP_CPU = ("train.engine='hf_trainer' with FSDP needs GPUs (accelerate runs FSDP only on GPUs and silently "
-               "falls back to DDP on CPU); use accelerator='auto' on GPU nodes, or engine='lightning'/'fabric' for "
-               "FSDP on CPU")
-
-
 def is_fsdp(strategy: str) -> bool:
     return strategy in ("fsdp", "fsdp_offload")
 
@@ -156,8 +150,6 @@ def validate(spec: Spec) -> None:
     if t.engine == "torch" and t.strategy not in ("auto", "ddp"):
         raise SpecError("train.engine='torch' is the plain loop, on one device or DDP: use strategy 'auto' or "
                         "'ddp', or engine 'lightning'/'fabric'/'hf_trainer' for sharded strategies")
-    if t.engine == "hf_trainer" and is_fsdp(t.strategy) and t.accelerator == "cpu":
-        raise SpecError(HF_FSDP_CPU)
     if d.partition:
         _check_partition(d.partition)
     if t.epochs < 1 or t.batch_size < 1 or t.grad_accum < 1:
