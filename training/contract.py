@@ -206,10 +206,6 @@ def shape_problems(t: Train) -> list[tuple[str, str]]:
     if t.engine == "fabric" and is_deepspeed(t.strategy) and t.grad_accum > 1:
         out.append(("train.grad_accum", f"{t.grad_accum} with engine 'fabric' and DeepSpeed is not supported; use "
                                         "engine 'lightning' or grad_accum = 1"))
-    if t.engine == "hf_trainer" and is_fsdp(t.strategy) and t.accelerator == "cpu":
-        out.append(("train.strategy", f"{t.strategy!r} with engine 'hf_trainer' needs GPUs (accelerate runs FSDP only "
-                                      "on GPUs and silently falls back to DDP on CPU); use accelerator 'auto' on GPU "
-                                      "nodes, or engine 'lightning'/'fabric'"))
     return out
 
 

@@ -1,8 +1,8 @@
 """Strategy, precision and cluster objects for Lightning's Trainer and Fabric.
 
 Two things here are not stock Lightning:
-- FSDP means FSDP2 (`fully_shard` per transformer block, then the whole model) through
-  ModelParallelStrategy, because FSDP1 refuses CPUs and FSDP2 runs the same code on CPU and GPU.
+- FSDP means FSDP2 (`fully_shard` per transformer block, then the whole model, training/sharding.py)
+  through ModelParallelStrategy, because FSDP1 refuses CPUs and FSDP2 runs the same code on CPU and GPU.
 - DeepSpeed on CPU: Lightning refuses it outright, but DeepSpeed itself runs ZeRO-2/3 with gloo. The
   Cpu* subclasses below skip only the CUDA checks, so the tests exercise the real DeepSpeed path.
 """
@@ -19,26 +19,8 @@ from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, ModelPa
 from lightning.pytorch.strategies.ddp import DDPStrategy as _TrainerDDPBase
 
 from training.contract import STRATEGIES, is_deepspeed
-from training.model import transformer_blocks
+from training.sharding import fsdp2_parallelize
 from training.spec import SpecError, TrainSpec, is_fsdp
-
-
-def fsdp2_parallelize(model: Any, device_mesh: Any, offload: bool = False) -> Any:
-    """FSDP2: shard each transformer block, then the rest of the model (embeddings, head). With
-    `offload`, sharded parameters, gradients and optimizer state live in host memory between uses."""
-    import torch
-    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
-
-    mesh = device_mesh["data_parallel"]
-    # Pinned host memory speeds up the copies to a GPU; without an accelerator it cannot be had.
-    policy = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if offload else OffloadPolicy()
-    blocks = transformer_blocks(model)
-    for block in blocks:
-        fully_shard(block, mesh=mesh, offload_policy=policy)
-    fully_shard(model, mesh=mesh, offload_policy=policy)
-    where = "cpu" if isinstance(policy, CPUOffloadPolicy) else "none"
-    print(f"training: FSDP2 sharded {len(blocks)} blocks + root over {mesh.size()} ranks, offload={where}", flush=True)
-    return model
 
 
 def describe(strategy: Any) -> str:

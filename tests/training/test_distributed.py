@@ -43,6 +43,7 @@ def _check(result: dict, engine: str, strategy: str) -> None:
     ("lightning", "deepspeed_stage_2_offload", "32-true"),
     ("fabric", "deepspeed_stage_3_offload", "32-true"),
     ("hf_trainer", "ddp", "bf16-mixed"),
+    ("hf_trainer", "fsdp_offload", "32-true"),
     ("torch", "ddp", "32-true"),
     ("hf_trainer", "deepspeed_stage_2", "32-true"),
     ("hf_trainer", "deepspeed_stage_3_offload", "32-true"),

@@ -1,8 +1,8 @@
-"""The transformers.Trainer engine: sentence pairs with F1, the best validation epoch tested, FSDP on
-CPU refused; and the relay that passes the requeue signal through a launcher to the ranks.
+"""The transformers.Trainer engine: sentence pairs with F1, the best validation epoch tested; and the
+relay that passes the requeue signal through a launcher to the ranks.
 
 (Learning, precision, dropout and reporting are checked with the other engines in test_engines.py;
-2 ranks in test_distributed.py; requeue in test_resume.py.)
+2 ranks in test_distributed.py; FSDP on CPU in test_hf_trainer_fsdp.py; requeue in test_resume.py.)
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 from tests.training.conftest import REPO, spec_dict, subprocess_env
 from training import synthetic
-from training.spec import SpecError, from_dict
+from training.spec import from_dict
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.training, pytest.mark.timeout(240)]
 
@@ -83,12 +83,6 @@ def test_the_best_validation_epoch_is_the_one_tested(tmp_path: Path, cache_dir: 
     assert result["val_acc_per_epoch"] == [0.9, 0.99, 0.95] and result["tested_epoch"] == 1
     assert len(seen) == 3 and len(tested) == 1
     assert tested[0] == pytest.approx(seen[1], rel=1e-9) and tested[0] != pytest.approx(seen[2], rel=1e-9)
-
-
-def test_fsdp_on_cpu_is_refused_with_the_reason(tmp_path: Path, cache_dir: Path) -> None:
-    raw = spec_dict(tmp_path, cache_dir, train={"engine": "hf_trainer", "strategy": "fsdp", "devices": 2})
-    with pytest.raises(SpecError, match="needs GPUs.*falls back to DDP"):
-        from_dict(raw)
 
 
 LAUNCHER = """

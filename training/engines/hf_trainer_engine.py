@@ -1,8 +1,11 @@
 """transformers.Trainer built from the same spec, doing the same work as the other engines.
 
 What stays the Trainer's own: TrainingArguments (AdamW, the linear schedule with warm-up, fp16/bf16,
-DDP, FSDP and DeepSpeed through accelerate), evaluation and checkpoints each epoch, the best
+DDP, FSDP on GPUs and DeepSpeed through accelerate), evaluation and checkpoints each epoch, the best
 validation checkpoint kept (`load_best_model_at_end`) and `resume_from_checkpoint`.
+FSDP on CPU is ours: accelerate builds FSDP only for GPUs (on CPU it silently runs DDP), so there the
+engine shards the model itself with the FSDP2 every engine uses (training/sharding.py), hands it to the
+Trainer already prepared, and checkpoints it with torch.distributed.checkpoint (`JobTrainer.shard`).
 What comes from training/ so that the rows of `jobgen summary` compare like with like: the prepared
 splits, jobgen's batch samplers (`get_*_dataloader` return `make_loader` loaders for this rank), the
 scores (`Scores`, padding rows of evaluation left out), the timing window (training/timing.py, opened
@@ -34,6 +37,13 @@ from training.spec import Spec, is_fsdp
 from training.timing import TrainClock
 
 STATE_FILE = "jobgen-state.json"  # our counters, written last into each Trainer checkpoint: marks it complete
+# Where a checkpoint of our CPU FSDP2 keeps its shards (torch.distributed.checkpoint folders).
+SHARDED_MODEL, SHARDED_OPTIMIZER = "fsdp2-model", "fsdp2-optimizer"
+
+
+def shards_itself(spec: Spec, accelerator: str) -> bool:
+    """FSDP on CPU with several ranks: the engine applies FSDP2 itself, accelerate would run DDP."""
+    return is_fsdp(spec.train.strategy) and accelerator == "cpu" and spec.train.world_size > 1
 
 
 def deepspeed_config(spec: Spec) -> Path:
@@ -63,7 +73,7 @@ def training_arguments(spec: Spec, stats: Stats, steps_per_epoch: int, model: An
     cpu = stats.accelerator == "cpu"
     total = total_steps(steps_per_epoch, t)
     extra: dict[str, Any] = {}
-    if is_fsdp(t.strategy):
+    if is_fsdp(t.strategy) and not cpu:
         extra["fsdp"] = "full_shard auto_wrap" + (" offload" if t.strategy == "fsdp_offload" else "")
         extra["fsdp_config"] = {"fsdp_version": 2, "reshard_after_forward": True,
                                 "state_dict_type": "SHARDED_STATE_DICT",  # full state dicts of DTensors fail to save
@@ -105,6 +115,81 @@ def _trainer_class() -> type:
             self.clock, self.batches = TrainClock(stats, spec), batches  # batches: this rank's per epoch
             self.first_of_epoch = True
             self.window: list[dict[str, Any]] = []
+            self.sharded = False
+
+        def shard(self, offload: bool) -> None:
+            """FSDP2 over this job's ranks, on CPU. The sharded model is prepared the way the Trainer
+            prepares a model transformers sharded at load time: accelerate adds autocast (the spec's
+            precision) and marks it prepared, so its later `prepare(model, optimizer)` wraps no DDP
+            around it; the optimizer, created after this, holds the shards."""
+            from training.sharding import data_parallel_mesh, fsdp2_parallelize
+
+            fsdp2_parallelize(self.model, data_parallel_mesh("cpu", self.args.world_size), offload)
+            self.model = self.model_wrapped = self.accelerator.prepare_model(
+                self.model, device_placement=False, evaluation_mode=True)
+            self.sharded = True
+
+        # Checkpoints of the sharded model: each rank writes and reads its own shards of the weights and
+        # of the optimizer state (the Trainer's own code would save rank 0's shard as the whole).
+
+        def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+            if not self.sharded:
+                return super().save_model(output_dir, _internal_call)
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+            folder = Path(output_dir or self.args.output_dir)
+            dcp.save({"model": get_model_state_dict(self.model)}, checkpoint_id=folder / SHARDED_MODEL)
+            if self.args.should_save:
+                self.model.config.save_pretrained(folder)
+                self.processing_class.save_pretrained(folder)
+
+        def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+            if not self.sharded:
+                return super()._save_optimizer_and_scheduler(output_dir)
+            import torch
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+            state = get_optimizer_state_dict(self.model, self._torch_optimizer())
+            dcp.save({"optimizer": state}, checkpoint_id=Path(output_dir) / SHARDED_OPTIMIZER)
+            if self.args.should_save:
+                torch.save(self.lr_scheduler.state_dict(), Path(output_dir) / "scheduler.pt")
+
+        def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+            if not self.sharded:
+                return super()._load_from_checkpoint(resume_from_checkpoint, model)
+            self._load_sharded_model(Path(resume_from_checkpoint))
+
+        def _load_best_model(self) -> None:
+            if not self.sharded:
+                return super()._load_best_model()
+            self._load_sharded_model(Path(self.state.best_model_checkpoint))
+
+        def _load_sharded_model(self, folder: Path) -> None:
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+            state = {"model": get_model_state_dict(self.model)}
+            dcp.load(state, checkpoint_id=folder / SHARDED_MODEL)
+            set_model_state_dict(self.model, state["model"])
+
+        def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+            if not self.sharded or checkpoint is None:
+                return super()._load_optimizer_and_scheduler(checkpoint)
+            import torch
+            import torch.distributed.checkpoint as dcp
+            from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+            optimizer = self._torch_optimizer()
+            # The state to load into must exist first: this initializes it (shaped as this rank's shards).
+            state = {"optimizer": get_optimizer_state_dict(self.model, optimizer)}
+            dcp.load(state, checkpoint_id=Path(checkpoint) / SHARDED_OPTIMIZER)
+            set_optimizer_state_dict(self.model, optimizer, state["optimizer"])
+            self.lr_scheduler.load_state_dict(torch.load(Path(checkpoint) / "scheduler.pt", weights_only=True))
+
+        def _torch_optimizer(self) -> Any:
+            return getattr(self.optimizer, "optimizer", self.optimizer)  # inside accelerate's wrapper
 
         def _loader(self, split: str) -> Any:
             loader = make_loader(self.prepared.splits[split], self.spec, self.prepared.tokenizer, split == "train",
@@ -133,6 +218,13 @@ def _trainer_class() -> type:
                 self.first_of_epoch = False
             self.window = batches
             return batches, items
+
+        def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> Any:
+            if self.sharded:
+                # accelerate's no_sync knows no FSDP2 module: under gradient accumulation, reduce-scatter
+                # the gradients once, with the window's last micro-batch (the one that steps).
+                model.set_requires_gradient_sync(self.accelerator.sync_gradients)
+            return super().training_step(model, inputs, num_items_in_batch)
 
         def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
                          num_items_in_batch: Any = None) -> Any:
@@ -296,6 +388,8 @@ def _fit_and_test(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue
     trainer = _trainer_class()(model=model, args=args, processing_class=prepared.tokenizer,
                                train_dataset=prepared.splits["train"], eval_dataset=prepared.splits["validation"])
     trainer.setup_job(spec, prepared, stats, steps_per_epoch)
+    if shards_itself(spec, stats.accelerator):
+        trainer.shard(offload=t.strategy == "fsdp_offload")
     book = _bookkeeping_class()(trainer, watcher)
     trainer.add_callback(book)
     common.record_sizes(stats, prepared)
@@ -333,6 +427,8 @@ def _describe(trainer: Any) -> str:
         zero = trainer.accelerator.state.deepspeed_plugin.deepspeed_config.get("zero_optimization", {})
         where = {part: zero.get(f"offload_{part}", {}).get("device", "none") for part in ("optimizer", "param")}
         return f"DeepSpeed ZeRO stage {zero.get('stage')}, offload optimizer={where['optimizer']} param={where['param']}"
+    if trainer.sharded:
+        return "FSDP2 (fully_shard by jobgen: accelerate has no FSDP on CPU)"
     if trainer.is_fsdp_enabled:
         return f"FSDP{getattr(trainer.accelerator.state.fsdp_plugin, 'fsdp_version', 1)} {trainer.args.fsdp}"
     return "DDP" if trainer.args.world_size > 1 else "single process"

@@ -21,8 +21,9 @@ from training.loaders import make_loader, model_inputs
 from training.metrics import Scores
 from training.optim import build_optimizer, build_scheduler, warmup_steps
 from training.results import MetricsLog, Stats
+from training.sharding import fsdp2_parallelize
 from training.spec import Spec, is_fsdp
-from training.strategies import cluster_plugins, fsdp2_parallelize, make_strategy
+from training.strategies import cluster_plugins, make_strategy
 from training.timing import TrainClock
 
 
