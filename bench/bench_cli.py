@@ -84,8 +84,10 @@ def main() -> None:
         with tempfile.TemporaryDirectory(dir=where) as tmp:
             elapsed, scripts = dry_run_1000(Path(tmp))
             raw = raw_files(Path(tmp), scripts)
-        print(f"dry-run 1,000 jobs on {label}: {elapsed:6.2f} s = {scripts / elapsed:,.0f} scripts/s "
-              f"(target <= 2 s); writing the same files bare: {raw:5.2f} s (jobgen / bare = {elapsed / raw:4.1f}x)")
+        print(
+            f"dry-run 1,000 jobs on {label}: {elapsed:6.2f} s = {scripts / elapsed:,.0f} scripts/s "
+            f"(target <= 2 s); writing the same files bare: {raw:5.2f} s (jobgen / bare = {elapsed / raw:4.1f}x)"
+        )
 
 
 if __name__ == "__main__":

@@ -48,10 +48,24 @@ def _minilm() -> str:
 
 def _run(root: Path, name: str, train: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
     job = root / name
-    base = {"model": "builtin:tiny", "epochs": 1, "batch_size": 16, "eval_batch_size": 64, "lr": 5e-5,
-            "num_workers": 0, "accelerator": "cpu", "log_every_n_steps": 1000}
-    spec = from_dict({"job_dir": str(job), "cache_dir": str(root / "cache"), "train": {**base, **train},
-                      "data": {"dataset": "builtin:synthetic", **data}})
+    base = {
+        "model": "builtin:tiny",
+        "epochs": 1,
+        "batch_size": 16,
+        "eval_batch_size": 64,
+        "lr": 5e-5,
+        "num_workers": 0,
+        "accelerator": "cpu",
+        "log_every_n_steps": 1000,
+    }
+    spec = from_dict(
+        {
+            "job_dir": str(job),
+            "cache_dir": str(root / "cache"),
+            "train": {**base, **train},
+            "data": {"dataset": "builtin:synthetic", **data},
+        }
+    )
     quiet = io.StringIO()
     with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
         run(spec)
@@ -79,12 +93,14 @@ def bench_engines(root: Path, steps: int, repeats: int) -> dict[str, float]:
 def bench_padding(root: Path, steps: int) -> dict[str, dict[str, Any]]:
     data = {"config": "imdb", "partition": [16 * steps + 9, 33, 31], "max_length": 512}
     out = {}
-    for name, extra in (("pad to longest", {"padding": "max_length"}),
-                        ("dynamic+grouped", {"padding": "dynamic", "group_by_length": True})):
-        result = _run(root, name.replace(" ", "-").replace("+", "-"), {"engine": "torch", "max_steps": steps},
-                      {**data, **extra})
-        out[name] = {"samples_per_s": result["throughput"]["samples_per_s"],
-                     "padded": result["padded_token_fraction"]}
+    for name, extra in (
+        ("pad to longest", {"padding": "max_length"}),
+        ("dynamic+grouped", {"padding": "dynamic", "group_by_length": True}),
+    ):
+        result = _run(
+            root, name.replace(" ", "-").replace("+", "-"), {"engine": "torch", "max_steps": steps}, {**data, **extra}
+        )
+        out[name] = {"samples_per_s": result["throughput"]["samples_per_s"], "padded": result["padded_token_fraction"]}
     return out
 
 
@@ -133,8 +149,10 @@ def _engine_summary(rates: dict[str, float]) -> None:
     print(f"  plain loop        {base:8.2f} samples/s   1.000")
     for engine, target in TARGETS.items():
         ratio = rates[engine] / base
-        print(f"  {engine:<17} {rates[engine]:8.2f} samples/s   {ratio:.3f}  (target >= {target}: "
-              f"{'met' if ratio >= target else 'NOT met'})")
+        print(
+            f"  {engine:<17} {rates[engine]:8.2f} samples/s   {ratio:.3f}  (target >= {target}: "
+            f"{'met' if ratio >= target else 'NOT met'})"
+        )
 
 
 def main() -> None:
@@ -164,11 +182,15 @@ def main() -> None:
     speedup = fast["samples_per_s"] / slow["samples_per_s"]
     print(f"  pad to longest    {slow['samples_per_s']:8.2f} samples/s   padded tokens {slow['padded']:.1%}")
     print(f"  dynamic+grouped   {fast['samples_per_s']:8.2f} samples/s   padded tokens {fast['padded']:.1%}")
-    print(f"  padding speed-up  {speedup:.2f}x  (target >= 1.5x: {'met' if speedup >= 1.5 else 'NOT met'}; "
-          f"padded <= 5%: {'met' if fast['padded'] <= 0.05 else 'NOT met'})")
+    print(
+        f"  padding speed-up  {speedup:.2f}x  (target >= 1.5x: {'met' if speedup >= 1.5 else 'NOT met'}; "
+        f"padded <= 5%: {'met' if fast['padded'] <= 0.05 else 'NOT met'})"
+    )
     worst = max(v for k, v in grouping.items() if k.startswith("grouped"))
-    print(f"  sampler grouping  padded <= {worst:.1%} on 1 and 4 ranks (target <= 5%: "
-          f"{'met' if worst <= 0.05 else 'NOT met'})")
+    print(
+        f"  sampler grouping  padded <= {worst:.1%} on 1 and 4 ranks (target <= 5%: "
+        f"{'met' if worst <= 0.05 else 'NOT met'})"
+    )
     print(f"  tokenization      {tok_rate:8.0f} samples/s")
 
 

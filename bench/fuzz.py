@@ -50,10 +50,21 @@ def main() -> int:
         counts["lint findings"] = len(findings)
         for line in findings[:20]:
             print(line)
-    print(f"{args.cases} cases (seed {args.seed}) in {generated:.0f} s, lint {time.monotonic() - started - generated:.0f} s")
-    for key in ("cases", "refused", "accepted", "accepted with a payload", "scripts executed", "python reached",
-                "scripts linted (bash -n, shellcheck)", "lint findings", "file name the file system refuses",
-                "markers found"):
+    print(
+        f"{args.cases} cases (seed {args.seed}) in {generated:.0f} s, lint {time.monotonic() - started - generated:.0f} s"
+    )
+    for key in (
+        "cases",
+        "refused",
+        "accepted",
+        "accepted with a payload",
+        "scripts executed",
+        "python reached",
+        "scripts linted (bash -n, shellcheck)",
+        "lint findings",
+        "file name the file system refuses",
+        "markers found",
+    ):
         print(f"  {key:<40} {counts[key]:>7,}")
     return 0 if counts["markers found"] == 0 and not findings else 1
 

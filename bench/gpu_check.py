@@ -49,11 +49,24 @@ def model_source() -> str:
 
 
 def spec(root: Path, name: str, train: dict[str, Any], data: dict[str, Any], accelerator: str) -> dict[str, Any]:
-    return {"schema": 1, "experiment": "gpu_check", "job": name, "job_dir": str(root / name),
-            "cache_dir": str(root / "cache"),
-            "train": {"model": "builtin:tiny", "epochs": 1, "batch_size": 16, "eval_batch_size": 64,
-                      "num_workers": 2, "accelerator": accelerator, "log_every_n_steps": 10, **train},
-            "data": {"dataset": "builtin:synthetic", "max_length": 128, **data}}
+    return {
+        "schema": 1,
+        "experiment": "gpu_check",
+        "job": name,
+        "job_dir": str(root / name),
+        "cache_dir": str(root / "cache"),
+        "train": {
+            "model": "builtin:tiny",
+            "epochs": 1,
+            "batch_size": 16,
+            "eval_batch_size": 64,
+            "num_workers": 2,
+            "accelerator": accelerator,
+            "log_every_n_steps": 10,
+            **train,
+        },
+        "data": {"dataset": "builtin:synthetic", "max_length": 128, **data},
+    }
 
 
 def runnable_on_one_device(engine: str, strategy: str) -> bool:
@@ -70,12 +83,25 @@ def run_one(root: Path, name: str, doc: dict[str, Any], timeout: float) -> tuple
     job.mkdir(parents=True, exist_ok=True)
     (job / "spec.json").write_text(json.dumps(doc))
     log = job / "log.txt"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "PYTHONUNBUFFERED": "1",
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     with open(log, "w") as handle:
         try:
-            done = subprocess.run([sys.executable, "-m", "training", "--spec", str(job / "spec.json")], cwd=REPO,
-                                  env=env, stdout=handle, stderr=subprocess.STDOUT, timeout=timeout, check=False)
+            done = subprocess.run(
+                [sys.executable, "-m", "training", "--spec", str(job / "spec.json")],
+                cwd=REPO,
+                env=env,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
             return None, f"timed out after {timeout:.0f} s"
     if done.returncode == 0 and (job / "result.json").exists():
@@ -86,8 +112,21 @@ def run_one(root: Path, name: str, doc: dict[str, Any], timeout: float) -> tuple
 def first_error(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines()]
     for line in lines:
-        if line.startswith(("RuntimeError", "ValueError", "TypeError", "AssertionError", "torch.", "NotImplemented",
-                            "AttributeError", "KeyError", "ImportError", "ModuleNotFoundError", "OSError")):
+        if line.startswith(
+            (
+                "RuntimeError",
+                "ValueError",
+                "TypeError",
+                "AssertionError",
+                "torch.",
+                "NotImplemented",
+                "AttributeError",
+                "KeyError",
+                "ImportError",
+                "ModuleNotFoundError",
+                "OSError",
+            )
+        ):
             return line[:240]
     errors = [ln for ln in lines if "Error" in ln or "error" in ln]
     return (errors[-1] if errors else (lines[-1] if lines else "no output"))[:240]
@@ -100,17 +139,31 @@ def smoke(root: Path, args: argparse.Namespace) -> list[tuple[str, bool, str]]:
         if not runnable_on_one_device(engine, strategy):
             continue
         name = f"smoke-{engine}-{strategy}-{precision}-{'compile' if compiled else 'eager'}"
-        doc = spec(root, name, {"engine": engine, "strategy": strategy, "precision": precision, "compile": compiled,
-                                "max_steps": args.steps, "warmup_compile_steps": 1},
-                   {"partition": [16 * args.steps + 5, 37, 35]}, args.accelerator)
+        doc = spec(
+            root,
+            name,
+            {
+                "engine": engine,
+                "strategy": strategy,
+                "precision": precision,
+                "compile": compiled,
+                "max_steps": args.steps,
+                "warmup_compile_steps": 1,
+            },
+            {"partition": [16 * args.steps + 5, 37, 35]},
+            args.accelerator,
+        )
         started = time.perf_counter()
         result, error = run_one(root, name, doc, args.timeout)
         ok = result is not None and result["optimizer_steps"] == args.steps
         if result is not None and not ok:
             error = f"ran {result['optimizer_steps']} steps, not {args.steps}"
         out.append((name.removeprefix("smoke-"), ok, error))
-        print(f"  {'pass' if ok else 'FAIL'}  {name.removeprefix('smoke-'):<44} {time.perf_counter() - started:6.1f} s"
-              + (f"  {error}" if error else ""), flush=True)
+        print(
+            f"  {'pass' if ok else 'FAIL'}  {name.removeprefix('smoke-'):<44} {time.perf_counter() - started:6.1f} s"
+            + (f"  {error}" if error else ""),
+            flush=True,
+        )
     return out
 
 
@@ -134,10 +187,18 @@ def sweep(root: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     for name, train in sweep_points(REPO / "experiments" / "speedup_sweep.toml"):
         if args.points and name not in args.points:
             continue
-        doc = spec(root, f"sweep-{name}", {**train, "model": model, "epochs": 1, "lr": 5e-5, "warmup_ratio": 0.1},
-                   {"config": "imdb", "partition": [n, held_out // 2 + 3, held_out + 1], "max_length": 256,
-                    "group_by_length": True},
-                   args.accelerator)
+        doc = spec(
+            root,
+            f"sweep-{name}",
+            {**train, "model": model, "epochs": 1, "lr": 5e-5, "warmup_ratio": 0.1},
+            {
+                "config": "imdb",
+                "partition": [n, held_out // 2 + 3, held_out + 1],
+                "max_length": 256,
+                "group_by_length": True,
+            },
+            args.accelerator,
+        )
         result, error = run_one(root, f"sweep-{name}", doc, args.timeout * 4)
         rows.append({"name": name, "result": result, "error": error})
         print(f"  {'done' if result else 'FAIL'}  {name}" + (f"  {error}" if error else ""), flush=True)
@@ -159,8 +220,10 @@ def print_sweep(rows: list[dict[str, Any]], peak_tflops: float) -> None:
         rate, tokens = r["throughput"]["samples_per_s"], r["throughput"]["tokens_per_s"] or 0.0
         mfu = 6 * parameters(r) * tokens / (peak_tflops * 1e12)
         minutes = (r["times_s"]["train"] + r["times_s"]["warmup_compile"]) / 60
-        print(f"  {row['name']:<24} {minutes:8.2f} {rate:10.1f} {mfu:7.2%} {r['test_acc']:9.4f} "
-              f"{rate / base if base else float('nan'):8.2f}×")
+        print(
+            f"  {row['name']:<24} {minutes:8.2f} {rate:10.1f} {mfu:7.2%} {r['test_acc']:9.4f} "
+            f"{rate / base if base else float('nan'):8.2f}×"
+        )
 
 
 def main() -> int:
@@ -188,8 +251,10 @@ def main() -> int:
     cells = smoke(root, args)
     rows = []
     if args.sweep_steps:
-        print(f"== speed-up sweep, single-device points ({args.sweep_steps} steps, "
-              f"model {args.model or model_source()}) ==")
+        print(
+            f"== speed-up sweep, single-device points ({args.sweep_steps} steps, "
+            f"model {args.model or model_source()}) =="
+        )
         rows = sweep(root, args)
         print_sweep(rows, args.peak_tflops)
     failed = [c for c in cells if not c[1]]

@@ -42,8 +42,9 @@ def shared_options(jobs: list[Job], run: RunInfo) -> list[tuple[str, str | None]
     return first or []
 
 
-def render_arrays(jobs: list[Job], scripts: list[str], run: RunInfo, experiment_file: Path,
-                  parallelism: int, chunk: int) -> list[dict[str, Any]]:
+def render_arrays(
+    jobs: list[Job], scripts: list[str], run: RunInfo, experiment_file: Path, parallelism: int, chunk: int
+) -> list[dict[str, Any]]:
     """[{name, script (relative), text, tasks}] for each chunk of the sweep."""
     shared = shared_options(jobs, run)
     comment = dict(shared).get("comment")

@@ -57,7 +57,9 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     return ticks
 
 
-def zoomed_range(values: Sequence[float], floor: float | None = None, ceiling: float | None = None) -> tuple[float, float]:
+def zoomed_range(
+    values: Sequence[float], floor: float | None = None, ceiling: float | None = None
+) -> tuple[float, float]:
     """An axis range around the values with a margin, clipped to [floor, ceiling]: differences of a
     fraction of a percent stay visible instead of sitting flat at the top of a 0-100 axis."""
     low, high = min(values), max(values)
@@ -102,25 +104,39 @@ class _Frame:
             out.append(f'<text x="{x:.1f}" y="{h - BOTTOM + 16}" class="tick" text-anchor="middle">{_fmt(t)}</text>')
         out.append(f'<rect x="{LEFT}" y="{TOP}" width="{w - LEFT - RIGHT}" height="{h - TOP - BOTTOM}" class="frame"/>')
         out.append(f'<text x="{(LEFT + w - RIGHT) / 2:.0f}" y="{h - 8}" class="label">{escape(xlabel)}</text>')
-        out.append(f'<text transform="translate(14 {(TOP + h - BOTTOM) / 2:.0f}) rotate(-90)" class="label">'
-                   f"{escape(ylabel)}</text>")
+        out.append(
+            f'<text transform="translate(14 {(TOP + h - BOTTOM) / 2:.0f}) rotate(-90)" class="label">'
+            f"{escape(ylabel)}</text>"
+        )
         return out
 
 
 def _svg(body: list[str], width: int, height: int, css_class: str, title: str) -> str:
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" class="chart {css_class}" role="img" '
-            f'aria-label="{escape(title)}" viewBox="0 0 {width} {height}" width="{width}" height="{height}">'
-            + "".join(body) + "</svg>")
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart {css_class}" role="img" '
+        f'aria-label="{escape(title)}" viewBox="0 0 {width} {height}" width="{width}" height="{height}">'
+        + "".join(body)
+        + "</svg>"
+    )
 
 
 def empty_chart(title: str, message: str, width: int = WIDTH, height: int = 120) -> str:
-    body = [f'<text x="{width / 2:.0f}" y="20" class="title">{escape(title)}</text>',
-            f'<text x="{width / 2:.0f}" y="64" class="label">{escape(message)}</text>']
+    body = [
+        f'<text x="{width / 2:.0f}" y="20" class="title">{escape(title)}</text>',
+        f'<text x="{width / 2:.0f}" y="64" class="label">{escape(message)}</text>',
+    ]
     return _svg(body, width, height, "empty", title)
 
 
-def line_chart(title: str, xlabel: str, ylabel: str, series: Sequence[Series], y_range: tuple[float, float] | None = None,
-               width: int = WIDTH, height: int = HEIGHT) -> str:
+def line_chart(
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    series: Sequence[Series],
+    y_range: tuple[float, float] | None = None,
+    width: int = WIDTH,
+    height: int = HEIGHT,
+) -> str:
     """One polyline per series (with dots where a series has few points)."""
     shown = [s for s in series if s.points]
     if not shown:
@@ -133,16 +149,27 @@ def line_chart(title: str, xlabel: str, ylabel: str, series: Sequence[Series], y
         # Earlier series are drawn wider, so a job whose curve another one covers exactly still shows.
         thick = 2 + 3 * (len(shown) - 1 - n) / max(len(shown) - 1, 1) if len(shown) <= 8 else 2
         coords = " ".join(f"{frame.x(x):.1f},{frame.y(y):.1f}" for x, y in s.points)
-        body.append(f'<polyline points="{coords}" fill="none" stroke="{s.color}" stroke-width="{thick:.1f}" '
-                    f'stroke-linejoin="round"><title>{escape(s.name)}</title></polyline>')
+        body.append(
+            f'<polyline points="{coords}" fill="none" stroke="{s.color}" stroke-width="{thick:.1f}" '
+            f'stroke-linejoin="round"><title>{escape(s.name)}</title></polyline>'
+        )
         if len(s.points) <= 30:
-            body += [f'<circle cx="{frame.x(x):.1f}" cy="{frame.y(y):.1f}" r="{1 + thick:.1f}" fill="{s.color}"/>'
-                     for x, y in s.points]
+            body += [
+                f'<circle cx="{frame.x(x):.1f}" cy="{frame.y(y):.1f}" r="{1 + thick:.1f}" fill="{s.color}"/>'
+                for x, y in s.points
+            ]
     return _svg(body, width, height, "lines", title)
 
 
-def scatter_chart(title: str, xlabel: str, ylabel: str, points: Sequence[tuple[str, float, float, str]],
-                  y_range: tuple[float, float] | None = None, width: int = WIDTH, height: int = HEIGHT) -> str:
+def scatter_chart(
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    points: Sequence[tuple[str, float, float, str]],
+    y_range: tuple[float, float] | None = None,
+    width: int = WIDTH,
+    height: int = HEIGHT,
+) -> str:
     """Labelled dots: (label, x, y, colour)."""
     if not points:
         return empty_chart(title, "no finished job has both a time and an accuracy")
@@ -155,5 +182,7 @@ def scatter_chart(title: str, xlabel: str, ylabel: str, points: Sequence[tuple[s
         body.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="6" fill="{fill}"><title>{escape(label)}</title></circle>')
         anchor = "end" if cx > width * 0.7 else "start"
         dx = -9 if anchor == "end" else 9
-        body.append(f'<text x="{cx + dx:.1f}" y="{cy + 4:.1f}" class="point" text-anchor="{anchor}">{escape(label)}</text>')
+        body.append(
+            f'<text x="{cx + dx:.1f}" y="{cy + 4:.1f}" class="point" text-anchor="{anchor}">{escape(label)}</text>'
+        )
     return _svg(body, width, height, "scatter", title)

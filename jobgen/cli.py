@@ -91,25 +91,43 @@ def main(debug: bool, output_root: str | None) -> None:
     """
 
 
-SET_HELP = ("Override one experiment key, e.g. --set train.epochs=1 --set slurm.partition=debug "
-            "(VALUE as in TOML; repeatable).")
+SET_HELP = (
+    "Override one experiment key, e.g. --set train.epochs=1 --set slurm.partition=debug (VALUE as in TOML; repeatable)."
+)
 
 
 @main.command()
 @click.argument("experiment", required=False, type=click.Path(dir_okay=False), shell_complete=experiment_files)
 @click.option("--dry-run", is_flag=True, help="Write the run directory and show the commands; submit nothing.")
 @click.option("--show", is_flag=True, help="With --dry-run: print every script too.")
-@click.option("--test-only", is_flag=True,
-              help="A dry run that also asks Slurm (sbatch --test-only) whether it accepts every job, and when it would start.")
+@click.option(
+    "--test-only",
+    is_flag=True,
+    help="A dry run that also asks Slurm (sbatch --test-only) whether it accepts every job, and when it would start.",
+)
 @click.option("--backend", type=click.Choice(backends.names()), help="Override launch.backend.")
 @click.option("--array", is_flag=True, default=None, help="Submit the sweep as Slurm job array(s) (launch.array).")
 @click.option("--array-parallelism", type=click.IntRange(min=1), help="Most array tasks running at once.")
-@click.option("--resume", "resume_run", type=click.Path(file_okay=False, exists=True),
-              help="Submit the jobs of RUN that are not queued yet (after a failure midway).")
+@click.option(
+    "--resume",
+    "resume_run",
+    type=click.Path(file_okay=False, exists=True),
+    help="Submit the jobs of RUN that are not queued yet (after a failure midway).",
+)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 @click.pass_context
-def submit(ctx: click.Context, experiment: str | None, dry_run: bool, show: bool, test_only: bool, backend: str | None,
-           array: bool | None, array_parallelism: int | None, resume_run: str | None, sets: tuple[str, ...]) -> None:
+def submit(
+    ctx: click.Context,
+    experiment: str | None,
+    dry_run: bool,
+    show: bool,
+    test_only: bool,
+    backend: str | None,
+    array: bool | None,
+    array_parallelism: int | None,
+    resume_run: str | None,
+    sets: tuple[str, ...],
+) -> None:
     """Validate EXPERIMENT, write a run directory, and submit (or run) its jobs."""
     from jobgen import submit as sub
 
@@ -162,8 +180,10 @@ def _submit_and_report(run_dir: Path) -> None:
         if job.get("tasks"):
             click.echo(f"  {job['name']}: submitted as array {job['job_id']} ({len(job['tasks'])} tasks)")
         elif job.get("segments"):
-            click.echo(f"  {job['name']}: submitted as a chain of {len(job['segments'])} jobs "
-                       f"{' -> '.join(job['segments'])} (each starts after the one before ends)")
+            click.echo(
+                f"  {job['name']}: submitted as a chain of {len(job['segments'])} jobs "
+                f"{' -> '.join(job['segments'])} (each starts after the one before ends)"
+            )
         elif job.get("job_id"):
             click.echo(f"  {job['name']}: submitted as job {job['job_id']}")
         else:
@@ -254,7 +274,9 @@ def logs(ctx: click.Context, run: str | None, job: str | None, stream: str, rank
     else:
         files = joblogs.log_files(run_dir, manifest, entry, stream)
         if not files:
-            raise JobgenError(f"{entry['name']}: no {stream} log yet in {run_dir / entry['dir']} (state {entry['state']})")
+            raise JobgenError(
+                f"{entry['name']}: no {stream} log yet in {run_dir / entry['dir']} (state {entry['state']})"
+            )
         lines = joblogs.read_lines(files, rank)
     for line in lines:
         click.echo(line)
@@ -274,7 +296,9 @@ def cancel(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
     for job in cancelled:
         ids = job.get("segments") or [job["job_id"]]
         click.echo(f"  {job['name']}: cancel sent to job{'s' if len(ids) > 1 else ''} {', '.join(ids)}")
-    click.echo(f"{len(cancelled)} job(s) cancelled" if cancelled else "nothing to cancel (no job of this run is queued)")
+    click.echo(
+        f"{len(cancelled)} job(s) cancelled" if cancelled else "nothing to cancel (no job of this run is queued)"
+    )
 
 
 @main.command()
@@ -308,17 +332,37 @@ def requeue(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
 
 @main.command()
 @click.argument("runs", nargs=-1, shell_complete=run_refs)
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "markdown", "json"]), default="table",
-              show_default=True, help="Output format.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "markdown", "json"]),
+    default="table",
+    show_default=True,
+    help="Output format.",
+)
 @click.option("--plot", type=click.Path(dir_okay=False), help="Also draw training time and test accuracy to this PNG.")
-@click.option("--baseline", help="Configuration (job name) speed-ups are measured against "
-              "(default: the slowest plain-PyTorch one, else the slowest).")
-@click.option("--combine/--no-combine", default=True, show_default=True,
-              help="Combine runs of one configuration (seeds, repeats) into mean ± std (n).")
+@click.option(
+    "--baseline",
+    help="Configuration (job name) speed-ups are measured against "
+    "(default: the slowest plain-PyTorch one, else the slowest).",
+)
+@click.option(
+    "--combine/--no-combine",
+    default=True,
+    show_default=True,
+    help="Combine runs of one configuration (seeds, repeats) into mean ± std (n).",
+)
 @click.option("--all-runs", is_flag=True, help="Every run of each experiment named, not only its latest.")
 @click.pass_context
-def summary(ctx: click.Context, runs: tuple[str, ...], fmt: str, plot: str | None, baseline: str | None,
-            combine: bool, all_runs: bool) -> None:
+def summary(
+    ctx: click.Context,
+    runs: tuple[str, ...],
+    fmt: str,
+    plot: str | None,
+    baseline: str | None,
+    combine: bool,
+    all_runs: bool,
+) -> None:
     """Time and accuracy of every job of RUNS (run folders, experiment names or files; default: the latest run)."""
     from jobgen.record import every_run_of, find_runs
     from jobgen.summary import live_states, summarize
@@ -326,9 +370,15 @@ def summary(ctx: click.Context, runs: tuple[str, ...], fmt: str, plot: str | Non
     run_dirs = find_runs(list(runs), _lookup_root(ctx))
     if all_runs:
         run_dirs = every_run_of(run_dirs)
-    text = summarize(run_dirs, baseline=baseline, fmt=fmt, plot=Path(plot) if plot else None,
-                     live_states=live_states(run_dirs), combine=combine,
-                     color=fmt == "table" and sys.stdout.isatty())
+    text = summarize(
+        run_dirs,
+        baseline=baseline,
+        fmt=fmt,
+        plot=Path(plot) if plot else None,
+        live_states=live_states(run_dirs),
+        combine=combine,
+        color=fmt == "table" and sys.stdout.isatty(),
+    )
     click.echo(text, nl=False)
     for run_dir in run_dirs:
         _warn_damage(run_dir)
@@ -338,8 +388,15 @@ def summary(ctx: click.Context, runs: tuple[str, ...], fmt: str, plot: str | Non
 
 @main.command()
 @click.argument("runs", nargs=-1, shell_complete=run_refs)
-@click.option("-o", "--output", "output", default="report.html", show_default=True, type=click.Path(dir_okay=False),
-              help="The HTML file to write.")
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    default="report.html",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="The HTML file to write.",
+)
 @click.option("--baseline", help="Configuration (job name) speed-ups are measured against.")
 @click.option("--all-runs", is_flag=True, help="Every run of each experiment named, not only its latest.")
 @click.pass_context
@@ -421,13 +478,16 @@ def prefetch(ctx: click.Context, experiment: str, sets: tuple[str, ...]) -> None
     from jobgen.prefetch import prefetch as fetch
 
     prepared, jobs, cache = fetch(experiment, _root(ctx), list(sets))
-    click.echo(f"prefetched {prepared} model/data combination(s) for {jobs} job(s): the Hugging Face cache "
-               f"and {cache} hold what they need; submit them now")
+    click.echo(
+        f"prefetched {prepared} model/data combination(s) for {jobs} job(s): the Hugging Face cache "
+        f"and {cache} hold what they need; submit them now"
+    )
 
 
 @main.command()
-@click.argument("experiments", nargs=-1, required=True, type=click.Path(dir_okay=False),
-                shell_complete=experiment_files)
+@click.argument(
+    "experiments", nargs=-1, required=True, type=click.Path(dir_okay=False), shell_complete=experiment_files
+)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 def validate(experiments: tuple[str, ...], sets: tuple[str, ...]) -> None:
     """Check experiment files: keys, values, sweep points, job shapes and templates."""

@@ -132,8 +132,9 @@ def _broken_run_row(run_dir: Path, exc: Exception) -> JobRow:
     )
 
 
-def read_job(run_dir: Path, run_id: str, experiment: str, entry: Mapping[str, Any], live: Live | None = None,
-             backend: str = "") -> JobRow:
+def read_job(
+    run_dir: Path, run_id: str, experiment: str, entry: Mapping[str, Any], live: Live | None = None, backend: str = ""
+) -> JobRow:
     """One manifest entry + its job directory -> a row."""
     if live is not None and (live if isinstance(live, State) else live.state) is State.UNKNOWN:
         live = None  # an answer that says nothing must not hide what the files say
@@ -376,8 +377,16 @@ def read_metrics(path: Path) -> list[Point]:
     """The rows of a job's metrics.csv, or [] when there is none (or it cannot be read)."""
     try:
         with path.open(newline="", encoding="utf-8") as f:
-            return [Point(str(r.get("split") or ""), _float_or_none(r.get("step")), _float_or_none(r.get("time_s")),
-                          _float_or_none(r.get("loss")), _float_or_none(r.get("acc"))) for r in csv.DictReader(f)]
+            return [
+                Point(
+                    str(r.get("split") or ""),
+                    _float_or_none(r.get("step")),
+                    _float_or_none(r.get("time_s")),
+                    _float_or_none(r.get("loss")),
+                    _float_or_none(r.get("acc")),
+                )
+                for r in csv.DictReader(f)
+            ]
     except (OSError, csv.Error, UnicodeDecodeError):
         return []
 

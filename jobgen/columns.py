@@ -125,7 +125,8 @@ def _memory(line: Line) -> str:
 def _best_val(line: Line) -> str:
     so_far = line.metrics["val_acc_so_far"]
     return _stat(line.metrics["best_val_acc"], _percent) or (
-        f"({_stat(so_far, _percent)} so far)" if so_far.mean is not None else "")
+        f"({_stat(so_far, _percent)} so far)" if so_far.mean is not None else ""
+    )
 
 
 def _speedup(line: Line) -> str:
@@ -149,7 +150,9 @@ COLUMNS = (
     Column("engine", _config("engine")),
     Column("strategy", _config("strategy")),
     Column("precision", _config("precision"), terminal="preci-\nsion"),
-    Column("compile", lambda line: "" if line.config["compile"] is None else ("yes" if line.config["compile"] else "no")),
+    Column(
+        "compile", lambda line: "" if line.config["compile"] is None else ("yes" if line.config["compile"] else "no")
+    ),
     Column("nodes×GPUs", _shape, terminal="nodes\n×GPUs"),
     Column("state", lambda line: line.state),
     Column("queue wait", _metric("queue_wait_s", duration), numeric=True, terminal="queue\nwait"),

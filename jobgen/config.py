@@ -47,7 +47,8 @@ SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORE
 # #SBATCH flags that jobgen writes itself: set them through their typed keys instead.
 # sbatch's long options (Slurm 22.05-24.11 man pages). A flag outside this list is still passed on
 # (newer Slurm may know it) unless it looks like a misspelling of one inside it.
-SBATCH_OPTIONS = frozenset("""
+SBATCH_OPTIONS = frozenset(
+    """
 account acctg-freq array batch bb bbf begin chdir cluster-constraint clusters comment constraint container
 container-id contiguous core-spec cores-per-socket cpu-freq cpus-per-gpu cpus-per-task deadline delay-boot
 dependency distribution error exclude exclusive export export-file extra extra-node-info get-user-env gid
@@ -58,7 +59,8 @@ ntasks-per-socket open-mode output overcommit oversubscribe partition power pref
 qos quiet reboot requeue reservation resv-ports segment signal sockets-per-node spread-job switches test-only
 thread-spec threads-per-core time time-min tmp tres-bind tres-per-task uid use-min-nodes verbose wait
 wait-all-nodes wckey wrap x11
-""".split())
+""".split()
+)
 MANAGED_FLAGS = {
     "nodes": "slurm.nodes", "N": "slurm.nodes", "ntasks-per-node": "slurm.ntasks_per_node",
     "gpus-per-node": "slurm.gpus_per_node", "cpus-per-task": "slurm.cpus_per_task", "mem": "slurm.mem",
@@ -116,7 +118,9 @@ def load(path: str | Path) -> Experiment:
     return build(raw, path=path.resolve(), text=text, display=str(path))
 
 
-def build(raw: dict[str, Any], *, path: Path, text: str = "", display: str | None = None, where: str = "") -> Experiment:
+def build(
+    raw: dict[str, Any], *, path: Path, text: str = "", display: str | None = None, where: str = ""
+) -> Experiment:
     """Validate a parsed tree. `where` prefixes errors (e.g. the sweep point being checked)."""
     ctx = _Context(display or str(path), text, where)
     unknown = set(raw) - set(schema.SECTIONS)
@@ -416,7 +420,9 @@ def _check_chain(exp: Experiment, ctx: _Context) -> None:
         return
     if not backends.get(exp.launch.backend).can_chain:
         able = " or ".join(repr(n) for n in backends.names() if backends.get(n).can_chain)
-        ctx.fail("slurm.chain", f"chains are Slurm dependencies: use launch.backend = {able}, not {exp.launch.backend!r}")
+        ctx.fail(
+            "slurm.chain", f"chains are Slurm dependencies: use launch.backend = {able}, not {exp.launch.backend!r}"
+        )
     if exp.launch.array:
         ctx.fail("slurm.chain", "a job array cannot be chained: set launch.array = false (or slurm.chain = 1)")
     if exp.slurm.requeue:
@@ -433,7 +439,9 @@ def _is(test: str, path: Path) -> bool:
 
 def _check_paths(exp: Experiment, ctx: _Context) -> None:
     if exp.launch.template and not _is("is_file", exp.base_dir / exp.launch.template):
-        ctx.fail("launch.template", f"{_show(exp.launch.template)} not found next to the experiment file ({exp.base_dir})")
+        ctx.fail(
+            "launch.template", f"{_show(exp.launch.template)} not found next to the experiment file ({exp.base_dir})"
+        )
     for role, rel in exp.data.files.items():
         if not _is("exists", exp.base_dir / rel):
             ctx.fail(f"data.files.{role}", f"{_show(rel)} not found (paths are relative to {exp.base_dir})")

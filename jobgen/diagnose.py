@@ -27,9 +27,6 @@ class Cause:
     log: str = ""  # the log file it came from, relative to the run directory
 
 
-
-
-
 @dataclass(frozen=True)
 class _Rule:
     kind: str
@@ -134,7 +131,6 @@ def last_exception_line(lines: list[str]) -> str | None:
     # torchrun's ChildFailedError only says that a rank failed; the rank's own exception says why.
     found = [ln for ln in reversed(lines) if _EXCEPTION_LINE.match(ln)]
     return next((ln for ln in found if "ChildFailedError" not in ln), found[0] if found else None)
-
 
 
 def _rel(path: Path, base: Path) -> str:

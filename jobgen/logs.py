@@ -99,8 +99,13 @@ def read_lines(paths: list[Path], rank: int | None) -> Iterator[str]:
                     yield shown
 
 
-def follow(path_of: Callable[[], list[Path]], rank: int | None, finished: Callable[[], bool],
-           poll_s: float = 1.0, timeout_s: float | None = None) -> Iterator[str]:
+def follow(
+    path_of: Callable[[], list[Path]],
+    rank: int | None,
+    finished: Callable[[], bool],
+    poll_s: float = 1.0,
+    timeout_s: float | None = None,
+) -> Iterator[str]:
     """Yield lines as they are written until the job is finished (and the file drained) or timeout."""
     offsets: dict[Path, int] = {}
     started = time.monotonic()

@@ -131,13 +131,17 @@ def _check_pairs(exp: Experiment, devices: int, num_nodes: int, where: str) -> N
     slurm = exp.slurm
     if num_nodes != slurm.nodes:
         raise _shape(
-            exp, where, f"train.num_nodes = {num_nodes} but slurm.nodes = {slurm.nodes}: the ranks would wait for nodes "
-            "that never start; make them equal (or leave train.num_nodes = 0)"
+            exp,
+            where,
+            f"train.num_nodes = {num_nodes} but slurm.nodes = {slurm.nodes}: the ranks would wait for nodes "
+            "that never start; make them equal (or leave train.num_nodes = 0)",
         )
     if slurm.gpus_per_node and devices != slurm.gpus_per_node:
         raise _shape(
-            exp, where, f"train.devices = {devices} but slurm.gpus_per_node = {slurm.gpus_per_node}: the job would use "
-            "fewer GPUs than it holds (or wait for ones it lacks); make them equal (or leave train.devices = 0)"
+            exp,
+            where,
+            f"train.devices = {devices} but slurm.gpus_per_node = {slurm.gpus_per_node}: the job would use "
+            "fewer GPUs than it holds (or wait for ones it lacks); make them equal (or leave train.devices = 0)",
         )
 
 
@@ -169,12 +173,16 @@ def _launcher_problems(exp: Experiment) -> list[str]:
     problems = []
     name = launch.launcher
     if name != "srun" and slurm.ntasks_per_node != 1:
-        problems.append(f"slurm.ntasks_per_node = {slurm.ntasks_per_node} but launch.launcher = {name!r} runs one task "
-                        f"per node and starts train.devices = {train.devices} processes itself; set "
-                        "slurm.ntasks_per_node = 1 (or 0)")
+        problems.append(
+            f"slurm.ntasks_per_node = {slurm.ntasks_per_node} but launch.launcher = {name!r} runs one task "
+            f"per node and starts train.devices = {train.devices} processes itself; set "
+            "slurm.ntasks_per_node = 1 (or 0)"
+        )
     if name == "accelerate" and train.engine == "lightning":
-        problems.append("train.engine = 'lightning' under launch.launcher = 'accelerate': the Trainer ignores "
-                        "accelerate's settings; use launcher 'torchrun' (or 'srun')")
+        problems.append(
+            "train.engine = 'lightning' under launch.launcher = 'accelerate': the Trainer ignores "
+            "accelerate's settings; use launcher 'torchrun' (or 'srun')"
+        )
     return problems
 
 

@@ -142,8 +142,17 @@ def _umask() -> int:
     return mask
 
 
-def manifest_doc(run_id: str, exp_name: str, exp_file: Path, backend: str, dry_run: bool,
-                 git_sha: str | None, git_dirty: bool, jobs: list[dict[str, Any]], description: str = "") -> dict[str, Any]:
+def manifest_doc(
+    run_id: str,
+    exp_name: str,
+    exp_file: Path,
+    backend: str,
+    dry_run: bool,
+    git_sha: str | None,
+    git_dirty: bool,
+    jobs: list[dict[str, Any]],
+    description: str = "",
+) -> dict[str, Any]:
     return {
         "schema": MANIFEST_SCHEMA,
         "run_id": run_id,
@@ -248,8 +257,9 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
-def update_jobs(run_dir: Path, updates: dict[str, dict[str, Any]], key: str = "jobs",
-                if_job_id: dict[str, str | None] | None = None) -> dict[str, Any]:
+def update_jobs(
+    run_dir: Path, updates: dict[str, dict[str, Any]], key: str = "jobs", if_job_id: dict[str, str | None] | None = None
+) -> dict[str, Any]:
     """Merge fields into the named entries of manifest[key] (jobs, or arrays); returns the new manifest.
 
     `if_job_id` (name -> the job id the update is about) skips entries whose id changed meanwhile: a

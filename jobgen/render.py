@@ -125,7 +125,9 @@ def sbatch_flag(value: Any) -> str:
     """An #SBATCH long option name, as validation allows it (mail-type, ...)."""
     text = str(value)
     if not _FLAG.fullmatch(text):
-        raise TemplateError(f"refusing to write {text!r} as an #SBATCH option name; use a long option such as mail-type")
+        raise TemplateError(
+            f"refusing to write {text!r} as an #SBATCH option name; use a long option such as mail-type"
+        )
     return text
 
 

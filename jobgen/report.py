@@ -49,8 +49,9 @@ code { font-size: 12px; }
 """
 
 
-def build_report(run_dirs: Sequence[Path], out: Path, baseline: str | None = None,
-                 live_states: LiveStates | None = None) -> str:
+def build_report(
+    run_dirs: Sequence[Path], out: Path, baseline: str | None = None, live_states: LiveStates | None = None
+) -> str:
     """The report's HTML for these runs; links to logs are relative to `out`'s folder."""
     lines = build_lines(collect(list(run_dirs), live_states), combine=False)
     apply_baseline(lines, baseline)
@@ -61,18 +62,26 @@ def build_report(run_dirs: Sequence[Path], out: Path, baseline: str | None = Non
     body = [
         f"<h1>{escape(experiments)}</h1>",
         f'<p class="meta">{len(lines)} job(s) from {runs} &middot; jobgen {__version__} &middot; {created}</p>',
-        "<h2>Summary</h2>", _table(lines, out.parent, colors),
-        "<h2>Time and accuracy</h2>", _tradeoff(lines, colors),
-        "<h2>Curves</h2>", _legend(lines, colors), _curves(lines, colors),
+        "<h2>Summary</h2>",
+        _table(lines, out.parent, colors),
+        "<h2>Time and accuracy</h2>",
+        _tradeoff(lines, colors),
+        "<h2>Curves</h2>",
+        _legend(lines, colors),
+        _curves(lines, colors),
         *_problems(lines, out.parent),
     ]
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>jobgen report: {escape(experiments)}</title><style>{CSS}</style></head>\n<body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>jobgen report: {escape(experiments)}</title><style>{CSS}</style></head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
 
 
-def write_report(run_dirs: Sequence[Path], out: Path, baseline: str | None = None,
-                 live_states: LiveStates | None = None) -> Path:
+def write_report(
+    run_dirs: Sequence[Path], out: Path, baseline: str | None = None, live_states: LiveStates | None = None
+) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     html = build_report(run_dirs, out, baseline, live_states)
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
@@ -100,8 +109,10 @@ def _table(lines: list[Line], base: Path, colors: dict[int, str]) -> str:
         tds.append(f"<td>{_log_links(line.jobs, base)}</td>")
         attrs = ' class="baseline"' if line.is_baseline else ""
         rows.append(f"<tr{attrs}>{''.join(tds)}</tr>")
-    return (f'<div class="scroll"><table class="summary"><thead><tr>{head}</tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table></div>')
+    return (
+        f'<div class="scroll"><table class="summary"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
 
 
 CLASSES = {"config": "config", "note": "note"}
@@ -132,11 +143,25 @@ def _href(path: Path, base: Path) -> str:
 def _tradeoff(lines: list[Line], colors: dict[int, str]) -> str:
     timed = [ln for ln in lines if ln.metrics["train_s"].mean is not None and ln.metrics["test_acc"].mean is not None]
     divisor, unit = time_unit(max((ln.metrics["train_s"].mean or 0.0) for ln in timed) if timed else 0.0)
-    points = [(ln.label, (ln.metrics["train_s"].mean or 0.0) / divisor, 100 * (ln.metrics["test_acc"].mean or 0.0),
-               colors[id(ln)]) for ln in timed]
+    points = [
+        (
+            ln.label,
+            (ln.metrics["train_s"].mean or 0.0) / divisor,
+            100 * (ln.metrics["test_acc"].mean or 0.0),
+            colors[id(ln)],
+        )
+        for ln in timed
+    ]
     y_range = zoomed_range([p[2] for p in points], 0.0, 100.0) if points else None
-    chart = scatter_chart("Training time vs test accuracy", f"training time ({unit})", "test accuracy (%)", points,
-                          y_range=y_range, width=760, height=380)
+    chart = scatter_chart(
+        "Training time vs test accuracy",
+        f"training time ({unit})",
+        "test accuracy (%)",
+        points,
+        y_range=y_range,
+        width=760,
+        height=380,
+    )
     return f'<div class="charts">{chart}</div>'
 
 
@@ -167,8 +192,9 @@ def _curves(lines: list[Line], colors: dict[int, str]) -> str:
         line_chart("Training loss", "optimizer step", "loss", loss_step),
         line_chart("Training loss over time", f"time since start ({unit})", "loss", loss_time),
         line_chart("Validation accuracy", "optimizer step", "accuracy (%)", acc_step, y_range=acc_range),
-        line_chart("Validation accuracy over time", f"time since start ({unit})", "accuracy (%)", acc_time,
-                   y_range=acc_range),
+        line_chart(
+            "Validation accuracy over time", f"time since start ({unit})", "accuracy (%)", acc_time, y_range=acc_range
+        ),
     ]
     return f'<div class="charts">{"".join(charts)}</div>'
 
@@ -194,8 +220,10 @@ def _problems(lines: list[Line], base: Path) -> list[str]:
             path = job.run_dir / cause.log
             log = f' &middot; <a href="{_href(path, base)}">{escape(cause.log)}</a>'
         hint = f'<div class="hint">&rarr; {escape(line.hint)}</div>' if line.hint else ""
-        items.append(f"<li><b>{escape(line.label)}</b> ({escape(line.state)}): "
-                     f"{escape(line.problem or (cause.message if cause else ''))}{log}{hint}</li>")
+        items.append(
+            f"<li><b>{escape(line.label)}</b> ({escape(line.state)}): "
+            f"{escape(line.problem or (cause.message if cause else ''))}{log}{hint}</li>"
+        )
     if not items:
         return []
     return ["<h2>Jobs without a result</h2>", f'<ul class="problems">{"".join(items)}</ul>']

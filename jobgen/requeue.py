@@ -26,8 +26,6 @@ UNSUCCESSFUL = frozenset({State.FAILED, State.CANCELLED, State.TIMEOUT, State.OU
                           State.PREEMPTED, State.UNKNOWN})  # fmt: skip
 
 
-
-
 @dataclass
 class Outcome:
     name: str
@@ -106,19 +104,31 @@ def _running(run_dir: Path, scheduler: Scheduler, job: dict[str, Any], state: St
         return Outcome(name, job_id, state, "signalled", f"sent SIG{signal}: it checkpoints, then requeues itself")
     scheduler.requeue(job_id, what=f"requeueing {name}")
     _record(run_dir, job, job_id)
-    return Outcome(name, job_id, state, "requeued",
-                   "stopped and queued again (slurm.requeue is off: no checkpoint was asked for first)")
+    return Outcome(
+        name,
+        job_id,
+        state,
+        "requeued",
+        "stopped and queued again (slurm.requeue is off: no checkpoint was asked for first)",
+    )
 
 
-def _resubmit(run_dir: Path, scheduler: Scheduler, manifest: dict[str, Any], job: dict[str, Any], state: State,
-              refused: str) -> Outcome:
+def _resubmit(
+    run_dir: Path, scheduler: Scheduler, manifest: dict[str, Any], job: dict[str, Any], state: State, refused: str
+) -> Outcome:
     name, old = job["name"], job["job_id"]
     why = refused.split("failed: ", 1)[-1]
     earlier = _earlier_resubmission(run_dir, scheduler, manifest, job)
     if earlier:
         _record(run_dir, job, earlier, {"found_on_cluster": True})
-        return Outcome(name, earlier, state, "resubmitted", f"Slurm would not requeue job {old} ({why}); found job "
-                       f"{earlier}, which an earlier requeue submitted (its reply was lost): nothing submitted again")
+        return Outcome(
+            name,
+            earlier,
+            state,
+            "resubmitted",
+            f"Slurm would not requeue job {old} ({why}); found job "
+            f"{earlier}, which an earlier requeue submitted (its reply was lost): nothing submitted again",
+        )
     try:
         if job.get("array"):
             (array,) = [a for a in manifest["arrays"] if a["name"] == job["array"]]
@@ -135,8 +145,9 @@ def _resubmit(run_dir: Path, scheduler: Scheduler, manifest: dict[str, Any], job
     return Outcome(name, new, state, "resubmitted", f"Slurm would not requeue job {old} ({why}); submitted again")
 
 
-def _earlier_resubmission(run_dir: Path, scheduler: Scheduler, manifest: dict[str, Any],
-                          job: dict[str, Any]) -> str | None:
+def _earlier_resubmission(
+    run_dir: Path, scheduler: Scheduler, manifest: dict[str, Any], job: dict[str, Any]
+) -> str | None:
     """The id of a copy of this job that an earlier requeue submitted but could not record, if Slurm has one."""
     known = {job["job_id"], *job.get("previous_job_ids", [])}
     if job.get("array"):

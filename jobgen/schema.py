@@ -25,8 +25,18 @@ from training.contract import (
     opt,
 )
 
-__all__ = ["ACCELERATORS", "COMPILE_MODES", "DATA_FORMATS", "ENGINES", "LOGGERS", "PADDINGS", "PRECISIONS",
-           "STRATEGIES", "WANDB_MODES", "opt"]
+__all__ = [
+    "ACCELERATORS",
+    "COMPILE_MODES",
+    "DATA_FORMATS",
+    "ENGINES",
+    "LOGGERS",
+    "PADDINGS",
+    "PRECISIONS",
+    "STRATEGIES",
+    "WANDB_MODES",
+    "opt",
+]
 
 LAUNCHERS = ("srun", "torchrun", "accelerate")
 BACKENDS = backends.names()
@@ -56,8 +66,12 @@ class SlurmSection:
     requeue: bool = opt(False, "On the warning signal, checkpoint and requeue the job (resumes there).")
     signal: str = opt("USR2", "Warning signal sent before the time limit (USR2 avoids NCCL's USR1).", kind="signal")
     signal_seconds: int = opt(120, "Seconds before the time limit to send the signal.", min=1)
-    chain: int = opt(1, "Submit each job as N segments, each starting when the previous ends (afterany) and resuming "
-                     "from its newest checkpoint: training longer than the time limit.", min=1)
+    chain: int = opt(
+        1,
+        "Submit each job as N segments, each starting when the previous ends (afterany) and resuming "
+        "from its newest checkpoint: training longer than the time limit.",
+        min=1,
+    )
     extra: dict[str, str | int | bool] = opt(
         {}, "Extra #SBATCH flags, e.g. {mail-type = 'END', reservation = 'x'}; true = bare flag.", kind="extra"
     )
@@ -71,7 +85,9 @@ class EnvSection:
     python: str = opt("", "Python interpreter on the nodes (default: python; local: this one).")
     vars: dict[str, str] = opt({}, "Environment variables for the job (no secrets: those come from your shell).")
     setup: list[str] = opt([], "Shell lines run before the launch, as written (trusted, not quoted).")
-    hf_offline: bool = opt(True, "Set HF_HUB_OFFLINE/HF_DATASETS_OFFLINE on the nodes (download on the login node first).")
+    hf_offline: bool = opt(
+        True, "Set HF_HUB_OFFLINE/HF_DATASETS_OFFLINE on the nodes (download on the login node first)."
+    )
 
 
 # The [train] and [data] sections are the training entrypoint's own contract (training/contract.py):
@@ -82,8 +98,16 @@ DataSection = contract.Data
 
 @dataclass(frozen=True)
 class LaunchSection:
-    backend: str = opt("sbatch", "How jobs are started: sbatch, submitit, or local (this machine); see docs/backends.md.", choices=BACKENDS)
-    launcher: str = opt("srun", "Who starts the ranks: srun (one task per device), torchrun or accelerate (one task per node).", choices=LAUNCHERS)
+    backend: str = opt(
+        "sbatch",
+        "How jobs are started: sbatch, submitit, or local (this machine); see docs/backends.md.",
+        choices=BACKENDS,
+    )
+    launcher: str = opt(
+        "srun",
+        "Who starts the ranks: srun (one task per device), torchrun or accelerate (one task per node).",
+        choices=LAUNCHERS,
+    )
     template: str = opt("", "Your own Jinja template (relative to this file); it may extend srun.sbatch.j2.")
     array: bool = opt(False, "Submit a sweep as one Slurm job array.")
     array_parallelism: int = opt(0, "Most array tasks running at once (--array=...%N); 0 = no limit.", min=0)
@@ -93,7 +117,9 @@ class LaunchSection:
 @dataclass(frozen=True)
 class SweepSection:
     grid: dict[str, list[Any]] = opt({}, "Dotted key -> list of values; every combination becomes a job.", kind="grid")
-    points: list[dict[str, Any]] = opt([], "Explicit jobs: tables of dotted key -> value, optional `name`.", kind="points")
+    points: list[dict[str, Any]] = opt(
+        [], "Explicit jobs: tables of dotted key -> value, optional `name`.", kind="points"
+    )
     max_jobs: int = opt(10000, "Refuse sweeps larger than this (raise it on purpose for huge sweeps).", min=1)
 
 

@@ -30,7 +30,9 @@ def call(command: list[str], *, timeout: float, what: str) -> subprocess.Complet
     """Run a Slurm client and return what it did, whatever its exit code; a missing tool or no answer
     is an error."""
     if shutil.which(command[0]) is None:
-        raise BackendError(f"{command[0]} not found on PATH; run this on a Slurm login node (or use launch.backend = 'local')")
+        raise BackendError(
+            f"{command[0]} not found on PATH; run this on a Slurm login node (or use launch.backend = 'local')"
+        )
     # In its own session, so that a tool that hangs is stopped with everything it started (a wrapper's
     # children would otherwise keep its pipes open, and us waiting).
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,

@@ -32,8 +32,9 @@ class Prepared:
     jobs: list[Job]
 
 
-def load_experiment(path: str | Path, backend: str | None = None, sets: list[str] | None = None,
-                    **launch: Any) -> config.Experiment:
+def load_experiment(
+    path: str | Path, backend: str | None = None, sets: list[str] | None = None, **launch: Any
+) -> config.Experiment:
     """Load an experiment; `--set` items and command-line choices (backend, array, ...) override it."""
     exp = config.with_sets(config.load(path), sets or [])
     overrides = {k: v for k, v in {"backend": backend, **launch}.items() if v is not None}
@@ -43,8 +44,15 @@ def load_experiment(path: str | Path, backend: str | None = None, sets: list[str
     return exp
 
 
-def prepare(path: str | Path, output_root: Path | None = None, *, backend: str | None = None,
-            dry_run: bool = False, sets: list[str] | None = None, **launch: Any) -> Prepared:
+def prepare(
+    path: str | Path,
+    output_root: Path | None = None,
+    *,
+    backend: str | None = None,
+    dry_run: bool = False,
+    sets: list[str] | None = None,
+    **launch: Any,
+) -> Prepared:
     """Validate, plan and render every job, then write the whole run directory at once."""
     exp = load_experiment(path, backend, sets, **launch)
     jobs = plan(exp)
@@ -64,9 +72,16 @@ def prepare(path: str | Path, output_root: Path | None = None, *, backend: str |
     return Prepared(run_dir=run_dir, manifest=manifest, jobs=jobs)
 
 
-def _render(exp: config.Experiment, jobs: list[Job], root: Path, run_id: str, run_dir: Path,
-            git: tuple[str | None, bool, str], dry_run: bool,
-            sets: list[str] | None) -> tuple[dict[str, Any], dict[str, str | bytes]]:
+def _render(
+    exp: config.Experiment,
+    jobs: list[Job],
+    root: Path,
+    run_id: str,
+    run_dir: Path,
+    git: tuple[str | None, bool, str],
+    dry_run: bool,
+    sets: list[str] | None,
+) -> tuple[dict[str, Any], dict[str, str | bytes]]:
     """The run's manifest and every file it holds, by path relative to the run folder."""
     sha, dirty, patch = git
     # Locally the jobs run with this very interpreter; on a cluster, with the nodes' `python`.
@@ -93,8 +108,15 @@ def _render(exp: config.Experiment, jobs: list[Job], root: Path, run_id: str, ru
     return manifest, files
 
 
-def _arrays(jobs: list[Job], entries: list[dict[str, Any]], run: RunInfo, exp: config.Experiment,
-            files: dict[str, str | bytes], scheduler: Scheduler, dry_run: bool) -> list[dict[str, Any]]:
+def _arrays(
+    jobs: list[Job],
+    entries: list[dict[str, Any]],
+    run: RunInfo,
+    exp: config.Experiment,
+    files: dict[str, str | bytes],
+    scheduler: Scheduler,
+    dry_run: bool,
+) -> list[dict[str, Any]]:
     """Render the sweep as job arrays; the jobs then carry their array and task index."""
     from jobgen.arrays import max_array_size, render_arrays
 
@@ -171,8 +193,15 @@ def submit_pending(run_dir: Path, on_submit: Callable[[dict[str, Any]], None] | 
         return record.load_manifest(run_dir)
 
 
-def _submit_all(run_dir: Path, backend: Scheduler, manifest: dict[str, Any], key: str, pending: list[dict[str, Any]],
-                found: dict[str, list[str]], on_submit: Callable[[dict[str, Any]], None] | None) -> None:
+def _submit_all(
+    run_dir: Path,
+    backend: Scheduler,
+    manifest: dict[str, Any],
+    key: str,
+    pending: list[dict[str, Any]],
+    found: dict[str, list[str]],
+    on_submit: Callable[[dict[str, Any]], None] | None,
+) -> None:
     for entry in pending:
         ids = sorted(found.get(entry["name"]) or [], key=_id_order)
         if ids:  # queued by the earlier try: keep it, submit nothing
@@ -189,7 +218,9 @@ def _submit_all(run_dir: Path, backend: Scheduler, manifest: dict[str, Any], key
             on_submit(entry)
 
 
-def _submit_one(run_dir: Path, backend: Scheduler, entry: dict[str, Any], manifest: dict[str, Any], key: str) -> dict[str, Any]:
+def _submit_one(
+    run_dir: Path, backend: Scheduler, entry: dict[str, Any], manifest: dict[str, Any], key: str
+) -> dict[str, Any]:
     chain = int(entry.get("chain") or 1)
     try:
         return backend.submit_chain(run_dir, entry, chain) if chain > 1 else backend.submit(run_dir, entry)
@@ -220,7 +251,10 @@ def _id_order(job_id: str) -> tuple[int, ...]:
 def test_only(run_dir: Path, manifest: dict[str, Any]) -> list[tuple[str, bool, str]]:
     """(name, accepted, sbatch's words) for every job (or array) of a dry run; nothing is queued."""
     scheduler = backends.get(manifest["backend"])
-    return [(job["name"], *scheduler.test_only(run_dir / job["script"])) for job in manifest.get("arrays") or manifest["jobs"]]
+    return [
+        (job["name"], *scheduler.test_only(run_dir / job["script"]))
+        for job in manifest.get("arrays") or manifest["jobs"]
+    ]
 
 
 def show(run_dir: Path, manifest: dict[str, Any], with_scripts: bool) -> list[str]:

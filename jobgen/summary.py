@@ -437,8 +437,9 @@ def draw_plot(lines: list[Line], path: Path) -> Any:
     notes = _bars(ax_acc, labels, accs, 100, "test accuracy (%)", lines)
     shown = [100 * s.mean for s in accs if s.mean is not None]
     if shown:
-        low, high = zoomed_range(shown + [100 * (s.mean + s.std) for s in accs if s.mean is not None and s.std],
-                                 floor=0.0, ceiling=100.0)
+        low, high = zoomed_range(
+            shown + [100 * (s.mean + s.std) for s in accs if s.mean is not None and s.std], floor=0.0, ceiling=100.0
+        )
         ax_acc.set_xlim(low, high + (high - low) * 0.15)  # room for the value labels
         for note, stat in zip(notes, accs, strict=True):
             if stat.mean is None:  # the state of a job without accuracy goes inside the zoomed axis

@@ -33,7 +33,7 @@ def sync(run_dirs: Sequence[Path], extra: Sequence[str] = ()) -> list[Path]:
     folders = [folder for run_dir in run_dirs for folder in offline_runs(run_dir)]
     if not folders:
         names = ", ".join(str(r) for r in run_dirs)
-        raise JobgenError(f"no offline W&B runs in {names}: were its jobs run with train.loggers = [..., \"wandb\"]?")
+        raise JobgenError(f'no offline W&B runs in {names}: were its jobs run with train.loggers = [..., "wandb"]?')
     wandb = shutil.which("wandb")
     if wandb is None:
         raise JobgenError("the wandb command is not installed here: pip install 'jobgen[trackers]' (or wandb)")

@@ -122,7 +122,11 @@ def from_files(run_dir: Path, job: dict[str, Any]) -> JobInfo:
         return JobInfo(State(last), source="manifest")
     doc, _ = read_json(run_dir / job["dir"] / "result.json")
     # Any result the job wrote (even of another schema) says it got to the end; a damaged one does not.
-    return JobInfo(State.COMPLETED, source="result.json") if isinstance(doc, dict) else JobInfo(State.UNKNOWN, source="manifest")
+    return (
+        JobInfo(State.COMPLETED, source="result.json")
+        if isinstance(doc, dict)
+        else JobInfo(State.UNKNOWN, source="manifest")
+    )
 
 
 def job_ids(job: dict[str, Any]) -> list[str]:
@@ -156,8 +160,17 @@ def chain_info(segments: list[str], found: dict[str, JobInfo], finished: bool) -
     else:
         state = base.state
     extra = {"segments": states, "segment": current + 1}
-    return JobInfo(state, _total_elapsed([i.elapsed for i in infos if i]), base.nodes, base.nodelist, base.exit_code, infos[0].start if infos[0] else "",
-                   base.end if state.is_final else "", base.source, extra)
+    return JobInfo(
+        state,
+        _total_elapsed([i.elapsed for i in infos if i]),
+        base.nodes,
+        base.nodelist,
+        base.exit_code,
+        infos[0].start if infos[0] else "",
+        base.end if state.is_final else "",
+        base.source,
+        extra,
+    )
 
 
 def _total_elapsed(values: list[str]) -> str:
@@ -206,8 +219,10 @@ def status_table(run_dir: Path) -> tuple[list[str], list[list[str]], bool]:
         sweep = " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in job.get("sweep", {}).items())
         where = progress(run_dir / job["dir"], info.state)
         if "segments" in info.extra:  # a chain: which segment, and how each one went
-            where = f"segment {info.extra['segment']}/{len(info.extra['segments'])} " \
-                    f"({' '.join(info.extra['segments'])}): {where}"
+            where = (
+                f"segment {info.extra['segment']}/{len(info.extra['segments'])} "
+                f"({' '.join(info.extra['segments'])}): {where}"
+            )
         table.append([job["name"], sweep, ",".join(job_ids(job)) or "-", info.state.value, info.elapsed or "-",
                       info.nodelist or info.nodes or "-", info.exit_code or "-", where, info.source])  # fmt: skip
     return header, table, all(info.state.is_final for _, info in rows)

@@ -26,7 +26,9 @@ def main() -> int:
         table = subprocess.run([jobgen, "summary", "local_demo", "--format", "markdown"], env=env, check=True,
                                capture_output=True, text=True).stdout.strip()  # fmt: skip
         report = Path(tmp) / "report.html"
-        subprocess.run([jobgen, "report", "local_demo", "-o", str(report)], env=env, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [jobgen, "report", "local_demo", "-o", str(report)], env=env, check=True, stdout=subprocess.DEVNULL
+        )
         screenshot(report, REPO / "docs" / "report.png")
     readme = REPO / "README.md"
     text = readme.read_text(encoding="utf-8")

@@ -43,8 +43,11 @@ class Browser:
     def __init__(self, width: int = 1280, height: int = 2000) -> None:
         self.width, self.height = width, height
         self.profile = Path(tempfile.mkdtemp(prefix="jobgen-chromium-"))
-        self.proc = subprocess.Popen([chromium(), *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [chromium(), *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.port = self._port()
         self._id = 0
 
@@ -82,8 +85,15 @@ class Browser:
         try:
             for method in ("Runtime.enable", "Log.enable", "Page.enable", "Network.enable"):
                 self._call(ws, page, method)
-            self._call(ws, page, "Emulation.setDeviceMetricsOverride",
-                       width=self.width, height=self.height, deviceScaleFactor=1, mobile=False)
+            self._call(
+                ws,
+                page,
+                "Emulation.setDeviceMetricsOverride",
+                width=self.width,
+                height=self.height,
+                deviceScaleFactor=1,
+                mobile=False,
+            )
             self._call(ws, page, "Page.navigate", url=path.resolve().as_uri())
             self._wait(ws, page, "Page.loadEventFired")
             for name, expression in expressions.items():

@@ -107,7 +107,9 @@ def value_for(tp: Any, key: str) -> st.SearchStrategy[Any]:
         good = st.dictionaries(st.one_of(st.sampled_from(_dotted_keys()), hostile_text),
                                st.lists(scalars, min_size=1, max_size=3), max_size=2)  # fmt: skip
     elif key == "sweep.points":
-        point = st.dictionaries(st.one_of(st.sampled_from(["name", *_dotted_keys()]), hostile_text), scalars, max_size=3)
+        point = st.dictionaries(
+            st.one_of(st.sampled_from(["name", *_dotted_keys()]), hostile_text), scalars, max_size=3
+        )
         good = st.lists(point, max_size=3)
     elif tp is str:
         good = text_values

@@ -185,8 +185,9 @@ echo "run restarts=${{SLURM_RESTART_COUNT:-0}}"
 srun bash -c {shlex.quote(step)}
 echo finished"""
     out = tmp_path / "signal.out"
-    script = _script(tmp_path / "signal.sbatch", body, f"--output={out}", "--open-mode=append", "--time=1",
-                     "--signal=USR2@50")
+    script = _script(
+        tmp_path / "signal.sbatch", body, f"--output={out}", "--open-mode=append", "--time=1", "--signal=USR2@50"
+    )
     job_id = cluster.submit([str(script)], env=slurm_env)
     assert cluster.wait_job(job_id, timeout=180, env=slurm_env) == "COMPLETED", out.read_text()
     text = out.read_text()

@@ -142,7 +142,10 @@ def test_a_startup_timeout_setting_is_not_a_timeout(tmp_path: Path) -> None:
 def test_only_the_log_tail_is_read(tmp_path: Path) -> None:
     # A cause far before the tail is history (e.g. an earlier attempt); the tail decides.
     (tmp_path / "slurm-1.out").write_text("CUDA out of memory\n" + "x" * 400_000 + "\nall good\n")
-    assert (find_cause(logs.files("sbatch", tmp_path), tmp_path).kind, find_cause(logs.files("sbatch", tmp_path), tmp_path).message) == (LAST_LINE, "all good")
+    assert (
+        find_cause(logs.files("sbatch", tmp_path), tmp_path).kind,
+        find_cause(logs.files("sbatch", tmp_path), tmp_path).message,
+    ) == (LAST_LINE, "all good")
 
 
 def test_a_clean_one_line_error_is_shown_as_the_last_log_line(tmp_path: Path) -> None:

@@ -58,8 +58,12 @@ def test_the_spec_jobgen_writes_has_exactly_the_contracts_keys_and_defaults(tmp_
 
 @pytest.mark.parametrize(
     ("section", "key", "choice"),
-    [(s, f.name, c) for s, cls in contract.SECTIONS.items() for f in dataclasses.fields(cls)
-     for c in f.metadata["choices"]],
+    [
+        (s, f.name, c)
+        for s, cls in contract.SECTIONS.items()
+        for f in dataclasses.fields(cls)
+        for c in f.metadata["choices"]
+    ],
 )
 def test_every_choice_passes_both_sides(tmp_path: Path, section: str, key: str, choice: str) -> None:
     # Two devices and Lightning: every strategy and precision has a shape it runs in.
@@ -78,8 +82,11 @@ def test_every_choice_passes_both_sides(tmp_path: Path, section: str, key: str, 
 )
 def test_a_value_outside_the_choices_is_refused_by_both_sides(tmp_path: Path, section: str, key: str) -> None:
     with pytest.raises(ConfigError, match=rf"{section}\.{key}: 'nope' is not one of"):
-        _spec_through_jobgen(tmp_path, {"data": {"dataset": "imdb"}, section: {key: "nope"}} | (
-            {"data": {"dataset": "imdb", key: "nope"}} if section == "data" else {}))
+        _spec_through_jobgen(
+            tmp_path,
+            {"data": {"dataset": "imdb"}, section: {key: "nope"}}
+            | ({"data": {"dataset": "imdb", key: "nope"}} if section == "data" else {}),
+        )
     good = _spec_through_jobgen(tmp_path, {"data": {"dataset": "imdb"}})
     good[section][key] = "nope"
     with pytest.raises(training_spec.SpecError, match=rf"{section}\.{key}: 'nope' is not one of"):
@@ -91,8 +98,10 @@ def test_a_value_outside_the_choices_is_refused_by_both_sides(tmp_path: Path, se
     [
         ({"engine": "torch", "strategy": "fsdp", "devices": 2}, "train.strategy = 'fsdp' needs engine"),
         ({"strategy": "deepspeed_stage_3"}, "train.strategy = 'deepspeed_stage_3' shards across devices"),
-        ({"engine": "fabric", "strategy": "deepspeed_stage_2", "grad_accum": 2, "devices": 2},
-         "train.grad_accum = 2 with engine 'fabric'"),
+        (
+            {"engine": "fabric", "strategy": "deepspeed_stage_2", "grad_accum": 2, "devices": 2},
+            "train.grad_accum = 2 with engine 'fabric'",
+        ),
     ],
 )
 def test_the_shape_rules_are_the_same_on_both_sides(tmp_path: Path, train: dict[str, Any], message: str) -> None:
@@ -137,14 +146,22 @@ def _attributes_read(path: Path) -> set[tuple[str, str]]:
                             pass
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple):
                 for target, value in zip(getattr(node.targets[0], "elts", []), node.value.elts, strict=False):
-                    if isinstance(target, ast.Name) and isinstance(value, ast.Attribute) and value.attr in ("train", "data"):
+                    if (
+                        isinstance(target, ast.Name)
+                        and isinstance(value, ast.Attribute)
+                        and value.attr in ("train", "data")
+                    ):
                         bound[target.id] = value.attr
         for node in ast.walk(func):
             if not isinstance(node, ast.Attribute):
                 continue
             inner = node.value
-            if isinstance(inner, ast.Attribute) and inner.attr in ("train", "data") and \
-                    isinstance(inner.value, ast.Name) and inner.value.id in ("spec", "self"):
+            if (
+                isinstance(inner, ast.Attribute)
+                and inner.attr in ("train", "data")
+                and isinstance(inner.value, ast.Name)
+                and inner.value.id in ("spec", "self")
+            ):
                 found.add((inner.attr, node.attr))
             elif isinstance(inner, ast.Name) and inner.id in bound:
                 found.add((bound[inner.id], node.attr))
@@ -168,7 +185,9 @@ def test_the_contract_imports_without_the_training_stack() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, training.contract, jobgen.schema; "
-            "print([m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'lightning', 'datasets')])")
+    code = (
+        "import sys, training.contract, jobgen.schema; "
+        "print([m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'lightning', 'datasets')])"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

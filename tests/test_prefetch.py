@@ -42,7 +42,10 @@ def test_prefetch_then_the_job_reads_the_cache(tmp_path: Path):
                           text=True, env=env, timeout=240)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     # Two jobs differ only in lr: one data preparation serves both.
-    assert done.stdout.count("(tokenized now)") == 1 and "prefetched 1 model/data combination(s) for 2 job(s)" in done.stdout
+    assert (
+        done.stdout.count("(tokenized now)") == 1
+        and "prefetched 1 model/data combination(s) for 2 job(s)" in done.stdout
+    )
     assert any((root / ".cache" / "tokenized").iterdir())
     assert not (root / "pf").exists()  # prefetching records no run
     job = subprocess.run([JOBGEN, "--output-root", str(root), "submit", str(exp), "--set", "train.epochs=1"],
@@ -51,12 +54,15 @@ def test_prefetch_then_the_job_reads_the_cache(tmp_path: Path):
     assert job.stdout.count("(from the cache)") == 2 and "(tokenized now)" not in job.stdout, job.stdout
 
 
-def test_prefetch_without_the_training_stack_says_what_to_install(runner, tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch):
+def test_prefetch_without_the_training_stack_says_what_to_install(
+    runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else real(name, *a)
+    )
     exp = tmp_path / "pf.toml"
     exp.write_text(EXPERIMENT)
     result = runner.invoke(main, ["--output-root", str(tmp_path / "runs"), "prefetch", str(exp)])
@@ -65,12 +71,13 @@ def test_prefetch_without_the_training_stack_says_what_to_install(runner, tmp_pa
     assert len(lines) == 1 and "needs transformers" in lines[0] and "pip install 'jobgen[train]'" in lines[0]
 
 
-def test_prefetch_goes_online_and_runs_the_training_data_step(runner, tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch):
+def test_prefetch_goes_online_and_runs_the_training_data_step(runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A login shell may carry the job scripts' offline switches; prefetching exists to download."""
     calls = []
-    monkeypatch.setattr("jobgen.prefetch.subprocess.run",
-                        lambda command, env, cwd: calls.append((command, env)) or subprocess.CompletedProcess(command, 0))
+    monkeypatch.setattr(
+        "jobgen.prefetch.subprocess.run",
+        lambda command, env, cwd: calls.append((command, env)) or subprocess.CompletedProcess(command, 0),
+    )
     for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.setenv(name, "1")
     monkeypatch.setenv("HF_TOKEN", "hf_secret_for_gated_models")  # passed on in the environment only

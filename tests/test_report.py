@@ -168,8 +168,10 @@ def test_the_browser_check_sees_console_errors_and_network_loads(tmp_path: Path)
     from tests.browser import Browser
 
     bad = tmp_path / "bad.html"
-    bad.write_text('<!DOCTYPE html><html><head><script src="https://cdn.invalid/chart.js"></script></head>'
-                   '<body><script>console.error("boom"); undefinedFunction();</script></body></html>')
+    bad.write_text(
+        '<!DOCTYPE html><html><head><script src="https://cdn.invalid/chart.js"></script></head>'
+        '<body><script>console.error("boom"); undefinedFunction();</script></body></html>'
+    )
     with Browser(width=400, height=300) as browser:
         page = browser.load(bad, {})
     assert any("cdn.invalid" in e for e in page.errors), page.errors

@@ -132,8 +132,11 @@ def test_no_combine_lists_every_job_of_every_run(tmp_path: Path) -> None:
 
 
 def test_default_baseline_without_torch_is_the_slowest(tmp_path: Path) -> None:
-    jobs = [FakeJob("fast", train_s=50.0, samples_per_s=200.0), FakeJob("slow", train_s=200.0, samples_per_s=50.0),
-            FakeJob("mid", train_s=100.0, samples_per_s=100.0)]
+    jobs = [
+        FakeJob("fast", train_s=50.0, samples_per_s=200.0),
+        FakeJob("slow", train_s=200.0, samples_per_s=50.0),
+        FakeJob("mid", train_s=100.0, samples_per_s=100.0),
+    ]
     doc = json.loads(summarize([write_run(tmp_path, "exp", jobs)], fmt="json"))
     assert doc["baseline"] == "slow"
     assert {r["config"]: r["speedup"] for r in doc["rows"]} == {"fast": 4.0, "slow": 1.0, "mid": 2.0}
@@ -143,8 +146,10 @@ def test_default_baseline_without_torch_is_the_slowest(tmp_path: Path) -> None:
 def test_speedup_divides_throughput_not_time_of_unequal_work(tmp_path: Path) -> None:
     """A compiled job times fewer batches (its compiling ones are apart): its train time is not
     comparable with the baseline's, its samples/s is."""
-    jobs = [FakeJob("eager", engine="torch", train_s=100.0, samples_per_s=100.0),
-            FakeJob("compiled", engine="torch", compile=True, train_s=90.0, samples_per_s=300.0)]
+    jobs = [
+        FakeJob("eager", engine="torch", train_s=100.0, samples_per_s=100.0),
+        FakeJob("compiled", engine="torch", compile=True, train_s=90.0, samples_per_s=300.0),
+    ]
     run = write_run(tmp_path, "exp", jobs)
     doc = json.loads(summarize([run], fmt="json", baseline="eager"))
     assert {r["config"]: r["speedup"] for r in doc["rows"]} == {"eager": 1.0, "compiled": 3.0}
@@ -185,8 +190,10 @@ def test_every_fault_is_a_row_with_its_state_cause_and_hint(tmp_path: Path) -> N
     jobs = [FakeJob(fid, **{k: v for k, v in vars(job).items() if k != "name"}) for fid, job, *_ in FAULTS]
     # A run has one backend: the local backend's fault goes in a run of its own.
     local = [j for j in jobs if "local.out" in (j.logs or {})]
-    runs = [write_run(tmp_path, "exp", [FakeJob("fine"), *[j for j in jobs if j not in local]]),
-            write_run(tmp_path, "exp", local, run_id="20261129-200000-cd34")]
+    runs = [
+        write_run(tmp_path, "exp", [FakeJob("fine"), *[j for j in jobs if j not in local]]),
+        write_run(tmp_path, "exp", local, run_id="20261129-200000-cd34"),
+    ]
     for fmt in ("json", "csv"):
         text = summarize(runs, fmt=fmt)
         rows = json.loads(text)["rows"] if fmt == "json" else list(_rows(text).values())
@@ -330,12 +337,15 @@ def test_a_split_scored_on_other_than_its_size_is_a_problem(tmp_path: Path) -> N
     """result.json says how many rows each split was scored on; a count that is not the split's size
     (repeated samples, one rank's metrics) is shown, because that accuracy is not the split's."""
     run = write_run(tmp_path, "exp", [FakeJob("good"), FakeJob("repeats")])
-    for name, scored in (("good", {"validation": 5000, "test": 10000}),
-                         ("repeats", {"validation": 5000, "test": 10192})):
+    for name, scored in (
+        ("good", {"validation": 5000, "test": 10000}),
+        ("repeats", {"validation": 5000, "test": 10192}),
+    ):
         path = run / "jobs" / name / "result.json"
         result = json.loads(path.read_text())
-        path.write_text(json.dumps({**result, "samples": {"train": 35000, "validation": 5000, "test": 10000},
-                                    "scored": scored}))
+        path.write_text(
+            json.dumps({**result, "samples": {"train": 35000, "validation": 5000, "test": 10000}, "scored": scored})
+        )
     doc = json.loads(summarize([run], fmt="json"))
     problems = {r["config"]: r["problem"] for r in doc["rows"]}
     assert problems["good"] is None

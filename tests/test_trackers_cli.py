@@ -46,8 +46,9 @@ def _run_with_wandb(root: Path) -> Path:
         jobs.append({"name": name, "dir": f"jobs/{name}", "state": "COMPLETED"})
     (run / "jobs" / "c").mkdir()
     jobs.append({"name": "c", "dir": "jobs/c", "state": "COMPLETED"})
-    (run / "manifest.json").write_text(json.dumps({"schema": 1, "run_id": run.name, "experiment": "exp",
-                                                   "backend": "sbatch", "jobs": jobs}))
+    (run / "manifest.json").write_text(
+        json.dumps({"schema": 1, "run_id": run.name, "experiment": "exp", "backend": "sbatch", "jobs": jobs})
+    )
     return run
 
 
@@ -56,8 +57,10 @@ def test_sync_hands_every_offline_run_to_wandb_sync(tmp_path: Path, runner, monk
     bin_dir, record = tmp_path / "bin", tmp_path / "argv.json"
     bin_dir.mkdir()
     fake = bin_dir / "wandb"  # stands in for W&B's own command: records what it was asked to do
-    fake.write_text(f"#!/bin/sh\n{__import__('sys').executable} -c 'import json, os, sys; "
-                    f"json.dump([sys.argv[1:], os.environ.get(\"WANDB_API_KEY\")], open(\"{record}\", \"w\"))' \"$@\"\n")
+    fake.write_text(
+        f"#!/bin/sh\n{__import__('sys').executable} -c 'import json, os, sys; "
+        f'json.dump([sys.argv[1:], os.environ.get("WANDB_API_KEY")], open("{record}", "w"))\' "$@"\n'
+    )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     monkeypatch.setenv("WANDB_API_KEY", "k" * 40)

@@ -11,11 +11,14 @@ import training
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m training", description=training.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog="python -m training", description=training.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--spec", required=True, help="path to the job's spec.json (docs/contracts.md)")
-    parser.add_argument("--prepare-only", action="store_true",
-                        help="download and cache the data, tokenized splits and model, then stop (jobgen prefetch)")
+    parser.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="download and cache the data, tokenized splits and model, then stop (jobgen prefetch)",
+    )
     return parser.parse_args(argv)
 
 

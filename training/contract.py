@@ -60,13 +60,19 @@ def is_deepspeed(strategy: str) -> bool:
 
 @dataclass(frozen=True)
 class Train:
-    engine: str = opt("lightning", "Training engine: plain PyTorch loop, Lightning Trainer, Fabric or transformers.Trainer.", choices=ENGINES)
+    engine: str = opt(
+        "lightning",
+        "Training engine: plain PyTorch loop, Lightning Trainer, Fabric or transformers.Trainer.",
+        choices=ENGINES,
+    )
     strategy: str = opt("auto", "Distribution strategy.", choices=STRATEGIES)
     precision: str = opt("32-true", "Numeric precision.", choices=PRECISIONS)
     compile: bool = opt(False, "torch.compile the model (warm-up steps run before the timer).")
     compile_mode: str = opt("default", "torch.compile mode.", choices=COMPILE_MODES)
     warmup_compile_steps: int = opt(3, "Untimed steps that trigger compilation before timing starts.", min=0)
-    accelerator: str = opt("auto", "auto|gpu|cpu; cpu runs a GPU-shaped job on CPU with gloo (tests).", choices=ACCELERATORS)
+    accelerator: str = opt(
+        "auto", "auto|gpu|cpu; cpu runs a GPU-shaped job on CPU with gloo (tests).", choices=ACCELERATORS
+    )
     num_nodes: int = opt(0, "Nodes the engine uses; 0 = slurm.nodes (must equal it).", min=0)
     devices: int = opt(0, "Devices (ranks) per node; 0 = slurm.gpus_per_node, or 1.", min=0)
     model: str = opt("distilbert-base-uncased", "Hugging Face model name, local path, or builtin:tiny.")
@@ -83,11 +89,15 @@ class Train:
     num_workers: int = opt(2, "DataLoader worker processes per rank.", min=0)
     log_every_n_steps: int = opt(50, "Write a metrics row every N optimizer steps.", min=1)
     max_steps: int = opt(0, "Stop after N optimizer steps; 0 = no limit.", min=0)
-    loggers: list[str] = opt(["csv"], "Where metrics go: csv (metrics.csv, always written), tensorboard, wandb, mlflow.",
-                             kind="loggers")
-    wandb_mode: str = opt("offline", "W&B on the nodes: offline (upload later with `jobgen sync`), online, disabled.",
-                          choices=WANDB_MODES)
-    mlflow_uri: str = opt("", "MLflow tracking URI; empty = $MLFLOW_TRACKING_URI on the node, else RUN/mlruns (a file store).")
+    loggers: list[str] = opt(
+        ["csv"], "Where metrics go: csv (metrics.csv, always written), tensorboard, wandb, mlflow.", kind="loggers"
+    )
+    wandb_mode: str = opt(
+        "offline", "W&B on the nodes: offline (upload later with `jobgen sync`), online, disabled.", choices=WANDB_MODES
+    )
+    mlflow_uri: str = opt(
+        "", "MLflow tracking URI; empty = $MLFLOW_TRACKING_URI on the node, else RUN/mlruns (a file store)."
+    )
 
     @property
     def world_size(self) -> int:
@@ -98,7 +108,9 @@ class Train:
 class Data:
     dataset: str = opt("", "Hub dataset (imdb, glue), builtin:synthetic, or empty to use `files`.")
     config: str = opt("", "Hub dataset configuration, e.g. mrpc.")
-    files: dict[str, str] = opt({}, "Local files by split: {train = 'a.csv', test = 'b.csv'} (relative to this file).", kind="files")
+    files: dict[str, str] = opt(
+        {}, "Local files by split: {train = 'a.csv', test = 'b.csv'} (relative to this file).", kind="files"
+    )
     format: str = opt("auto", "Format of local files (auto = from the extension).", choices=DATA_FORMATS)
     encoding: str = opt("utf-8", "Text encoding of local files (e.g. latin-1).", kind="encoding")
     text_field: str = opt("text", "Column with the text (first sentence of a pair).")
@@ -107,11 +119,15 @@ class Data:
     train_split: str = opt("train", "Source split used for training.")
     validation_split: str = opt("", "Source split for validation; empty = carve val_fraction of train.")
     test_split: str = opt("test", "Source split used for the final test.")
-    partition: list[int | float] = opt([], "[train, val, test] sizes (or fractions) cut from all splits pooled.", kind="partition")
+    partition: list[int | float] = opt(
+        [], "[train, val, test] sizes (or fractions) cut from all splits pooled.", kind="partition"
+    )
     val_fraction: float = opt(0.1, "Share of train kept for validation when there is no validation split.", min=0)
     max_samples: int = opt(0, "Cap every split at N samples (quick runs); 0 = all.", min=0)
     max_length: int = opt(512, "Truncate sequences to this many tokens.", min=8)
-    padding: str = opt("dynamic", "dynamic = pad each batch to its longest; max_length = pad all to max_length.", choices=PADDINGS)
+    padding: str = opt(
+        "dynamic", "dynamic = pad each batch to its longest; max_length = pad all to max_length.", choices=PADDINGS
+    )
     group_by_length: bool = opt(False, "Batch samples of similar length together (less padding).")
 
 
@@ -198,14 +214,29 @@ def shape_problems(t: Train) -> list[tuple[str, str]]:
     num_nodes and devices resolved (>= 1)."""
     out = []
     if t.engine == "torch" and t.strategy not in PLAIN_LOOP_STRATEGIES:
-        out.append(("train.strategy", f"{t.strategy!r} needs engine 'lightning', 'fabric' or 'hf_trainer'; the "
-                                      "plain loop (engine 'torch') runs on one device or DDP ('auto' or 'ddp')"))
+        out.append(
+            (
+                "train.strategy",
+                f"{t.strategy!r} needs engine 'lightning', 'fabric' or 'hf_trainer'; the "
+                "plain loop (engine 'torch') runs on one device or DDP ('auto' or 'ddp')",
+            )
+        )
     if t.world_size == 1 and t.strategy in SHARDING_STRATEGIES:
-        out.append(("train.strategy", f"{t.strategy!r} shards across devices but the job has one; use 'auto', "
-                                      "more devices, or a *_offload DeepSpeed stage"))
+        out.append(
+            (
+                "train.strategy",
+                f"{t.strategy!r} shards across devices but the job has one; use 'auto', "
+                "more devices, or a *_offload DeepSpeed stage",
+            )
+        )
     if t.engine == "fabric" and is_deepspeed(t.strategy) and t.grad_accum > 1:
-        out.append(("train.grad_accum", f"{t.grad_accum} with engine 'fabric' and DeepSpeed is not supported; use "
-                                        "engine 'lightning' or grad_accum = 1"))
+        out.append(
+            (
+                "train.grad_accum",
+                f"{t.grad_accum} with engine 'fabric' and DeepSpeed is not supported; use "
+                "engine 'lightning' or grad_accum = 1",
+            )
+        )
     return out
 
 

@@ -69,6 +69,7 @@ def file_lock(path: Path) -> Iterator[None]:
 
 # ---- raw data -----------------------------------------------------------------------------------
 
+
 def load_raw(spec: Spec) -> DatasetDict:
     """The dataset's own splits: builtin synthetic, local files, or a hub dataset (name + config)."""
     import datasets
@@ -88,8 +89,9 @@ def load_raw(spec: Spec) -> DatasetDict:
     kwargs = {"encoding": data.encoding} if fmt in ("csv", "json") else {}
     if fmt == "csv" and any(p.endswith(".tsv") for p in data.files.values()):
         kwargs["sep"] = "\t"
-    return datasets.load_dataset(fmt, data_files=dict(data.files),
-                                 cache_dir=str(spec.cache_dir / "hf_datasets"), **kwargs)
+    return datasets.load_dataset(
+        fmt, data_files=dict(data.files), cache_dir=str(spec.cache_dir / "hf_datasets"), **kwargs
+    )
 
 
 def _guess_format(files: dict[str, str]) -> str:
@@ -131,8 +133,7 @@ def _partition(raw: DatasetDict, partition: tuple[int | float, ...], seed: int) 
     if sum(sizes) > len(pool):
         raise SpecError(f"data.partition {list(sizes)} needs {sum(sizes)} rows; the dataset has {len(pool)}")
     cuts = [0, sizes[0], sizes[0] + sizes[1], sum(sizes)]
-    return datasets.DatasetDict({name: pool.select(range(cuts[i], cuts[i + 1]))
-                                 for i, name in enumerate(SPLITS)})
+    return datasets.DatasetDict({name: pool.select(range(cuts[i], cuts[i + 1])) for i, name in enumerate(SPLITS)})
 
 
 def _own_splits(raw: DatasetDict, data: DataSpec, seed: int) -> DatasetDict:
@@ -171,8 +172,10 @@ def label_ids(splits: DatasetDict, label_field: str, names: list[str]) -> Datase
 
 # ---- tokenization -------------------------------------------------------------------------------
 
+
 def tokenize(splits: DatasetDict, tokenizer: Any, data: DataSpec, num_proc: int | None = None) -> DatasetDict:
     """Batched tokenization (pairs tokenized as pairs); keeps a `length` column for length grouping."""
+
     def encode(batch: dict[str, list]) -> dict[str, list]:
         pair = batch[data.text_pair_field] if data.text_pair_field else None
         enc = tokenizer(batch[data.text_field], pair, truncation=True, max_length=data.max_length)
@@ -229,8 +232,12 @@ def prepare(spec: Spec) -> Prepared:
         hit = final.exists()
         if not hit:
             names = label_names(splits(), spec.data.label_field)
-            encoded = tokenize(label_ids(splits(), spec.data.label_field, names), tokenizer, spec.data,
-                               num_proc=2 if len(splits()["train"]) > 20000 else None)
+            encoded = tokenize(
+                label_ids(splits(), spec.data.label_field, names),
+                tokenizer,
+                spec.data,
+                num_proc=2 if len(splits()["train"]) > 20000 else None,
+            )
             save_atomically(encoded, {"label_names": names}, final)
     meta = json.loads((final / "jobgen_meta.json").read_text())
     return Prepared(load_from_disk(str(final)), meta["label_names"], source, tokenizer, hit)

@@ -6,7 +6,7 @@ from training.spec import TrainSpec
 
 
 def resolve_accelerator(t: TrainSpec) -> str:
-    """"cpu" or "gpu". accelerator="cpu" wins even when Slurm set CUDA_VISIBLE_DEVICES (test switch)."""
+    """ "cpu" or "gpu". accelerator="cpu" wins even when Slurm set CUDA_VISIBLE_DEVICES (test switch)."""
     import torch
 
     if t.accelerator == "cpu":

@@ -39,8 +39,16 @@ class TrainBatches:
     in that epoch, so a requeued job continues the epoch where it stopped.
     """
 
-    def __init__(self, lengths: Sequence[int], batch_size: int, rank: int = 0, world: int = 1,
-                 shuffle: bool = True, group_by_length: bool = False, seed: int = 0) -> None:
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        batch_size: int,
+        rank: int = 0,
+        world: int = 1,
+        shuffle: bool = True,
+        group_by_length: bool = False,
+        seed: int = 0,
+    ) -> None:
         if batch_size < 1 or world < 1 or not 0 <= rank < world:
             raise ValueError(f"batch_size={batch_size}, rank={rank}, world={world}")
         self.lengths, self.batch_size = list(lengths), batch_size
@@ -72,9 +80,10 @@ class TrainBatches:
             # Megabatches: sort inside windows of GROUP_WINDOW batches, then shuffle the batches, so
             # each batch is homogeneous in length while the order of batches stays random.
             window = self.batch_size * GROUP_WINDOW
-            order = [i for s in range(0, n, window)
-                     for i in sorted(order[s:s + window], key=lambda j: -self.lengths[j])]
-        batches = [order[s:s + self.batch_size] for s in range(0, n, self.batch_size)]
+            order = [
+                i for s in range(0, n, window) for i in sorted(order[s : s + window], key=lambda j: -self.lengths[j])
+            ]
+        batches = [order[s : s + self.batch_size] for s in range(0, n, self.batch_size)]
         if self.group_by_length and self.shuffle:
             rng.shuffle(batches)
         return batches
@@ -84,10 +93,10 @@ class TrainBatches:
         batches, n = self.global_batches(), len(self.lengths)
         steps = math.ceil(len(batches) / self.world)
         topup = [[i + n for i in batches[k % len(batches)]] for k in range(steps * self.world - len(batches))]
-        return (batches + topup)[self.rank::self.world]
+        return (batches + topup)[self.rank :: self.world]
 
     def __iter__(self) -> Iterator[list[int]]:
-        yield from self.epoch_batches()[self.skip:]
+        yield from self.epoch_batches()[self.skip :]
 
     def __len__(self) -> int:
         """Batches in a whole epoch (Lightning sizes its epoch and LR schedule by this)."""
@@ -122,8 +131,8 @@ class EvalBatches:
         self.order = sorted(range(self.n), key=lambda i: -lengths[i])
 
     def __iter__(self) -> Iterator[list[int]]:
-        mine = self.order[self.rank::self.world]
-        batches = [mine[s:s + self.batch_size] for s in range(0, len(mine), self.batch_size)]
+        mine = self.order[self.rank :: self.world]
+        batches = [mine[s : s + self.batch_size] for s in range(0, len(mine), self.batch_size)]
         pad = [self.n + (mine[0] if mine else 0)]  # a real row to run, marked as a repeat
         yield from batches + [pad] * (len(self) - len(batches))
 
@@ -163,8 +172,13 @@ class Collator:
         import torch
 
         features = [{k: v for k, v in r.items() if k not in ("length", "row")} for r in rows]
-        batch = self.tokenizer.pad(features, padding=self.padding, max_length=self.max_length,
-                                   pad_to_multiple_of=self.bucket, return_tensors="pt")
+        batch = self.tokenizer.pad(
+            features,
+            padding=self.padding,
+            max_length=self.max_length,
+            pad_to_multiple_of=self.bucket,
+            return_tensors="pt",
+        )
         if rows and "row" in rows[0]:
             batch["row"] = torch.tensor([r["row"] for r in rows], dtype=torch.long)
         return batch
@@ -175,14 +189,19 @@ def make_loader(ds: Any, spec: Spec, tokenizer: Any, train: bool, rank: int = 0,
 
     t, d = spec.train, spec.data
     if train:
-        batches: Any = TrainBatches(list(ds["length"]), t.batch_size, rank, world, shuffle=True,
-                                    group_by_length=d.group_by_length, seed=t.seed)
+        batches: Any = TrainBatches(
+            list(ds["length"]), t.batch_size, rank, world, shuffle=True, group_by_length=d.group_by_length, seed=t.seed
+        )
     else:
         batches = EvalBatches(list(ds["length"]), t.eval_batch_size, rank, world)
     bucket = COMPILE_BUCKET if t.compile and d.padding == "dynamic" else None
-    return DataLoader(Rows(ds), batch_sampler=batches, num_workers=t.num_workers,
-                      collate_fn=Collator(tokenizer, d.padding, d.max_length, bucket),
-                      persistent_workers=t.num_workers > 0)
+    return DataLoader(
+        Rows(ds),
+        batch_sampler=batches,
+        num_workers=t.num_workers,
+        collate_fn=Collator(tokenizer, d.padding, d.max_length, bucket),
+        persistent_workers=t.num_workers > 0,
+    )
 
 
 def model_inputs(batch: dict[str, Any]) -> dict[str, Any]:

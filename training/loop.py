@@ -62,8 +62,13 @@ class Job:
 
 
 def state_of(job: Job) -> dict[str, Any]:
-    return {"model": job.model, "optimizer": job.optimizer, "scheduler": job.scheduler,
-            "progress": job.progress, "stats": job.stats.state()}
+    return {
+        "model": job.model,
+        "optimizer": job.optimizer,
+        "scheduler": job.scheduler,
+        "progress": job.progress,
+        "stats": job.stats.state(),
+    }
 
 
 def checkpoint(job: Job) -> None:
@@ -177,11 +182,22 @@ def train_epoch(job: Job, epoch: int) -> str:
             job.clock.close(batch, epoch)
             index, job.progress["batch"] = index + 1, index + 1
             bar.update(1)
-            job.log.progress(epoch=epoch, epochs=t.epochs, batch=index, batches=last,
-                             step=job.progress["global_step"], force=index == last)
+            job.log.progress(
+                epoch=epoch,
+                epochs=t.epochs,
+                batch=index,
+                batches=last,
+                step=job.progress["global_step"],
+                force=index == last,
+            )
             if stepped and job.progress["global_step"] % t.log_every_n_steps == 0:
-                job.log.add(epoch=epoch, step=job.progress["global_step"], split="train", loss=loss,
-                            lr=job.scheduler.get_last_lr()[0])
+                job.log.add(
+                    epoch=epoch,
+                    step=job.progress["global_step"],
+                    split="train",
+                    loss=loss,
+                    lr=job.scheduler.get_last_lr()[0],
+                )
             if t.max_steps and job.progress["global_step"] >= t.max_steps:
                 return "max_steps"
             if job.watcher is not None and _agreed(job, job.watcher.requested):
@@ -197,8 +213,14 @@ def _progress_bar(job: Job, epoch: int, total: int, done: int) -> Any:
     from tqdm.auto import tqdm
 
     interactive = sys.stderr.isatty()
-    return tqdm(desc=f"epoch {epoch}", total=total, initial=done, disable=job.rt.rank != 0,
-                mininterval=0.5 if interactive else 30, dynamic_ncols=interactive)
+    return tqdm(
+        desc=f"epoch {epoch}",
+        total=total,
+        initial=done,
+        disable=job.rt.rank != 0,
+        mininterval=0.5 if interactive else 30,
+        dynamic_ncols=interactive,
+    )
 
 
 def _agreed(job: Job, flag: bool) -> bool:
@@ -224,8 +246,7 @@ def fit(job: Job) -> None:
         stats.val_acc_per_epoch.append(val["acc"])
         if best_epoch(stats.val_acc_per_epoch) == epoch:
             save_best(job)
-        job.log.add(epoch=epoch, step=job.progress["global_step"], split="validation", acc=val["acc"],
-                    f1=val["f1"])
+        job.log.add(epoch=epoch, step=job.progress["global_step"], split="validation", acc=val["acc"], f1=val["f1"])
         job.progress.update(epoch=epoch + 1, batch=0)
         checkpoint(job)
         job.log.flush()
@@ -246,6 +267,7 @@ def test(job: Job) -> None:
     with Clock(job.stats, "eval"):
         scores = evaluate(job, "test")
     job.stats.test_acc, job.stats.test_f1 = scores["acc"], scores["f1"]
-    job.log.add(epoch=job.stats.epochs_done, step=job.progress["global_step"], split="test",
-                acc=scores["acc"], f1=scores["f1"])
+    job.log.add(
+        epoch=job.stats.epochs_done, step=job.progress["global_step"], split="test", acc=scores["acc"], f1=scores["f1"]
+    )
     job.log.flush()

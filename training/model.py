@@ -42,14 +42,30 @@ def build_tiny(texts: list[str], labels: list[str], target: Path, seed: int = 0)
     tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=2000, special_tokens=SPECIALS))
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
-        mask_token="[MASK]", model_max_length=512, model_input_names=["input_ids", "attention_mask"])
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=512,
+        model_input_names=["input_ids", "attention_mask"],
+    )
     config = DistilBertConfig(
-        vocab_size=tok.get_vocab_size(), n_layers=2, n_heads=2, dim=64, hidden_dim=128,
-        max_position_embeddings=512, num_labels=len(labels), pad_token_id=0,
-        id2label=dict(enumerate(labels)), label2id={n: i for i, n in enumerate(labels)})
+        vocab_size=tok.get_vocab_size(),
+        n_layers=2,
+        n_heads=2,
+        dim=64,
+        hidden_dim=128,
+        max_position_embeddings=512,
+        num_labels=len(labels),
+        pad_token_id=0,
+        id2label=dict(enumerate(labels)),
+        label2id={n: i for i, n in enumerate(labels)},
+    )
     torch.manual_seed(seed)
     model = AutoModelForSequenceClassification.from_config(config)
     tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
@@ -71,8 +87,11 @@ def load_model(source: str, label_names: list[str]) -> Any:
     from transformers import AutoModelForSequenceClassification
 
     model = AutoModelForSequenceClassification.from_pretrained(
-        source, num_labels=len(label_names), id2label=dict(enumerate(label_names)),
-        label2id={n: i for i, n in enumerate(label_names)})
+        source,
+        num_labels=len(label_names),
+        id2label=dict(enumerate(label_names)),
+        label2id={n: i for i, n in enumerate(label_names)},
+    )
     # from_pretrained returns the model in eval mode (dropout off); training code must not inherit that.
     return model.train()
 

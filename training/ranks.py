@@ -25,14 +25,22 @@ def from_slurm(env: dict[str, str] | None = None) -> dict[str, str]:
     env = os.environ if env is None else env
     if "RANK" in env or int(env.get("SLURM_NTASKS", "1") or 1) < 2 or "SLURM_PROCID" not in env:
         return {}
-    return {"RANK": env["SLURM_PROCID"], "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
-            "WORLD_SIZE": env["SLURM_NTASKS"], "LOCAL_WORLD_SIZE": env.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0]}
+    return {
+        "RANK": env["SLURM_PROCID"],
+        "LOCAL_RANK": env.get("SLURM_LOCALID", "0"),
+        "WORLD_SIZE": env["SLURM_NTASKS"],
+        "LOCAL_WORLD_SIZE": env.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0],
+    }
 
 
 def needs_local_launch(spec: Spec) -> bool:
     """Several ranks asked for, but no launcher started them (no RANK, no srun tasks)."""
-    return (spec.train.engine in NEED_LAUNCHER and spec.train.world_size > 1 and "RANK" not in os.environ
-            and not from_slurm())
+    return (
+        spec.train.engine in NEED_LAUNCHER
+        and spec.train.world_size > 1
+        and "RANK" not in os.environ
+        and not from_slurm()
+    )
 
 
 def launch_locally(spec: Spec, spec_path: Path) -> int:
@@ -40,8 +48,17 @@ def launch_locally(spec: Spec, spec_path: Path) -> int:
     requeue signal on to the ranks (training/relay.py)."""
     from training import relay
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={spec.train.devices}",
-           "-m", "training", "--spec", str(spec_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={spec.train.devices}",
+        "-m",
+        "training",
+        "--spec",
+        str(spec_path),
+    ]
     signal = spec.requeue.signal if spec.requeue.enabled else None
     rc, relayed = relay.run(cmd, signal)
     # torchrun reports a rank's "requeue me" exit as a failure of its own; say what the ranks meant.

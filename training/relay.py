@@ -57,8 +57,11 @@ def run(cmd: list[str], signal_name: str | None) -> tuple[int, bool]:
         nonlocal relayed
         relayed = True
         targets = descendants(proc.pid)
-        print(f"training.relay: signal {number} -> {len(targets)} processes under pid {proc.pid}",
-              file=sys.stderr, flush=True)
+        print(
+            f"training.relay: signal {number} -> {len(targets)} processes under pid {proc.pid}",
+            file=sys.stderr,
+            flush=True,
+        )
         for pid in targets:
             try:
                 os.kill(pid, number)
@@ -83,8 +86,9 @@ def run(cmd: list[str], signal_name: str | None) -> tuple[int, bool]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.relay", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m training.relay", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--signal", default=None, help="signal to pass on to the ranks (USR2, ...); none = just run")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- launcher and its arguments")
     args = parser.parse_args(argv)

@@ -44,13 +44,19 @@ def leave_for_requeue(rank: int, checkpoint_dir: Path, wait_s: float = 120.0) ->
     if rank == 0:
         if job_id and scontrol:
             done = subprocess.run([scontrol, "requeue", job_id], check=False, capture_output=True, text=True)
-            print(f"training: scontrol requeue {job_id} -> rc {done.returncode} {done.stderr.strip()}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"training: scontrol requeue {job_id} -> rc {done.returncode} {done.stderr.strip()}",
+                file=sys.stderr,
+                flush=True,
+            )
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.write_text(f"{done.returncode}\n")
         else:
-            print("training: not in a Slurm job; checkpoint written, exiting for a manual restart",
-                  file=sys.stderr, flush=True)
+            print(
+                "training: not in a Slurm job; checkpoint written, exiting for a manual restart",
+                file=sys.stderr,
+                flush=True,
+            )
     elif job_id and scontrol:
         deadline = time.monotonic() + wait_s
         while not marker.exists() and time.monotonic() < deadline:

@@ -30,14 +30,15 @@ class Stats:
     accelerator: str = "cpu"
     world_size: int = 1
     samples: dict[str, int] = field(default_factory=dict)
-    times_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
-        ("data_prep", "warmup_compile", "train", "eval", "total"), 0.0))
-    timed_samples: int = 0       # training samples counted after warm-up (all ranks)
-    timed_tokens: int = 0        # real (non-pad) tokens in those samples (all ranks)
-    real_tokens: int = 0         # for padded_token_fraction, over every training batch seen
+    times_s: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(("data_prep", "warmup_compile", "train", "eval", "total"), 0.0)
+    )
+    timed_samples: int = 0  # training samples counted after warm-up (all ranks)
+    timed_tokens: int = 0  # real (non-pad) tokens in those samples (all ranks)
+    real_tokens: int = 0  # for padded_token_fraction, over every training batch seen
     padded_slots: int = 0
-    trained_samples: int = 0     # rows trained (all ranks), top-up repeats included
-    repeated_samples: int = 0    # of those, top-up repeats that keep ranks in step
+    trained_samples: int = 0  # rows trained (all ranks), top-up repeats included
+    repeated_samples: int = 0  # of those, top-up repeats that keep ranks in step
     scored: dict[str, int] = field(default_factory=dict)  # rows each split was scored on (all ranks)
     val_acc_per_epoch: list[float] = field(default_factory=list)
     test_acc: float | None = None
@@ -52,8 +53,16 @@ class Stats:
 
     def state(self) -> dict[str, Any]:
         """The parts a checkpoint must carry so a resumed run reports the whole run (every attempt)."""
-        keep = ("timed_samples", "timed_tokens", "real_tokens", "padded_slots", "trained_samples",
-                "repeated_samples", "scored", "val_acc_per_epoch")
+        keep = (
+            "timed_samples",
+            "timed_tokens",
+            "real_tokens",
+            "padded_slots",
+            "trained_samples",
+            "repeated_samples",
+            "scored",
+            "val_acc_per_epoch",
+        )
         times = dict(self.times_s, total=self.times_s["total"] + time.perf_counter() - self.attempt_started)
         return {"times_s": times, **{k: getattr(self, k) for k in keep}}
 
@@ -95,8 +104,14 @@ class MetricsLog:
         if not self.enabled or (not force and now - self._progress_at < PROGRESS_EVERY_S):
             return
         self._progress_at = now
-        doc = {"epoch": epoch, "epochs": epochs, "batch": batch, "batches": batches, "step": step,
-               "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        doc = {
+            "epoch": epoch,
+            "epochs": epochs,
+            "batch": batch,
+            "batches": batches,
+            "step": step,
+            "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
         atomic_write(self.path.with_name("progress.json"), json.dumps(doc) + "\n")
 
     def add(self, **row: Any) -> None:
@@ -133,8 +148,11 @@ def _slurm() -> dict[str, str | None] | None:
     env = os.environ
     if "SLURM_JOB_ID" not in env:
         return None
-    return {"job_id": env["SLURM_JOB_ID"], "array_task_id": env.get("SLURM_ARRAY_TASK_ID"),
-            "nodelist": env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")}
+    return {
+        "job_id": env["SLURM_JOB_ID"],
+        "array_task_id": env.get("SLURM_ARRAY_TASK_ID"),
+        "nodelist": env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"),
+    }
 
 
 def peak_memory_mb(on_gpu: bool) -> dict[str, float | None]:
@@ -152,28 +170,47 @@ def build_result(spec: Spec, stats: Stats, requeue_count: int) -> dict[str, Any]
     train_s = stats.times_s["train"]
     slots = stats.padded_slots
     return {
-        "schema": RESULT_SCHEMA, "job": spec.job, "experiment": spec.experiment,
-        "engine": t.engine, "strategy": t.strategy,
+        "schema": RESULT_SCHEMA,
+        "job": spec.job,
+        "experiment": spec.experiment,
+        "engine": t.engine,
+        "strategy": t.strategy,
         "precision": {"requested": t.precision, "effective": stats.precision_effective or t.precision},
-        "compile": t.compile, "accelerator": stats.accelerator,
-        "nodes": t.num_nodes, "devices_per_node": t.devices, "world_size": stats.world_size,
-        "model": t.model, "dataset": spec.data.dataset or ",".join(sorted(spec.data.files.values())),
+        "compile": t.compile,
+        "accelerator": stats.accelerator,
+        "nodes": t.num_nodes,
+        "devices_per_node": t.devices,
+        "world_size": stats.world_size,
+        "model": t.model,
+        "dataset": spec.data.dataset or ",".join(sorted(spec.data.files.values())),
         "samples": stats.samples,
         "parameters": stats.parameters or None,
-        "samples_trained": {"total": stats.trained_samples, "repeats": stats.repeated_samples,
-                            "timed": stats.timed_samples},
+        "samples_trained": {
+            "total": stats.trained_samples,
+            "repeats": stats.repeated_samples,
+            "timed": stats.timed_samples,
+        },
         "scored": stats.scored,
         "times_s": {k: round(v, 3) for k, v in stats.times_s.items()},
-        "throughput": {"samples_per_s": round(stats.timed_samples / train_s, 2) if train_s else None,
-                       "tokens_per_s": round(stats.timed_tokens / train_s, 1) if train_s else None},
+        "throughput": {
+            "samples_per_s": round(stats.timed_samples / train_s, 2) if train_s else None,
+            "tokens_per_s": round(stats.timed_tokens / train_s, 1) if train_s else None,
+        },
         "padded_token_fraction": round(1 - stats.real_tokens / slots, 4) if slots else None,
         "peak_memory_mb": peak_memory_mb(stats.accelerator == "gpu"),
         "val_acc_per_epoch": [round(a, 5) for a in stats.val_acc_per_epoch],
         "best_val_acc": round(max(stats.val_acc_per_epoch), 5) if stats.val_acc_per_epoch else None,
-        "test_acc": stats.test_acc, "test_f1": stats.test_f1, "tested_epoch": stats.tested_epoch,
-        "epochs_done": stats.epochs_done, "optimizer_steps": stats.optimizer_steps, "resumed": stats.resumed, "requeue_count": requeue_count,
-        "versions": _versions(), "git_sha": os.environ.get("JOBGEN_GIT_SHA") or None,
-        "slurm": _slurm(), "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "test_acc": stats.test_acc,
+        "test_f1": stats.test_f1,
+        "tested_epoch": stats.tested_epoch,
+        "epochs_done": stats.epochs_done,
+        "optimizer_steps": stats.optimizer_steps,
+        "resumed": stats.resumed,
+        "requeue_count": requeue_count,
+        "versions": _versions(),
+        "git_sha": os.environ.get("JOBGEN_GIT_SHA") or None,
+        "slurm": _slurm(),
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
 
 

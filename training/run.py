@@ -13,8 +13,12 @@ from training.data import Prepared
 from training.results import Clock, Stats, build_result, write_result
 from training.spec import Spec, to_dict
 
-ENGINE_MODULES = {"torch": "training.engines.torch_loop", "lightning": "training.engines.lightning_engine",
-                  "fabric": "training.engines.fabric_engine", "hf_trainer": "training.engines.hf_trainer_engine"}
+ENGINE_MODULES = {
+    "torch": "training.engines.torch_loop",
+    "lightning": "training.engines.lightning_engine",
+    "fabric": "training.engines.fabric_engine",
+    "hf_trainer": "training.engines.hf_trainer_engine",
+}
 
 
 def run(spec: Spec, spec_path: Path | None = None) -> int:

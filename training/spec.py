@@ -16,8 +16,19 @@ from typing import Any
 from training import contract
 from training.contract import is_fsdp, resolve_partition
 
-__all__ = ["DataSpec", "RequeueSpec", "Spec", "SpecError", "TrainSpec", "from_dict", "is_fsdp", "load",
-           "resolve_partition", "to_dict", "validate"]
+__all__ = [
+    "DataSpec",
+    "RequeueSpec",
+    "Spec",
+    "SpecError",
+    "TrainSpec",
+    "from_dict",
+    "is_fsdp",
+    "load",
+    "resolve_partition",
+    "to_dict",
+    "validate",
+]
 
 # The train and data keys are the contract's: one description for jobgen and for this code.
 TrainSpec = contract.Train
@@ -69,8 +80,11 @@ def _build(cls: type, raw: dict[str, Any], where: str) -> Any:
 def validate(spec: Spec) -> None:
     """Reject values and combinations no engine can run, with the fix in the message: the contract's
     checks of every key, then its rules between keys."""
-    problems = [f"{key}: {problem}" for key, problem in
-                contract.section_problems("train", spec.train) + contract.section_problems("data", spec.data)]
+    problems = [
+        f"{key}: {problem}"
+        for key, problem in contract.section_problems("train", spec.train)
+        + contract.section_problems("data", spec.data)
+    ]
     problems += [f"{key} = {problem}" for key, problem in contract.shape_problems(spec.train)]
     if problems:
         raise SpecError(problems[0])

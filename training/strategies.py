@@ -29,7 +29,9 @@ def describe(strategy: Any) -> str:
     zero = zero.get("zero_optimization") if isinstance(zero, dict) else None
     if zero:
         where = {part: zero.get(f"offload_{part}", {}).get("device", "none") for part in ("optimizer", "param")}
-        return f"DeepSpeed ZeRO stage {zero.get('stage')}, offload optimizer={where['optimizer']} param={where['param']}"
+        return (
+            f"DeepSpeed ZeRO stage {zero.get('stage')}, offload optimizer={where['optimizer']} param={where['param']}"
+        )
     return type(strategy).__name__
 
 
@@ -83,10 +85,17 @@ def _deepspeed(t: TrainSpec, accelerator: str, fabric: bool) -> Any:
     stage = 3 if "stage_3" in t.strategy else 2
     offload = t.strategy.endswith("_offload")
     cpu = accelerator == "cpu"
-    cls = (CpuFabricDeepSpeedStrategy if cpu else FabricDeepSpeed) if fabric else (
-        CpuDeepSpeedStrategy if cpu else DeepSpeedStrategy)
-    strategy = cls(stage=stage, offload_optimizer=offload, offload_parameters=offload and stage == 3,
-                   process_group_backend="gloo" if cpu else None)
+    cls = (
+        (CpuFabricDeepSpeedStrategy if cpu else FabricDeepSpeed)
+        if fabric
+        else (CpuDeepSpeedStrategy if cpu else DeepSpeedStrategy)
+    )
+    strategy = cls(
+        stage=stage,
+        offload_optimizer=offload,
+        offload_parameters=offload and stage == 3,
+        process_group_backend="gloo" if cpu else None,
+    )
     # We pass torch's AdamW (shared by all engines); DeepSpeed would otherwise insist on its own
     # compiled CPU Adam when offloading.
     strategy.config["zero_force_ds_cpu_optimizer"] = False
@@ -105,10 +114,12 @@ def make_strategy(t: TrainSpec, accelerator: str, fabric: bool) -> Any:
     if is_fsdp(name):
         if fabric:
             shard = functools.partial(fsdp2_parallelize, offload=name == "fsdp_offload")
-            return FabricModelParallel(shard, data_parallel_size=t.world_size,
-                                       tensor_parallel_size=1, process_group_backend=backend)
-        return ModelParallelStrategy(data_parallel_size=t.world_size, tensor_parallel_size=1,
-                                     process_group_backend=backend)
+            return FabricModelParallel(
+                shard, data_parallel_size=t.world_size, tensor_parallel_size=1, process_group_backend=backend
+            )
+        return ModelParallelStrategy(
+            data_parallel_size=t.world_size, tensor_parallel_size=1, process_group_backend=backend
+        )
     if is_deepspeed(name):
         return _deepspeed(t, accelerator, fabric)
     raise SpecError(f"train.strategy: {name!r} is not one of {', '.join(STRATEGIES)}")

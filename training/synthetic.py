@@ -11,12 +11,14 @@ from __future__ import annotations
 import math
 import random
 
-POSITIVE = ("good great excellent wonderful superb lovely brilliant enjoyable delightful moving "
-            "charming fantastic").split()
-NEGATIVE = ("bad awful terrible boring dreadful poor weak dull horrible painful clumsy "
-            "disappointing").split()
-FILLER = ("the a movie film story actor plot scene it was and of with this that director music "
-          "character ending script camera cast one really quite very some part time").split()
+POSITIVE = (
+    "good great excellent wonderful superb lovely brilliant enjoyable delightful moving charming fantastic"
+).split()
+NEGATIVE = ("bad awful terrible boring dreadful poor weak dull horrible painful clumsy disappointing").split()
+FILLER = (
+    "the a movie film story actor plot scene it was and of with this that director music "
+    "character ending script camera cast one really quite very some part time"
+).split()
 LABELS = ("negative", "positive")
 DEFAULT_SIZES = (2000, 500, 500)
 

@@ -27,8 +27,7 @@ from training.results import Stats, graphs_compiled
 from training.spec import Spec
 
 # Per-rank counters, summed over ranks by flush(): the order of Stats.add_counters().
-COUNTERS = ("timed_samples", "timed_tokens", "real_tokens", "padded_slots", "trained_samples",
-            "repeated_samples")
+COUNTERS = ("timed_samples", "timed_tokens", "real_tokens", "padded_slots", "trained_samples", "repeated_samples")
 
 
 # A debugging aid for checking exact resume: every rank appends "epoch: rows" of each trained batch
@@ -72,8 +71,9 @@ class TrainClock:
         c["padded_slots"] += slots
         c["trained_samples"] += rows
         c["repeated_samples"] += repeats(batch)
-        compiling = self.train.compile and (self.batches_this_attempt < self.train.warmup_compile_steps
-                                            or graphs_compiled() != self.graphs)
+        compiling = self.train.compile and (
+            self.batches_this_attempt < self.train.warmup_compile_steps or graphs_compiled() != self.graphs
+        )
         if compiling:
             self.stats.times_s["warmup_compile"] += seconds
         else:

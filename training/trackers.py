@@ -80,11 +80,27 @@ class WandB:
 
         # One W&B run per job across requeues: the same id, resumed.
         ident = hashlib.sha1(f"{spec.run_dir}|{spec.job}".encode()).hexdigest()[:16]
-        settings = wandb.Settings(console="off", silent=True, x_disable_stats=True, x_disable_machine_info=True,
-                                  disable_git=True, save_code=False)
-        self.run = wandb.init(project=spec.experiment or "jobgen", group=run_id(spec), name=spec.job, job_type="train",
-                              id=ident, resume="allow", config=config(spec), dir=str(spec.job_dir),
-                              mode=spec.train.wandb_mode, settings=settings, reinit="create_new")
+        settings = wandb.Settings(
+            console="off",
+            silent=True,
+            x_disable_stats=True,
+            x_disable_machine_info=True,
+            disable_git=True,
+            save_code=False,
+        )
+        self.run = wandb.init(
+            project=spec.experiment or "jobgen",
+            group=run_id(spec),
+            name=spec.job,
+            job_type="train",
+            id=ident,
+            resume="allow",
+            config=config(spec),
+            dir=str(spec.job_dir),
+            mode=spec.train.wandb_mode,
+            settings=settings,
+            reinit="create_new",
+        )
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self.run.log(metrics, step=step)
@@ -110,8 +126,13 @@ class MLflow:
         if found:  # a requeued job continues its run
             self.run_id = found[0].info.run_id
             return
-        tags = {"jobgen.experiment": spec.experiment, "jobgen.run": run_id(spec), "jobgen.job": spec.job,
-                "jobgen.key": key, "mlflow.runName": spec.job}
+        tags = {
+            "jobgen.experiment": spec.experiment,
+            "jobgen.run": run_id(spec),
+            "jobgen.job": spec.job,
+            "jobgen.key": key,
+            "mlflow.runName": spec.job,
+        }
         self.run_id = self.client.create_run(experiment, run_name=spec.job, tags=tags).info.run_id
         flat = _flatten({"train": config(spec)["train"], "data": config(spec)["data"], "sweep": spec.sweep})
         self.client.log_batch(self.run_id, params=[Param(k, str(v)[:500]) for k, v in flat.items()])

@@ -54,9 +54,10 @@ class Local(Scheduler):
 
 def _run_teed(command: list[str], log_path: Path) -> int:
     """Run a command, copying its output line by line to our stdout and to a log file."""
-    with open(log_path, "ab") as log, subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-    ) as proc:
+    with (
+        open(log_path, "ab") as log,
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL) as proc,
+    ):
         try:
             assert proc.stdout is not None
             for line in proc.stdout:

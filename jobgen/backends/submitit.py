@@ -64,11 +64,15 @@ class Submitit(SlurmScheduler):
     def shape_problems(self, exp: Experiment) -> list[str]:
         problems = super().shape_problems(exp)
         if exp.slurm.requeue:
-            problems.append("slurm.requeue is jobgen's own signal handling in sbatch scripts; submitit has its own: "
-                            "use launch.backend = 'sbatch' for requeue")
+            problems.append(
+                "slurm.requeue is jobgen's own signal handling in sbatch scripts; submitit has its own: "
+                "use launch.backend = 'sbatch' for requeue"
+            )
         if exp.launch.launcher != "srun":
-            problems.append(f"launch.launcher = {exp.launch.launcher!r} needs launch.backend 'sbatch' or 'local': "
-                            "submitit starts one task per GPU itself")
+            problems.append(
+                f"launch.launcher = {exp.launch.launcher!r} needs launch.backend 'sbatch' or 'local': "
+                "submitit starts one task per GPU itself"
+            )
         return problems
 
 
@@ -96,5 +100,7 @@ def executor_parameters(spec: dict[str, Any], setup_file: Path) -> dict[str, Any
         params["slurm_exclusive"] = True
     extra = {k: v for k, v in s["extra"].items() if v is not False}
     if extra:
-        params["slurm_additional_parameters"] = {k.replace("-", "_"): (None if v is True else v) for k, v in extra.items()}
+        params["slurm_additional_parameters"] = {
+            k.replace("-", "_"): (None if v is True else v) for k, v in extra.items()
+        }
     return params

@@ -47,7 +47,12 @@ CASES = [
     ("epochs-zero", with_lines(train="epochs = 0"), 1, ["train.epochs", "positive"]),
     ("batch-negative", with_lines(train="batch_size = -1"), 1, ["train.batch_size", "positive"]),
     ("nodes-zero", BASE.replace("nodes = 1", "nodes = 0"), 1, ["slurm.nodes", "positive"]),
-    ("gpus-negative", BASE.replace("gpus_per_node = 1", "gpus_per_node = -2"), 1, ["slurm.gpus_per_node", "zero or more"]),
+    (
+        "gpus-negative",
+        BASE.replace("gpus_per_node = 1", "gpus_per_node = -2"),
+        1,
+        ["slurm.gpus_per_node", "zero or more"],
+    ),
     ("cpus-zero", with_lines(slurm="cpus_per_task = 0"), 1, ["slurm.cpus_per_task", "positive"]),
     ("lr-string", with_lines(train='lr = "fast"'), 1, ["train.lr", "expected float"]),
     ("compile-string", with_lines(train='compile = "yes"'), 1, ["train.compile", "expected bool"]),
@@ -58,40 +63,88 @@ CASES = [
     ("mem-words", with_lines(slurm='mem = "lots"'), 1, ["slurm.mem", "memory size"]),
     ("strategy-typo", with_lines(train='strategy = "fdsp"'), 1, ["train.strategy", "did you mean 'fsdp'"]),
     ("precision-unknown", with_lines(train='precision = "fp8"'), 1, ["train.precision", "32-true"]),
-    ("engine-unknown", BASE.replace('engine = "lightning"', 'engine = "keras"'), 1, ["train.engine", "torch, lightning, fabric, hf_trainer"]),
+    (
+        "engine-unknown",
+        BASE.replace('engine = "lightning"', 'engine = "keras"'),
+        1,
+        ["train.engine", "torch, lightning, fabric, hf_trainer"],
+    ),
     ("backend-unknown", with_lines(launch='backend = "slurm"'), 1, ["launch.backend", "sbatch"]),
     ("accelerator-unknown", with_lines(train='accelerator = "tpu"'), 1, ["train.accelerator", "auto, gpu, cpu"]),
-    ("tasks-not-devices", BASE.replace("gpus_per_node = 1", "gpus_per_node = 4\nntasks_per_node = 1"), 1,
-     ["ntasks_per_node = 1", "one task per device"]),
-    ("torch-with-fsdp", BASE.replace("gpus_per_node = 1", "gpus_per_node = 4").replace('"lightning"', '"torch"')
-     .replace("[train]\n", '[train]\nstrategy = "fsdp"\n'), 1, ["train.strategy = 'fsdp'", "one device or DDP"]),
-    ("torch-ddp-on-4-gpus", with_lines(train='strategy = "ddp"').replace('"lightning"', '"torch"')
-     .replace("gpus_per_node = 1", "gpus_per_node = 4"), 0, []),
+    (
+        "tasks-not-devices",
+        BASE.replace("gpus_per_node = 1", "gpus_per_node = 4\nntasks_per_node = 1"),
+        1,
+        ["ntasks_per_node = 1", "one task per device"],
+    ),
+    (
+        "torch-with-fsdp",
+        BASE.replace("gpus_per_node = 1", "gpus_per_node = 4")
+        .replace('"lightning"', '"torch"')
+        .replace("[train]\n", '[train]\nstrategy = "fsdp"\n'),
+        1,
+        ["train.strategy = 'fsdp'", "one device or DDP"],
+    ),
+    (
+        "torch-ddp-on-4-gpus",
+        with_lines(train='strategy = "ddp"')
+        .replace('"lightning"', '"torch"')
+        .replace("gpus_per_node = 1", "gpus_per_node = 4"),
+        0,
+        [],
+    ),
     ("deepspeed-one-device", with_lines(train='strategy = "deepspeed_stage_2"'), 1, ["deepspeed_stage_2", "one"]),
     ("fsdp-one-device", with_lines(train='strategy = "fsdp"'), 1, ["fsdp", "one"]),
-    ("fabric-deepspeed-accum", with_lines(train='strategy = "deepspeed_stage_2"\ngrad_accum = 2')
-     .replace('"lightning"', '"fabric"').replace("gpus_per_node = 1", "gpus_per_node = 2"), 1,
-     ["train.grad_accum = 2", "engine 'lightning'"]),
+    (
+        "fabric-deepspeed-accum",
+        with_lines(train='strategy = "deepspeed_stage_2"\ngrad_accum = 2')
+        .replace('"lightning"', '"fabric"')
+        .replace("gpus_per_node = 1", "gpus_per_node = 2"),
+        1,
+        ["train.grad_accum = 2", "engine 'lightning'"],
+    ),
     ("fsdp-offload-one-device", with_lines(train='strategy = "fsdp_offload"'), 1, ["fsdp_offload", "one"]),
     ("num-nodes-mismatch", with_lines(train="num_nodes = 2"), 1, ["train.num_nodes = 2", "slurm.nodes = 1"]),
     ("valid-4-gpus-control", BASE.replace("gpus_per_node = 1", "gpus_per_node = 4"), 0, []),
     ("devices-vs-gpus", with_lines(train="devices = 2"), 1, ["train.devices = 2", "slurm.gpus_per_node = 1"]),
     ("template-missing", with_lines(launch='template = "nope.j2"'), 1, ["launch.template", "not found"]),
-    ("data-file-missing", BASE.replace('dataset = "imdb"', 'files = { train = "missing.csv" }'), 1,
-     ["data.files.train", "not found"]),
-    ("data-file-bad-split", BASE.replace('dataset = "imdb"', 'files = { dev = "x.csv" }'), 1,
-     ["data.files", "'dev' is not a split"]),
+    (
+        "data-file-missing",
+        BASE.replace('dataset = "imdb"', 'files = { train = "missing.csv" }'),
+        1,
+        ["data.files.train", "not found"],
+    ),
+    (
+        "data-file-bad-split",
+        BASE.replace('dataset = "imdb"', 'files = { dev = "x.csv" }'),
+        1,
+        ["data.files", "'dev' is not a split"],
+    ),
     ("no-data", BASE.replace('dataset = "imdb"', ""), 1, ["data.dataset", "no data"]),
     ("sweep-empty-values", BASE + '\n[sweep.grid]\n"train.strategy" = []\n', 1, ["sweep.grid", "no values"]),
     ("sweep-unknown-key", BASE + '\n[sweep.grid]\n"train.strategyy" = ["ddp"]\n', 1, ["did you mean 'train.strategy'"]),
     ("sweep-not-sweepable", BASE + '\n[sweep.grid]\n"launch.backend" = ["local"]\n', 1, ["not a sweepable key"]),
-    ("sweep-too-large", BASE + '\n[sweep.grid]\n"train.seed" = [{}]\n"train.lr" = [{}]\n'.format(
-        ", ".join(str(i) for i in range(200)), ", ".join(f"{i}e-5" for i in range(1, 60))), 1,
-     ["11800 jobs", "sweep.max_jobs"]),
-    ("sweep-point-bad-value", BASE + '\n[sweep.grid]\n"train.precision" = ["bf16-mixed", "fp8"]\n', 1,
-     ["sweep point 1", "train.precision", "'fp8'"]),
-    ("sweep-point-bad-shape", BASE + '\n[[sweep.points]]\nname = "big"\n"slurm.gpus_per_node" = 4\n"slurm.ntasks_per_node" = 2\n',
-     1, ["sweep point 0 (big)", "one task per device"]),
+    (
+        "sweep-too-large",
+        BASE
+        + '\n[sweep.grid]\n"train.seed" = [{}]\n"train.lr" = [{}]\n'.format(
+            ", ".join(str(i) for i in range(200)), ", ".join(f"{i}e-5" for i in range(1, 60))
+        ),
+        1,
+        ["11800 jobs", "sweep.max_jobs"],
+    ),
+    (
+        "sweep-point-bad-value",
+        BASE + '\n[sweep.grid]\n"train.precision" = ["bf16-mixed", "fp8"]\n',
+        1,
+        ["sweep point 1", "train.precision", "'fp8'"],
+    ),
+    (
+        "sweep-point-bad-shape",
+        BASE + '\n[[sweep.points]]\nname = "big"\n"slurm.gpus_per_node" = 4\n"slurm.ntasks_per_node" = 2\n',
+        1,
+        ["sweep point 0 (big)", "one task per device"],
+    ),
     ("sweep-point-bad-name", BASE + '\n[[sweep.points]]\nname = "a b"\n', 1, ["sweep.points", "'a b'"]),
     ("signal-kill", with_lines(slurm='signal = "KILL"'), 1, ["slurm.signal", "USR2"]),
     ("extra-managed", with_lines(slurm='extra = { output = "x.log" }'), 1, ["slurm.extra", "set by jobgen"]),
@@ -105,26 +158,65 @@ CASES = [
     ("partition-fractions", with_lines(data="partition = [0.8, 0.2, 0.2]"), 1, ["data.partition", "sum"]),
     ("partition-string", with_lines(data='partition = "35k"'), 1, ["data.partition", "expected a list"]),
     ("name-chars", BASE.replace('name = "bad"', 'name = "my exp!"'), 1, ["experiment.name", "letters"]),
-    ("local-two-nodes", BASE.replace("nodes = 1", "nodes = 2") + '\n[launch]\nbackend = "local"\n', 1,
-     ["backend = 'local'", "slurm.nodes = 2"]),
-    ("gpu-without-gpus", BASE.replace("gpus_per_node = 1", "gpus_per_node = 0").replace(
-        'engine = "lightning"', 'engine = "lightning"\naccelerator = "gpu"'), 1, ["accelerator = 'gpu'"]),
-    ("gpu-type-without-gpus", BASE.replace("gpus_per_node = 1", 'gpus_per_node = 0\ngpu_type = "a100"'), 1,
-     ["gpu_type", "gpus_per_node > 0"]),
+    (
+        "local-two-nodes",
+        BASE.replace("nodes = 1", "nodes = 2") + '\n[launch]\nbackend = "local"\n',
+        1,
+        ["backend = 'local'", "slurm.nodes = 2"],
+    ),
+    (
+        "gpu-without-gpus",
+        BASE.replace("gpus_per_node = 1", "gpus_per_node = 0").replace(
+            'engine = "lightning"', 'engine = "lightning"\naccelerator = "gpu"'
+        ),
+        1,
+        ["accelerator = 'gpu'"],
+    ),
+    (
+        "gpu-type-without-gpus",
+        BASE.replace("gpus_per_node = 1", 'gpus_per_node = 0\ngpu_type = "a100"'),
+        1,
+        ["gpu_type", "gpus_per_node > 0"],
+    ),
     ("encoding-unknown", with_lines(data='encoding = "klingon"'), 1, ["data.encoding", "latin-1"]),
     ("array-parallelism-alone", with_lines(launch="array_parallelism = 4"), 1, ["launch.array = true"]),
     ("max-length-tiny", with_lines(data="max_length = 4"), 1, ["data.max_length", "at least 8"]),
     ("module-with-space", BASE + '\n[env]\nmodules = ["cuda 12"]\n', 1, ["env.modules", "one name per"]),
-    ("launcher-unknown", with_lines(launch='launcher = "mpirun"'), 1, ["launch.launcher", "srun, torchrun, accelerate"]),
-    ("torchrun-task-per-device", BASE.replace("gpus_per_node = 1", "gpus_per_node = 4\nntasks_per_node = 4")
-     + '\n[launch]\nlauncher = "torchrun"\n', 1, ["ntasks_per_node = 4", "one task per node", "= 1 (or 0)"]),
-    ("accelerate-under-submitit", with_lines(launch='launcher = "accelerate"\nbackend = "submitit"'), 1,
-     ["launch.launcher = 'accelerate'", "sbatch"]),
+    (
+        "launcher-unknown",
+        with_lines(launch='launcher = "mpirun"'),
+        1,
+        ["launch.launcher", "srun, torchrun, accelerate"],
+    ),
+    (
+        "torchrun-task-per-device",
+        BASE.replace("gpus_per_node = 1", "gpus_per_node = 4\nntasks_per_node = 4")
+        + '\n[launch]\nlauncher = "torchrun"\n',
+        1,
+        ["ntasks_per_node = 4", "one task per node", "= 1 (or 0)"],
+    ),
+    (
+        "accelerate-under-submitit",
+        with_lines(launch='launcher = "accelerate"\nbackend = "submitit"'),
+        1,
+        ["launch.launcher = 'accelerate'", "sbatch"],
+    ),
     ("lightning-under-accelerate", with_lines(launch='launcher = "accelerate"'), 1, ["'lightning'", "torchrun"]),
     # Accepted since the engine shards with FSDP2 itself on CPU ranks (tests/training/test_hf_trainer_fsdp.py).
-    ("hf-trainer-fsdp-on-cpu", BASE.replace("gpus_per_node = 1", "gpus_per_node = 2").replace('"lightning"', '"hf_trainer"')
-     .replace("[train]\n", '[train]\nstrategy = "fsdp"\naccelerator = "cpu"\n'), 0, []),
-    ("accelerate-with-hf-trainer", with_lines(launch='launcher = "accelerate"').replace('"lightning"', '"hf_trainer"'), 0, []),
+    (
+        "hf-trainer-fsdp-on-cpu",
+        BASE.replace("gpus_per_node = 1", "gpus_per_node = 2")
+        .replace('"lightning"', '"hf_trainer"')
+        .replace("[train]\n", '[train]\nstrategy = "fsdp"\naccelerator = "cpu"\n'),
+        0,
+        [],
+    ),
+    (
+        "accelerate-with-hf-trainer",
+        with_lines(launch='launcher = "accelerate"').replace('"lightning"', '"hf_trainer"'),
+        0,
+        [],
+    ),
 ]
 
 
@@ -203,7 +295,9 @@ def test_bad_user_template(tmp_path: Path, runner, template: str, words: list[st
 
 
 def test_user_template_extends_or_replaces(tmp_path: Path, runner):
-    (tmp_path / "ext.j2").write_text('{% extends "srun.sbatch.j2" %}\n{% block launch %}echo {{ job_name | shquote }}\n{% endblock %}\n')
+    (tmp_path / "ext.j2").write_text(
+        '{% extends "srun.sbatch.j2" %}\n{% block launch %}echo {{ job_name | shquote }}\n{% endblock %}\n'
+    )
     (tmp_path / "own.j2").write_text("#!/bin/bash\necho {{ spec_path | shquote }}\n")
     for name, expect in (("ext.j2", "#SBATCH --nodes=1"), ("own.j2", "spec.json")):
         path = tmp_path / f"{name}.toml"
@@ -236,7 +330,10 @@ def test_bad_set(tmp_path: Path, runner, sets: list[str], words: list[str]):
     path.write_text(SWEPT)
     root = tmp_path / "runs"
     flags = [arg for item in sets for arg in ("--set", item)]
-    for argv in (["validate", str(path), *flags], ["--output-root", str(root), "submit", str(path), "--dry-run", *flags]):
+    for argv in (
+        ["validate", str(path), *flags],
+        ["--output-root", str(root), "submit", str(path), "--dry-run", *flags],
+    ):
         result = runner.invoke(main, argv)
         assert result.exit_code == 1, result.output
         lines = result.output.strip().splitlines()

@@ -34,7 +34,9 @@ def test_chains_that_cannot_work_are_refused(tmp_path: Path, runner, lines: dict
 def test_only_chained_scripts_carry_the_guard(tmp_path: Path, runner) -> None:
     for chain in (1, 3):
         exp = tmp_path / f"c{chain}.toml"
-        exp.write_text(with_lines(slurm=f"chain = {chain}", experiment=f'name = "c{chain}"').replace('name = "bad"\n', ""))
+        exp.write_text(
+            with_lines(slurm=f"chain = {chain}", experiment=f'name = "c{chain}"').replace('name = "bad"\n', "")
+        )
         done = runner.invoke(main, ["--output-root", str(tmp_path / "runs"), "submit", str(exp), "--dry-run"])
         assert done.exit_code == 0, done.output
         (script,) = (tmp_path / "runs").glob(f"c{chain}/*/jobs/*/job.sbatch")

@@ -14,13 +14,40 @@ from jobgen.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "experiments" / "local_demo.toml"
-HEAVY = {"torch", "lightning", "transformers", "datasets", "deepspeed", "submitit", "rich", "matplotlib",
-         "tensorboard", "wandb", "mlflow"}
+HEAVY = {
+    "torch",
+    "lightning",
+    "transformers",
+    "datasets",
+    "deepspeed",
+    "submitit",
+    "rich",
+    "matplotlib",
+    "tensorboard",
+    "wandb",
+    "mlflow",
+}
 
 
-@pytest.mark.parametrize("command", [[], ["submit"], ["validate"], ["schema"], ["status"], ["logs"], ["cancel"],
-                                     ["requeue"], ["runs"], ["clean"], ["prefetch"],
-                                     ["summary"], ["report"], ["sync"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        [],
+        ["submit"],
+        ["validate"],
+        ["schema"],
+        ["status"],
+        ["logs"],
+        ["cancel"],
+        ["requeue"],
+        ["runs"],
+        ["clean"],
+        ["prefetch"],
+        ["summary"],
+        ["report"],
+        ["sync"],
+    ],
+)
 def test_help(runner, command):
     result = runner.invoke(main, [*command, "--help"])
     assert result.exit_code == 0, result.output
@@ -42,7 +69,7 @@ def test_schema_lists_every_key_with_default_and_doc(runner):
     for key, _, default, doc in schema_rows():
         assert key in result.output and doc in result.output and default in result.output
     md = runner.invoke(main, ["schema", "--format", "markdown"]).output
-    assert "| `train.strategy` | `str` | `\"auto\"` |" in md
+    assert '| `train.strategy` | `str` | `"auto"` |' in md
 
 
 def test_dry_run_prints_scripts_and_commands(runner, out_root: Path):
@@ -50,8 +77,12 @@ def test_dry_run_prints_scripts_and_commands(runner, out_root: Path):
     assert result.exit_code == 0, result.output
     (run_dir,) = (out_root / "local_demo").iterdir()
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert [j["name"] for j in manifest["jobs"]] == ["engine-torch", "engine-lightning", "engine-fabric",
-                                                    "engine-hf-trainer"]
+    assert [j["name"] for j in manifest["jobs"]] == [
+        "engine-torch",
+        "engine-lightning",
+        "engine-fabric",
+        "engine-hf-trainer",
+    ]
     for job in manifest["jobs"]:
         assert f"$ bash {run_dir / job['script']}" in result.output
         assert job["state"] == "DRY_RUN" and job["job_id"] is None
@@ -66,7 +97,10 @@ def test_runs_lists_every_run_oldest_first(runner, out_root: Path):
     root = ["--output-root", str(out_root)]
     assert runner.invoke(main, [*root, "runs"]).output.strip() == f"no runs under {out_root}"
     for exp in ("local_demo", "imdb_ddp", "local_demo"):
-        assert runner.invoke(main, [*root, "submit", str(REPO / "experiments" / f"{exp}.toml"), "--dry-run"]).exit_code == 0
+        assert (
+            runner.invoke(main, [*root, "submit", str(REPO / "experiments" / f"{exp}.toml"), "--dry-run"]).exit_code
+            == 0
+        )
     lines = runner.invoke(main, [*root, "runs"]).output.splitlines()
     assert lines[0].split()[:4] == ["run", "created", "backend", "jobs"] and len(lines) == 4
     demo_runs = sorted(p.name for p in (out_root / "local_demo").iterdir())
@@ -79,8 +113,15 @@ def test_runs_lists_every_run_oldest_first(runner, out_root: Path):
 
 def test_set_overrides_keys_and_is_recorded(runner, out_root: Path):
     exp = REPO / "experiments" / "imdb_ddp.toml"
-    sets = ["train.epochs=1", "train.lr=2e-5", "train.compile=true", "slurm.time=00:30:00",
-            "slurm.partition=debug", "env.vars.WANDB_MODE=offline", 'experiment.description="quick check"']
+    sets = [
+        "train.epochs=1",
+        "train.lr=2e-5",
+        "train.compile=true",
+        "slurm.time=00:30:00",
+        "slurm.partition=debug",
+        "env.vars.WANDB_MODE=offline",
+        'experiment.description="quick check"',
+    ]
     argv = ["--output-root", str(out_root), "submit", str(exp), "--dry-run", *[a for s in sets for a in ("--set", s)]]
     result = runner.invoke(main, argv)
     assert result.exit_code == 0, result.output
@@ -146,11 +187,25 @@ def test_installed_script_runs(tmp_path: Path):
 
 def test_templates_ship_in_the_wheel(tmp_path: Path):
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(REPO)],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
     )
     if done.returncode != 0:  # no setuptools in this venv: build in an isolated env instead
-        done = subprocess.run(["uv", "build", "--wheel", "-o", str(tmp_path), str(REPO)], capture_output=True, text=True)
+        done = subprocess.run(
+            ["uv", "build", "--wheel", "-o", str(tmp_path), str(REPO)], capture_output=True, text=True
+        )
     assert done.returncode == 0, done.stderr
     import zipfile
 

@@ -68,7 +68,11 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (run / "manifest.json").write_text(json.dumps(manifest, indent=2))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for tool, text in {"scontrol": STUB_SCONTROL, "sacct": "#!/bin/bash\nexit 1\n", "squeue": "#!/bin/bash\nexit 1\n"}.items():
+    for tool, text in {
+        "scontrol": STUB_SCONTROL,
+        "sacct": "#!/bin/bash\nexit 1\n",
+        "squeue": "#!/bin/bash\nexit 1\n",
+    }.items():
         (bin_dir / tool).write_text(text)
         (bin_dir / tool).chmod(0o755 | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")

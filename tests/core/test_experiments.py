@@ -17,7 +17,16 @@ EXPERIMENTS = experiments()
 
 def test_the_issue_names_are_all_shipped():
     names = {p.stem for p in EXPERIMENTS}
-    wanted = {"imdb_ddp", "imdb_fsdp", "imdb_deepspeed", "imdb_fabric", "mrpc_bert", "speedup_sweep", "fsdp_2node", "local_demo"}
+    wanted = {
+        "imdb_ddp",
+        "imdb_fsdp",
+        "imdb_deepspeed",
+        "imdb_fabric",
+        "mrpc_bert",
+        "speedup_sweep",
+        "fsdp_2node",
+        "local_demo",
+    }
     assert wanted <= names
 
 

@@ -87,7 +87,10 @@ def test_no_room_for_the_run(runner, tmp_path: Path, mount, slurm: Path, options
 def test_disk_fills_after_a_job_is_queued(runner, tmp_path: Path, mount, slurm: Path, monkeypatch):
     root = mount("small", "size=2m")
     runs = root / "runs"
-    assert runner.invoke(main, ["--output-root", str(runs), "submit", str(tmp_path / "full.toml"), "--dry-run"]).exit_code == 0
+    assert (
+        runner.invoke(main, ["--output-root", str(runs), "submit", str(tmp_path / "full.toml"), "--dry-run"]).exit_code
+        == 0
+    )
     for run in list((runs / "full").iterdir()):
         subprocess.run(["rm", "-rf", str(run)], check=True)
     monkeypatch.setenv("FILL", str(root))

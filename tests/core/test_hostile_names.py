@@ -135,16 +135,31 @@ def test_errors_are_always_one_line():
     assert str(JobgenError("a\nb\rc\0d")) == "a\\nb\\rc\\x00d"
 
 
-@pytest.mark.parametrize(("literal", "word"), [("nan", "finite"), ("inf", "finite"), ("-inf", "finite"),
-                                                ("1" + "0" * 400, "finite"), ("{ a = { b = { c = 1 } } }", "table")])
+@pytest.mark.parametrize(
+    ("literal", "word"),
+    [
+        ("nan", "finite"),
+        ("inf", "finite"),
+        ("-inf", "finite"),
+        ("1" + "0" * 400, "finite"),
+        ("{ a = { b = { c = 1 } } }", "table"),
+    ],
+)
 def test_numbers_and_tables_that_are_not_numbers(runner, tmp_path: Path, literal: str, word: str):
     exp = tmp_path / "e.toml"
     exp.write_text(f"[train]\nlr = {literal}\n" + DATA)
     _one_line_error(_submit(runner, tmp_path, exp), "train.lr", word)
 
 
-@pytest.mark.parametrize("body", [f'[train]\nstrategy = "{"x" * 5000}"\n', f'[launch]\ntemplate = "{"x" * 5000}"\n',
-                                  f'[data]\nfiles = {{ train = "{"x" * 5000}" }}\n', f'[env]\nvars = {{ "-{"X" * 5000}" = "1" }}\n'])
+@pytest.mark.parametrize(
+    "body",
+    [
+        f'[train]\nstrategy = "{"x" * 5000}"\n',
+        f'[launch]\ntemplate = "{"x" * 5000}"\n',
+        f'[data]\nfiles = {{ train = "{"x" * 5000}" }}\n',
+        f'[env]\nvars = {{ "-{"X" * 5000}" = "1" }}\n',
+    ],
+)
 def test_long_values_and_names_are_refused_and_cut_short_in_the_message(runner, tmp_path: Path, body: str):
     exp = tmp_path / "e.toml"
     exp.write_text(body + DATA)

@@ -52,14 +52,14 @@ def hostile(tmp_path: Path):
     (base / "train data.csv").write_text("text,label\nx,0\n")
     exp = base / "exp.toml"
     exp.write_text(
-        "[experiment]\nname = \"inj\"\n"
+        '[experiment]\nname = "inj"\n'
         "[slurm]\nextra = { comment = " + json.dumps(HOSTILE) + " }\n"
         "[env]\n"
         f"python = {json.dumps(str(python))}\n"
         f"venv = {json.dumps(str(venv))}\n"
-        "vars = { A = " + json.dumps(HOSTILE) + ", B = \"$(touch INJECTED5); `touch INJECTED6` ${HOME}\" }\n"
+        "vars = { A = " + json.dumps(HOSTILE) + ', B = "$(touch INJECTED5); `touch INJECTED6` ${HOME}" }\n'
         "[train]\nmodel = " + json.dumps("m" + HOSTILE) + "\n"
-        "[data]\nfiles = { train = \"train data.csv\" }\ntext_field = " + json.dumps(HOSTILE) + "\n"
+        '[data]\nfiles = { train = "train data.csv" }\ntext_field = ' + json.dumps(HOSTILE) + "\n"
     )
     stubs = tmp_path / "stubs"
     _stub(stubs / "srun", STUB_SRUN)

@@ -172,5 +172,7 @@ def test_no_answer_from_slurm_is_not_a_refusal(runner, tmp_path, stubs, monkeypa
     assert result.exit_code == 1
     assert argv == ["scontrol requeue 1001"]  # stopped at the first job, and no sbatch
     message = result.output.strip().splitlines()
-    assert len(message) == 1 and "Unable to contact slurm controller" in message[0] and "once Slurm answers" in message[0]
+    assert (
+        len(message) == 1 and "Unable to contact slurm controller" in message[0] and "once Slurm answers" in message[0]
+    )
     assert [j["job_id"] for j in jobs] == ["1001", "1002", "1003", "1004"] and not any(j.get("requeues") for j in jobs)

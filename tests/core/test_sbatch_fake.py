@@ -129,10 +129,15 @@ def test_array_split_by_max_array_size(runner, tmp_path: Path, fake_slurm: Path,
     assert [a["tasks"] for a in manifest["arrays"]] == [["seed-1", "seed-2"], ["seed-3"]]
     assert [j["job_id"] for j in manifest["jobs"]] == ["1001_0", "1001_1", "1002_0"]
     first = (run_dir / "arrays" / "array-0.sbatch").read_text()
-    assert "#SBATCH --array=0-1%1" in first and "#SBATCH --array=0-0%1" in (run_dir / "arrays" / "array-1.sbatch").read_text()
+    assert (
+        "#SBATCH --array=0-1%1" in first
+        and "#SBATCH --array=0-0%1" in (run_dir / "arrays" / "array-1.sbatch").read_text()
+    )
     assert str(run_dir / "jobs" / "seed-2" / "job.sbatch") in first
     assert (fake_slurm / "calls").read_text().strip() == "2"
-    lint = __import__("subprocess").run(["shellcheck", str(run_dir / "arrays" / "array-0.sbatch")], capture_output=True, text=True)
+    lint = __import__("subprocess").run(
+        ["shellcheck", str(run_dir / "arrays" / "array-0.sbatch")], capture_output=True, text=True
+    )
     assert lint.returncode == 0, lint.stdout
 
 
@@ -147,10 +152,25 @@ def test_array_refuses_mixed_resources(runner, tmp_path: Path):
 def test_submitit_parameters_come_from_the_same_config(tmp_path: Path):
     from jobgen.backends.submitit import executor_parameters
 
-    spec = {"experiment": "e", "job": "j", "slurm": {
-        "nodes": 2, "ntasks_per_node": 4, "cpus_per_task": 8, "time": "1-00:30", "gpus_per_node": 4, "gpu_type": "",
-        "partition": "gpu", "account": "", "qos": "", "mem": "64g", "constraint": "", "exclusive": True,
-        "extra": {"mail-type": "END", "hold": False, "requeue-x": True}}}
+    spec = {
+        "experiment": "e",
+        "job": "j",
+        "slurm": {
+            "nodes": 2,
+            "ntasks_per_node": 4,
+            "cpus_per_task": 8,
+            "time": "1-00:30",
+            "gpus_per_node": 4,
+            "gpu_type": "",
+            "partition": "gpu",
+            "account": "",
+            "qos": "",
+            "mem": "64g",
+            "constraint": "",
+            "exclusive": True,
+            "extra": {"mail-type": "END", "hold": False, "requeue-x": True},
+        },
+    }
     params = executor_parameters(spec, tmp_path / "setup.sh")
     assert params["nodes"] == 2 and params["tasks_per_node"] == 4 and params["gpus_per_node"] == 4
     assert params["timeout_min"] == 1470 and params["slurm_mem"] == "64G" and params["slurm_partition"] == "gpu"
@@ -171,7 +191,9 @@ echo "sbatch: Job 77 to start at 2026-11-29T20:00:00 using 1 processors on nodes
 def test_test_only_asks_sbatch_for_every_job_and_queues_nothing(runner, tmp_path: Path, fake_slurm: Path):
     (tmp_path / "bin" / "sbatch").write_text(TEST_ONLY_SBATCH)
     exp = tmp_path / "fake.toml"
-    exp.write_text(SWEEP + '[[sweep.points]]\nname = "good"\n[[sweep.points]]\nname = "bad"\n"slurm.partition" = "nope"\n')
+    exp.write_text(
+        SWEEP + '[[sweep.points]]\nname = "good"\n[[sweep.points]]\nname = "bad"\n"slurm.partition" = "nope"\n'
+    )
     result = runner.invoke(main, ["--output-root", str(tmp_path / "runs"), "submit", str(exp), "--test-only"])
     assert result.exit_code == 1
     calls = (fake_slurm / "argv").read_text().splitlines()

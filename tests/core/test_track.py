@@ -28,8 +28,12 @@ def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_sacct_rows_map_to_states(bin_dir: Path):
-    _tool(bin_dir, "sacct", "printf '%s\\n' '11|COMPLETED|0:0|00:01:02|2|n[1-2]|x|2026-01-01T00:00:00|2026-01-01T00:01:02' "
-          "'12|CANCELLED by 0|0:15|00:00:05|1|n1|x|2026-01-01T00:00:00|Unknown' '13_[0-2%1]|PENDING|0:0|00:00:00|1|None assigned|x|Unknown|Unknown'\n")
+    _tool(
+        bin_dir,
+        "sacct",
+        "printf '%s\\n' '11|COMPLETED|0:0|00:01:02|2|n[1-2]|x|2026-01-01T00:00:00|2026-01-01T00:01:02' "
+        "'12|CANCELLED by 0|0:15|00:00:05|1|n1|x|2026-01-01T00:00:00|Unknown' '13_[0-2%1]|PENDING|0:0|00:00:00|1|None assigned|x|Unknown|Unknown'\n",
+    )
     info = track.query(["11", "12", "13_1"])
     assert info["11"].state is State.COMPLETED and info["11"].nodelist == "n[1-2]" and info["11"].elapsed == "00:01:02"
     assert info["12"].state is State.CANCELLED and info["12"].end == ""
@@ -38,10 +42,18 @@ def test_sacct_rows_map_to_states(bin_dir: Path):
 
 def test_without_accounting_falls_back_to_squeue_then_scontrol(bin_dir: Path):
     _tool(bin_dir, "sacct", "echo 'sacct: error: Slurm accounting storage is disabled' >&2; exit 1\n")
-    _tool(bin_dir, "squeue", 'case "$*" in *21*) echo "21|RUNNING|0:07|1|n2|2026-01-01T00:00:00";; '
-          '*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1;; esac\n')
-    _tool(bin_dir, "scontrol", 'case "$*" in *22*) echo "JobId=22 JobState=TIMEOUT RunTime=00:01:12 NumNodes=1 '
-          'NodeList=n3 ExitCode=0:0 StartTime=2026-01-01T00:00:00 EndTime=2026-01-01T00:01:12";; *) exit 1;; esac\n')
+    _tool(
+        bin_dir,
+        "squeue",
+        'case "$*" in *21*) echo "21|RUNNING|0:07|1|n2|2026-01-01T00:00:00";; '
+        '*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1;; esac\n',
+    )
+    _tool(
+        bin_dir,
+        "scontrol",
+        'case "$*" in *22*) echo "JobId=22 JobState=TIMEOUT RunTime=00:01:12 NumNodes=1 '
+        'NodeList=n3 ExitCode=0:0 StartTime=2026-01-01T00:00:00 EndTime=2026-01-01T00:01:12";; *) exit 1;; esac\n',
+    )
     info = track.query(["21", "22", "23"])
     assert info["21"].state is State.RUNNING and info["21"].source == "squeue"
     assert info["22"].state is State.TIMEOUT and info["22"].source == "scontrol"
@@ -62,9 +74,18 @@ def test_expand_array_ids():
     assert track.expand_array_id("7_3") == ["7_3"]
 
 
-@pytest.mark.parametrize(("text", "state"), [("CANCELLED by 0", State.CANCELLED), ("CD", State.COMPLETED),
-                                             ("OUT_OF_MEMORY", State.OUT_OF_MEMORY), ("RUNNING", State.RUNNING),
-                                             ("PD", State.PENDING), ("REQUEUED", State.REQUEUED), ("weird", State.UNKNOWN)])
+@pytest.mark.parametrize(
+    ("text", "state"),
+    [
+        ("CANCELLED by 0", State.CANCELLED),
+        ("CD", State.COMPLETED),
+        ("OUT_OF_MEMORY", State.OUT_OF_MEMORY),
+        ("RUNNING", State.RUNNING),
+        ("PD", State.PENDING),
+        ("REQUEUED", State.REQUEUED),
+        ("weird", State.UNKNOWN),
+    ],
+)
 def test_state_table(text, state):
     assert from_slurm(text) is state
 

@@ -68,7 +68,9 @@ def all_final(states: dict[str, State]) -> bool:
 def behave_sweep(folder: Path, name: str, seeds: int) -> Path:
     """A sweep of `seeds` cheap jobs that only say hello (tests/slurm/behave.sbatch.j2), no training."""
     values = ", ".join(str(i) for i in range(1, seeds + 1))
-    return behave_experiment(folder, name, f'[env]\nvars = {{ BEHAVIOR = "ok" }}\n[sweep.grid]\n"train.seed" = [{values}]\n')
+    return behave_experiment(
+        folder, name, f'[env]\nvars = {{ BEHAVIOR = "ok" }}\n[sweep.grid]\n"train.seed" = [{values}]\n'
+    )
 
 
 def behave_experiment(folder: Path, name: str, sweep: str) -> Path:

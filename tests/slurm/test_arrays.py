@@ -12,7 +12,6 @@ from tests.slurm.helpers import all_final, behave_sweep, jobgen, manifest, only_
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 
 
-
 def test_sweep_as_arrays(slurm, root: Path, tmp_path: Path):
     exp = behave_sweep(tmp_path, "arr", 12)
     out = jobgen("submit", str(exp), "--array", "--array-parallelism", "4", root=root).stdout

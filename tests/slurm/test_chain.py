@@ -40,8 +40,10 @@ def short_partition(slurm) -> str:
 
 def _chain_experiment(folder: Path, name: str, chain: int, need: int, partition: str, step_s: int = 48) -> Path:
     shutil.copy(Path(__file__).parent / "chain.sbatch.j2", folder / "chain.sbatch.j2")
-    body = (f'[launch]\ntemplate = "chain.sbatch.j2"\n[slurm]\npartition = "{partition}"\ntime = "1"\n'
-            f'cpus_per_task = 1\nchain = {chain}\n[env]\nvars = {{ NEED = "{need}", STEP_S = "{step_s}" }}\n[data]\ndataset = "imdb"\n')
+    body = (
+        f'[launch]\ntemplate = "chain.sbatch.j2"\n[slurm]\npartition = "{partition}"\ntime = "1"\n'
+        f'cpus_per_task = 1\nchain = {chain}\n[env]\nvars = {{ NEED = "{need}", STEP_S = "{step_s}" }}\n[data]\ndataset = "imdb"\n'
+    )
     return write_experiment(folder, name, body)
 
 

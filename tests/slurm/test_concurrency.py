@@ -119,8 +119,10 @@ def test_two_requeues_at_once_start_each_job_once_while_status_watches(slurm, ro
         out, err = watch.communicate(timeout=150)  # reads as it goes: the pipe never fills
         rc = watch.returncode
         # It refreshed all along and stopped only at its own timeout, never on a manifest it could not read.
-        assert rc == 1 and err.strip() == "Error: jobs still running after 30 s; check again with: " \
-            f"jobgen status {run_dir}", err
+        assert (
+            rc == 1
+            and err.strip() == f"Error: jobs still running after 30 s; check again with: jobgen status {run_dir}"
+        ), err
         assert out.count("run: ") >= 10 and "warning" not in out, out[-2000:]
     finally:
         stop.set()

@@ -49,8 +49,11 @@ nodes = 2
 gpus_per_node = 2
 cpus_per_task = 1
 time = "00:10:00"
-""" + TINY_TRAIN.replace('model = "builtin:tiny"', 'model = "builtin:tiny"\nengine = "lightning"\nstrategy = "ddp"').replace(
-    "epochs = 1", "epochs = 3").replace("batch_size = 16", "batch_size = 8").replace("[400, 100, 100]", "[1201, 203, 201]")
+""" + TINY_TRAIN.replace(
+    'model = "builtin:tiny"', 'model = "builtin:tiny"\nengine = "lightning"\nstrategy = "ddp"'
+).replace("epochs = 1", "epochs = 3").replace("batch_size = 16", "batch_size = 8").replace(
+    "[400, 100, 100]", "[1201, 203, 201]"
+)
 
 
 @pytest.mark.timeout(600)
@@ -70,7 +73,9 @@ def test_two_nodes_two_tasks_each(slurm, root: Path, tmp_path: Path, backend: st
     assert result["scored"] == {"validation": 203, "test": 201}  # 4 ranks, each row once
     summary = jobgen("summary", str(run_dir), "--format", "json", root=root).stdout
     rows = json.loads(summary)["rows"]
-    assert rows[0]["state"] == "COMPLETED" and abs(rows[0]["test_acc"] - result["test_acc"]) < 1e-6  # JSON keeps 6 decimals
+    assert (
+        rows[0]["state"] == "COMPLETED" and abs(rows[0]["test_acc"] - result["test_acc"]) < 1e-6
+    )  # JSON keeps 6 decimals
     # The finished job's checkpoints can go; its result stays.
     checkpoints = run_dir / job["dir"] / "checkpoints"
     assert any(checkpoints.iterdir())

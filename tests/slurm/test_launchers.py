@@ -18,8 +18,11 @@ pytestmark = [pytest.mark.slurm, pytest.mark.training]
 
 # Lightning under accelerate is refused at validation (its Trainer ignores accelerate's settings). Under
 # srun (one task per device), the engines that read torch.distributed's variables get them from Slurm's.
-ENGINES = {"torchrun": ["hf_trainer", "fabric", "torch", "lightning"], "accelerate": ["hf_trainer", "fabric", "torch"],
-           "srun": ["hf_trainer", "torch"]}
+ENGINES = {
+    "torchrun": ["hf_trainer", "fabric", "torch", "lightning"],
+    "accelerate": ["hf_trainer", "fabric", "torch"],
+    "srun": ["hf_trainer", "torch"],
+}
 
 
 def _body(launcher: str, engines: list[str], extra_slurm: str = "", epochs: int = 2) -> str:
@@ -37,7 +40,8 @@ launcher = "{launcher}"
 [sweep.grid]
 "train.engine" = [{grid}]
 """ + TINY_TRAIN.replace('model = "builtin:tiny"', 'model = "builtin:tiny"\nstrategy = "ddp"').replace(
-        "epochs = 1", f"epochs = {epochs}").replace("[400, 100, 100]", "[800, 200, 200]")
+        "epochs = 1", f"epochs = {epochs}"
+    ).replace("[400, 100, 100]", "[800, 200, 200]")
 
 
 def _result_fields(result: dict) -> None:
@@ -61,8 +65,11 @@ def test_two_nodes_two_processes_each(slurm, root: Path, tmp_path: Path, launche
     for job in jobs:
         job_dir = run_dir / job["dir"]
         log = "".join(p.read_text() for p in job_dir.glob("slurm-*.out"))
-        assert states[job["name"]] is State.COMPLETED, (job["name"], log[-3000:],
-                                                        "".join(p.read_text() for p in job_dir.glob("slurm-*.err"))[-5000:])
+        assert states[job["name"]] is State.COMPLETED, (
+            job["name"],
+            log[-3000:],
+            "".join(p.read_text() for p in job_dir.glob("slurm-*.err"))[-5000:],
+        )
         result = json.loads((job_dir / "result.json").read_text())
         _result_fields(result)
         # Ranks 0-3 spread over both nodes, numbered by the launcher (not by Slurm's 2 tasks under

@@ -80,11 +80,14 @@ def test_two_nodes_two_ranks_requeue_mid_epoch_trains_each_sample_once(slurm, ro
 
     trace = tmp_path / "trace"
     n, batch, ranks = 6001, 8, 4  # 751 batches an epoch (the last of 1 row): 188 steps a rank, 1 top-up
-    body = (BODY.replace("cpus_per_task = 1", "nodes = 2\ngpus_per_node = 2\ncpus_per_task = 1")
-            .replace('model = "builtin:tiny"', 'model = "builtin:tiny"\nengine = "fabric"\nstrategy = "ddp"')
-            .replace("epochs = 3", "epochs = 2").replace("batch_size = 16", f"batch_size = {batch}")
-            .replace("[1500, 100, 100]", f"[{n}, 103, 101]")
-            .replace(f'python = "{PYTHON}"', f'python = "{PYTHON}"\nvars = {{ JOBGEN_TRACE_ROWS = "{trace}" }}'))
+    body = (
+        BODY.replace("cpus_per_task = 1", "nodes = 2\ngpus_per_node = 2\ncpus_per_task = 1")
+        .replace('model = "builtin:tiny"', 'model = "builtin:tiny"\nengine = "fabric"\nstrategy = "ddp"')
+        .replace("epochs = 3", "epochs = 2")
+        .replace("batch_size = 16", f"batch_size = {batch}")
+        .replace("[1500, 100, 100]", f"[{n}, 103, 101]")
+        .replace(f'python = "{PYTHON}"', f'python = "{PYTHON}"\nvars = {{ JOBGEN_TRACE_ROWS = "{trace}" }}')
+    )
     exp = write_experiment(tmp_path, "requeue2x2", body)
     jobgen("submit", str(exp), root=root)
     run_dir = only_run(root, "requeue2x2")

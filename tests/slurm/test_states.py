@@ -57,8 +57,14 @@ def test_every_state_shows(slurm_any, root: Path, tmp_path: Path):
     assert states["later"] is State.PENDING and states["running"] is State.RUNNING
 
     table = jobgen("status", str(run_dir), root=root).stdout
-    for name, state in [("ok", "COMPLETED"), ("fail", "FAILED"), ("cancelme", "CANCELLED"), ("timeout", "TIMEOUT"),
-                        ("later", "PENDING"), ("running", "RUNNING")]:
+    for name, state in [
+        ("ok", "COMPLETED"),
+        ("fail", "FAILED"),
+        ("cancelme", "CANCELLED"),
+        ("timeout", "TIMEOUT"),
+        ("later", "PENDING"),
+        ("running", "RUNNING"),
+    ]:
         line = next(line for line in table.splitlines() if line.startswith(name + " "))
         assert state in line, table
     fail_line = next(line for line in table.splitlines() if line.startswith("fail "))

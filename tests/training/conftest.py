@@ -26,8 +26,18 @@ sys.dont_write_bytecode = False
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 # Small and quick: ~60 steps per epoch; the synthetic signal is learnt within the first epoch.
-TINY_TRAIN = {"engine": "torch", "model": "builtin:tiny", "epochs": 2, "batch_size": 32, "eval_batch_size": 128,
-              "lr": 3e-3, "num_workers": 0, "accelerator": "cpu", "log_every_n_steps": 10, "seed": 7}
+TINY_TRAIN = {
+    "engine": "torch",
+    "model": "builtin:tiny",
+    "epochs": 2,
+    "batch_size": 32,
+    "eval_batch_size": 128,
+    "lr": 3e-3,
+    "num_workers": 0,
+    "accelerator": "cpu",
+    "log_every_n_steps": 10,
+    "seed": 7,
+}
 TINY_DATA = {"dataset": "builtin:synthetic", "partition": [1600, 300, 400], "max_length": 64}
 
 
@@ -57,11 +67,19 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("training-cache")
 
 
-def spec_dict(job_dir: Path, cache_dir: Path, train: dict | None = None, data: dict | None = None,
-              requeue: dict | None = None) -> dict[str, Any]:
-    return {"schema": 1, "experiment": "test", "job": job_dir.name, "job_dir": str(job_dir),
-            "cache_dir": str(cache_dir), "train": {**TINY_TRAIN, **(train or {})},
-            "data": {**TINY_DATA, **(data or {})}, "requeue": requeue or {}}
+def spec_dict(
+    job_dir: Path, cache_dir: Path, train: dict | None = None, data: dict | None = None, requeue: dict | None = None
+) -> dict[str, Any]:
+    return {
+        "schema": 1,
+        "experiment": "test",
+        "job": job_dir.name,
+        "job_dir": str(job_dir),
+        "cache_dir": str(cache_dir),
+        "train": {**TINY_TRAIN, **(train or {})},
+        "data": {**TINY_DATA, **(data or {})},
+        "requeue": requeue or {},
+    }
 
 
 def write_spec(job_dir: Path, cache_dir: Path, **parts: Any) -> Path:
@@ -78,15 +96,26 @@ def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     # DeepSpeed JIT-builds its CPU comm extension (~40 s); a directory of our own keeps the build
     # between tests and runs (a shared ~/.cache one gets rebuilt whenever another user's flags differ).
     # One thread per process: two ranks on two cores must not oversubscribe them.
-    env.update(OFFLINE, PYTHONPYCACHEPREFIX=str(PYCACHE), PYTHONPATH=str(REPO), OMP_NUM_THREADS="1",
-               TORCH_EXTENSIONS_DIR=str(REPO / ".pytest_cache" / "torch-extensions"), **(extra or {}))
+    env.update(
+        OFFLINE,
+        PYTHONPYCACHEPREFIX=str(PYCACHE),
+        PYTHONPATH=str(REPO),
+        OMP_NUM_THREADS="1",
+        TORCH_EXTENSIONS_DIR=str(REPO / ".pytest_cache" / "torch-extensions"),
+        **(extra or {}),
+    )
     return env
 
 
 def start(spec: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
     handle = open(log, "w")  # noqa: SIM115 - closed by the process' end (kept for the test's diagnostics)
-    return subprocess.Popen([sys.executable, "-m", "training", "--spec", str(spec)], cwd=REPO, env=env,
-                            stdout=handle, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "training", "--spec", str(spec)],
+        cwd=REPO,
+        env=env,
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def run_entrypoint(spec: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:

@@ -49,8 +49,15 @@ def test_string_labels_sorted_and_latin1_files(tmp_path: Path, cache_dir: Path) 
     rows = [(f"caf\xe9 review {i}", ["pos", "neg", "neutral"][i % 3]) for i in range(30)]
     _write_csv(tmp_path / "train.csv", rows[:20], "text,label", "latin-1")
     _write_csv(tmp_path / "test.csv", rows[20:], "text,label", "latin-1")
-    spec = _spec(tmp_path, cache_dir, dataset="", partition=[], encoding="latin-1", val_fraction=0.25,
-                 files={"train": str(tmp_path / "train.csv"), "test": str(tmp_path / "test.csv")})
+    spec = _spec(
+        tmp_path,
+        cache_dir,
+        dataset="",
+        partition=[],
+        encoding="latin-1",
+        val_fraction=0.25,
+        files={"train": str(tmp_path / "train.csv"), "test": str(tmp_path / "test.csv")},
+    )
     splits = data.make_splits(data.load_raw(spec), spec.data, seed=0)
     names = data.label_names(splits, "label")
     assert names == ["neg", "neutral", "pos"]
@@ -68,8 +75,15 @@ def test_hub_path_with_a_local_stand_in_and_sentence_pairs(tmp_path: Path, cache
     _write_csv(folder / "train.csv", pairs[:30], "sentence1,sentence2,label")
     _write_csv(folder / "validation.csv", pairs[30:35], "sentence1,sentence2,label")
     _write_csv(folder / "test.csv", pairs[35:], "sentence1,sentence2,label")
-    spec = _spec(tmp_path, cache_dir, dataset=str(folder), partition=[], text_field="sentence1",
-                 text_pair_field="sentence2", validation_split="validation")
+    spec = _spec(
+        tmp_path,
+        cache_dir,
+        dataset=str(folder),
+        partition=[],
+        text_field="sentence1",
+        text_pair_field="sentence2",
+        validation_split="validation",
+    )
     splits = data.make_splits(data.load_raw(spec), spec.data, seed=0)
     assert [len(splits[k]) for k in data.SPLITS] == [30, 5, 5]
     names = data.label_names(splits, "label")
@@ -80,7 +94,7 @@ def test_hub_path_with_a_local_stand_in_and_sentence_pairs(tmp_path: Path, cache
     encoded = data.tokenize(data.label_ids(splits, "label", names), bert, spec.data)
     row = encoded["train"][0]
     assert row["input_ids"].count(bert.sep_token_id) == 2  # [CLS] a [SEP] b [SEP]
-    assert set(row["token_type_ids"]) == {0, 1}            # BERT uses segment ids for pairs
+    assert set(row["token_type_ids"]) == {0, 1}  # BERT uses segment ids for pairs
 
 
 def _minilm() -> str:
@@ -123,15 +137,19 @@ def test_loaders_score_601_rows_once_on_3_ranks_and_keep_grouped_batches(tmp_pat
     sampler = train.batch_sampler
     for batch, meant in zip(train, sampler.epoch_batches(), strict=True):
         assert batch["row"].tolist() == [i if i < 601 else -1 - (i - 601) for i in meant]
-        assert torch.equal(batch["attention_mask"].sum(1), torch.tensor(
-            [prepared.splits["train"][i % 601]["length"] for i in meant]))
+        assert torch.equal(
+            batch["attention_mask"].sum(1), torch.tensor([prepared.splits["train"][i % 601]["length"] for i in meant])
+        )
 
 
-@pytest.mark.parametrize(("partition", "sizes"), [
-    ([0.8, 0.1, 0.1], {"train": 2400, "validation": 300, "test": 300}),
-    ([0.5, 0.25, 0.2], {"train": 1500, "validation": 750, "test": 600}),
-    ([0.333, 0.333, 0.334], {"train": 999, "validation": 999, "test": 1002}),
-])
+@pytest.mark.parametrize(
+    ("partition", "sizes"),
+    [
+        ([0.8, 0.1, 0.1], {"train": 2400, "validation": 300, "test": 300}),
+        ([0.5, 0.25, 0.2], {"train": 1500, "validation": 750, "test": 600}),
+        ([0.333, 0.333, 0.334], {"train": 999, "validation": 999, "test": 1002}),
+    ],
+)
 def test_partition_fractions_cut_the_pool(tmp_path: Path, cache_dir: Path, partition: list, sizes: dict) -> None:
     spec = _spec(tmp_path, cache_dir, partition=partition)
     splits = data.make_splits(data.load_raw(spec), spec.data, seed=1)
@@ -198,6 +216,7 @@ def test_entrypoint_help_and_cheap_import() -> None:
     code = "import sys, training, training.spec, training.__main__; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
-    helped = subprocess.run([sys.executable, "-m", "training", "--help"], cwd=REPO, capture_output=True,
-                            text=True, check=True)
+    helped = subprocess.run(
+        [sys.executable, "-m", "training", "--help"], cwd=REPO, capture_output=True, text=True, check=True
+    )
     assert "--spec" in helped.stdout and "srun python -m training" in helped.stdout

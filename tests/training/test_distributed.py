@@ -31,28 +31,35 @@ def _check(result: dict, engine: str, strategy: str) -> None:
         assert params["per_rank"] == [params["total"]] * 2, params
 
 
-@pytest.mark.parametrize(("engine", "strategy", "precision"), [
-    ("lightning", "ddp", "32-true"),
-    ("lightning", "fsdp", "32-true"),
-    ("fabric", "fsdp", "bf16-mixed"),
-    ("lightning", "deepspeed_stage_2", "32-true"),
-    ("fabric", "deepspeed_stage_3", "32-true"),
-    ("lightning", "deepspeed_stage_3", "32-true"),
-    ("lightning", "fsdp_offload", "32-true"),
-    ("fabric", "fsdp_offload", "32-true"),
-    ("lightning", "deepspeed_stage_2_offload", "32-true"),
-    ("fabric", "deepspeed_stage_3_offload", "32-true"),
-    ("hf_trainer", "ddp", "bf16-mixed"),
-    ("hf_trainer", "fsdp_offload", "32-true"),
-    ("torch", "ddp", "32-true"),
-    ("hf_trainer", "deepspeed_stage_2", "32-true"),
-    ("hf_trainer", "deepspeed_stage_3_offload", "32-true"),
-])
-def test_two_ranks_launched_locally(engine: str, strategy: str, precision: str, tmp_path: Path,
-                                    cache_dir: Path) -> None:
+@pytest.mark.parametrize(
+    ("engine", "strategy", "precision"),
+    [
+        ("lightning", "ddp", "32-true"),
+        ("lightning", "fsdp", "32-true"),
+        ("fabric", "fsdp", "bf16-mixed"),
+        ("lightning", "deepspeed_stage_2", "32-true"),
+        ("fabric", "deepspeed_stage_3", "32-true"),
+        ("lightning", "deepspeed_stage_3", "32-true"),
+        ("lightning", "fsdp_offload", "32-true"),
+        ("fabric", "fsdp_offload", "32-true"),
+        ("lightning", "deepspeed_stage_2_offload", "32-true"),
+        ("fabric", "deepspeed_stage_3_offload", "32-true"),
+        ("hf_trainer", "ddp", "bf16-mixed"),
+        ("hf_trainer", "fsdp_offload", "32-true"),
+        ("torch", "ddp", "32-true"),
+        ("hf_trainer", "deepspeed_stage_2", "32-true"),
+        ("hf_trainer", "deepspeed_stage_3_offload", "32-true"),
+    ],
+)
+def test_two_ranks_launched_locally(
+    engine: str, strategy: str, precision: str, tmp_path: Path, cache_dir: Path
+) -> None:
     """devices=2 without Slurm: the entrypoint starts the second process itself."""
-    spec = write_spec(tmp_path / "job", cache_dir,
-                      train={"engine": engine, "strategy": strategy, "devices": 2, "precision": precision})
+    spec = write_spec(
+        tmp_path / "job",
+        cache_dir,
+        train={"engine": engine, "strategy": strategy, "devices": 2, "precision": precision},
+    )
     result = run_entrypoint(spec, subprocess_env(), timeout=200)
     _check(result, engine, strategy)
     assert result["precision"]["effective"] == precision
@@ -60,11 +67,14 @@ def test_two_ranks_launched_locally(engine: str, strategy: str, precision: str, 
     log = (tmp_path / "job" / "entrypoint.log").read_text()
     assert "rank 1/2" in log and "rank 0/2" in log
     # What each rank's strategy did: the DeepSpeed config it holds, the policy FSDP2 was given.
-    expected = {"fsdp": "offload=none", "fsdp_offload": "offload=cpu",
-                "deepspeed_stage_2": "ZeRO stage 2, offload optimizer=none param=none",
-                "deepspeed_stage_3": "ZeRO stage 3, offload optimizer=none param=none",
-                "deepspeed_stage_2_offload": "ZeRO stage 2, offload optimizer=cpu param=none",
-                "deepspeed_stage_3_offload": "ZeRO stage 3, offload optimizer=cpu param=cpu"}.get(strategy)
+    expected = {
+        "fsdp": "offload=none",
+        "fsdp_offload": "offload=cpu",
+        "deepspeed_stage_2": "ZeRO stage 2, offload optimizer=none param=none",
+        "deepspeed_stage_3": "ZeRO stage 3, offload optimizer=none param=none",
+        "deepspeed_stage_2_offload": "ZeRO stage 2, offload optimizer=cpu param=none",
+        "deepspeed_stage_3_offload": "ZeRO stage 3, offload optimizer=cpu param=cpu",
+    }.get(strategy)
     if expected:
         assert log.count(expected) == 2, log[-3000:]
 
@@ -79,14 +89,26 @@ def _free_port() -> int:
 def test_ranks_come_from_slurm_variables(engine: str, via: str, tmp_path: Path, cache_dir: Path) -> None:
     """Two tasks started as srun would (SLURM_PROCID=0/1 ...): ddp, bf16-mixed, no self-launch."""
     job = tmp_path / "job"
-    spec = write_spec(job, cache_dir, train={"engine": engine, "strategy": "ddp", "devices": 2,
-                                             "precision": "bf16-mixed"})
-    common = {"SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2", "SLURM_NNODES": "1", "SLURM_NODEID": "0",
-              "SLURM_NODELIST": "localhost", "SLURM_JOB_NODELIST": "localhost", "SLURM_JOB_ID": "4242",
-              "SLURM_JOB_NAME": "jobgen-test", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
-              "CUDA_VISIBLE_DEVICES": "0,1"}  # Slurm sets it on GPU nodes; accelerator="cpu" must still win
-    procs = [start(spec, subprocess_env({**common, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)}),
-                   job / f"task{r}.log") for r in (0, 1)]
+    spec = write_spec(
+        job, cache_dir, train={"engine": engine, "strategy": "ddp", "devices": 2, "precision": "bf16-mixed"}
+    )
+    common = {
+        "SLURM_NTASKS": "2",
+        "SLURM_NTASKS_PER_NODE": "2",
+        "SLURM_NNODES": "1",
+        "SLURM_NODEID": "0",
+        "SLURM_NODELIST": "localhost",
+        "SLURM_JOB_NODELIST": "localhost",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NAME": "jobgen-test",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(_free_port()),
+        "CUDA_VISIBLE_DEVICES": "0,1",
+    }  # Slurm sets it on GPU nodes; accelerator="cpu" must still win
+    procs = [
+        start(spec, subprocess_env({**common, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)}), job / f"task{r}.log")
+        for r in (0, 1)
+    ]
     try:
         codes = [p.wait(timeout=200) for p in procs]
     finally:

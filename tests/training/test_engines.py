@@ -40,6 +40,7 @@ class DropoutWatch:
                 if isinstance(module, torch.nn.Dropout):
                     module.register_forward_hook(self.hook)
             return model
+
         return load
 
     def hook(self, module: Any, inputs: Any, output: Any) -> None:
@@ -49,16 +50,23 @@ class DropoutWatch:
         self.dtypes.add(str(output.dtype).removeprefix("torch."))
 
 
-@pytest.mark.parametrize(("engine", "precision", "accum"), [("torch", "16-mixed", 1), ("lightning", "32-true", 2),
-                                                            ("fabric", "32-true", 2), ("lightning", "bf16-true", 1),
-                                                            ("hf_trainer", "16-mixed", 2)])
-def test_engine_learns_reports_and_trains_with_dropout(engine: str, precision: str, accum: int, tmp_path: Path,
-                                                       cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("engine", "precision", "accum"),
+    [
+        ("torch", "16-mixed", 1),
+        ("lightning", "32-true", 2),
+        ("fabric", "32-true", 2),
+        ("lightning", "bf16-true", 1),
+        ("hf_trainer", "16-mixed", 2),
+    ],
+)
+def test_engine_learns_reports_and_trains_with_dropout(
+    engine: str, precision: str, accum: int, tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     watch = DropoutWatch()
     monkeypatch.setattr(model_lib, "load_model", watch.wrap(model_lib.load_model))
     job = tmp_path / engine
-    spec = from_dict(spec_dict(job, cache_dir, train={"engine": engine, "precision": precision,
-                                                                "grad_accum": accum}))
+    spec = from_dict(spec_dict(job, cache_dir, train={"engine": engine, "precision": precision, "grad_accum": accum}))
     assert run(spec) == 0
     result = json.loads((job / "result.json").read_text())
 
@@ -76,7 +84,7 @@ def test_engine_learns_reports_and_trains_with_dropout(engine: str, precision: s
     assert (watch.dtypes == {"bfloat16"}) == (expected == "bf16-true"), watch.dtypes
     assert result["samples"] == {"train": 1600, "validation": 300, "test": 400}
     assert result["throughput"]["samples_per_s"] > 0 and result["throughput"]["tokens_per_s"] > 0
-    assert 0.05 < result["padded_token_fraction"] < 0.6   # dynamic padding of 8-40 word texts
+    assert 0.05 < result["padded_token_fraction"] < 0.6  # dynamic padding of 8-40 word texts
     assert result["times_s"]["train"] > 0 and result["times_s"]["total"] >= result["times_s"]["train"]
     assert result["peak_memory_mb"]["host_rss"] > 100
 

@@ -70,13 +70,20 @@ def test_the_best_validation_epoch_is_the_one_tested(engine: str, tmp_path: Path
     epoch 0; the test split (true labels) must be scored with epoch 0's weights, not the last ones."""
     rows = synthetic.make_rows(1201, seed=11)
     files = {}
-    for split, (lo, hi), flip in (("train", (0, 801), False), ("validation", (801, 1001), True),
-                                  ("test", (1001, 1201), False)):
+    for split, (lo, hi), flip in (
+        ("train", (0, 801), False),
+        ("validation", (801, 1001), True),
+        ("test", (1001, 1201), False),
+    ):
         files[split] = str(tmp_path / f"{split}.csv")
         _write(Path(files[split]), {k: v[lo:hi] for k, v in rows.items()}, flip)
     job = tmp_path / "job"
-    spec = write_spec(job, cache_dir, train={"engine": engine, "epochs": 3, "lr": 1e-3},
-                      data={"dataset": "", "files": files, "partition": [], "validation_split": "validation"})
+    spec = write_spec(
+        job,
+        cache_dir,
+        train={"engine": engine, "epochs": 3, "lr": 1e-3},
+        data={"dataset": "", "files": files, "partition": [], "validation_split": "validation"},
+    )
     result = run_entrypoint(spec, subprocess_env(), timeout=240)
     val = result["val_acc_per_epoch"]
     assert result["tested_epoch"] == val.index(max(val)) == 0 and val[0] > val[-1], val
@@ -94,9 +101,12 @@ def test_three_ranks_score_each_test_row_once(engine: str, tmp_path: Path, cache
     """601 test rows on 3 ranks, eval batch 64 (201, 200, 200 rows a rank, the last steps padded): the
     accuracy is the split's, which one rank's rows or repeated rows would not give."""
     job = tmp_path / "job"
-    spec = write_spec(job, cache_dir, train={"engine": engine, "strategy": "ddp", "devices": 3, "epochs": 1,
-                                             "batch_size": 16, "eval_batch_size": 64},
-                      data={"partition": [1201, 301, 601]})
+    spec = write_spec(
+        job,
+        cache_dir,
+        train={"engine": engine, "strategy": "ddp", "devices": 3, "epochs": 1, "batch_size": 16, "eval_batch_size": 64},
+        data={"partition": [1201, 301, 601]},
+    )
     result = run_entrypoint(spec, subprocess_env(), timeout=280)
     assert result["world_size"] == 3 and result["scored"] == {"validation": 301, "test": 601}
     best = job / "checkpoints" / ("best-epoch=0.ckpt" if engine == "lightning" else "best-model.pt")

@@ -18,24 +18,55 @@ pytestmark = [pytest.mark.training, pytest.mark.slow, pytest.mark.timeout(600)]
 
 def test_gpu_check_runs_its_matrix_and_sweep_on_cpu(tmp_path: Path) -> None:
     env = {**subprocess_env(), "OUT": str(tmp_path), "PYTHON": sys.executable}
-    args = ["--cpu", "--steps", "2", "--engines", "torch,lightning", "--precisions", "bf16-mixed",
-            "--compile", "off", "--sweep-steps", "3", "--points", "plain-pytorch,trainer-mixed",
-            "--model", "builtin:tiny", "--eval-rows", "40", "--timeout", "240"]
-    done = subprocess.run(["bash", str(REPO / "bench" / "gpu_check.sh"), *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=580)
+    args = [
+        "--cpu",
+        "--steps",
+        "2",
+        "--engines",
+        "torch,lightning",
+        "--precisions",
+        "bf16-mixed",
+        "--compile",
+        "off",
+        "--sweep-steps",
+        "3",
+        "--points",
+        "plain-pytorch,trainer-mixed",
+        "--model",
+        "builtin:tiny",
+        "--eval-rows",
+        "40",
+        "--timeout",
+        "240",
+    ]
+    done = subprocess.run(
+        ["bash", str(REPO / "bench" / "gpu_check.sh"), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=580,
+    )
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
-    cells = [f"{engine}-{strategy}-bf16-mixed-eager" for engine in ("torch", "lightning") for strategy in ("auto", "ddp")]
+    cells = [
+        f"{engine}-{strategy}-bf16-mixed-eager" for engine in ("torch", "lightning") for strategy in ("auto", "ddp")
+    ]
     for cell in cells:
         assert f"pass  {cell}" in out, out[-4000:]
     assert "fsdp" not in out and "deepspeed" not in out  # one device: sharded strategies are not listed
     assert "smoke: 4 passed, 0 failed" in out
-    table = [line.split() for line in out.splitlines() if line.strip().startswith(("plain-pytorch", "trainer-mixed"))
-             and "×" in line]
+    table = [
+        line.split()
+        for line in out.splitlines()
+        if line.strip().startswith(("plain-pytorch", "trainer-mixed")) and "×" in line
+    ]
     assert [row[0] for row in table] == ["plain-pytorch", "trainer-mixed"], out[-3000:]
     assert all(float(row[2]) > 0 and 0 <= float(row[4]) <= 1 for row in table)  # samples/s, test accuracy
     report = json.loads((tmp_path / "runs" / "gpu_check.json").read_text())
-    assert len(report["smoke"]) == 4 and all(r["result"]["optimizer_steps"] == 4 for r in report["sweep"])  # 55 rows of 16
+    assert len(report["smoke"]) == 4 and all(
+        r["result"]["optimizer_steps"] == 4 for r in report["sweep"]
+    )  # 55 rows of 16
     assert (tmp_path / "gpu_check.log").exists() and os.path.getsize(tmp_path / "gpu_check.log") > 0
 
 

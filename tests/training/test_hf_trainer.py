@@ -40,8 +40,14 @@ def test_sentence_pairs_scored_with_f1(tmp_path: Path, cache_dir: Path) -> None:
 
     _pairs(tmp_path / "train.csv", 1600, 1)
     _pairs(tmp_path / "test.csv", 400, 2)
-    data = {"dataset": "", "files": {"train": str(tmp_path / "train.csv"), "test": str(tmp_path / "test.csv")},
-            "text_field": "sentence1", "text_pair_field": "sentence2", "partition": [], "val_fraction": 0.15}
+    data = {
+        "dataset": "",
+        "files": {"train": str(tmp_path / "train.csv"), "test": str(tmp_path / "test.csv")},
+        "text_field": "sentence1",
+        "text_pair_field": "sentence2",
+        "partition": [],
+        "val_fraction": 0.15,
+    }
     job = tmp_path / "job"
     spec = from_dict(spec_dict(job, cache_dir, train={"engine": "hf_trainer"}, data=data))
     assert run(spec) == 0
@@ -50,8 +56,9 @@ def test_sentence_pairs_scored_with_f1(tmp_path: Path, cache_dir: Path) -> None:
     assert result["scored"] == {"validation": 240, "test": 400}
 
 
-def test_the_best_validation_epoch_is_the_one_tested(tmp_path: Path, cache_dir: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_best_validation_epoch_is_the_one_tested(
+    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Validation says epoch 1 of 3 was best: the test must score epoch 1's weights, not the last."""
     from training.engines import hf_trainer_engine as hf
     from training.run import run
@@ -73,6 +80,7 @@ def test_the_best_validation_epoch_is_the_one_tested(tmp_path: Path, cache_dir: 
                     return {**result, "acc": next(fake)}
                 tested.append(weights)
                 return result
+
         return Probe
 
     monkeypatch.setattr(hf, "_trainer_class", probing)
@@ -104,8 +112,19 @@ pathlib.Path(sys.argv[1], "got-signal" if got else "timed-out").touch()
 
 
 def test_relay_passes_the_signal_through_a_launcher_to_the_rank(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "training.relay", "--signal", "USR2", "--",
-           sys.executable, "-c", LAUNCHER, RANK, str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "training.relay",
+        "--signal",
+        "USR2",
+        "--",
+        sys.executable,
+        "-c",
+        LAUNCHER,
+        RANK,
+        str(tmp_path),
+    ]
     proc = subprocess.Popen(cmd, cwd=REPO, env=subprocess_env(), stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while not (tmp_path / "ready").exists():

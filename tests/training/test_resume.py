@@ -27,8 +27,13 @@ def _validation_rows(job: Path) -> list[dict]:
 @pytest.mark.parametrize("engine", ["torch", "lightning", "fabric", "hf_trainer"])
 def test_signal_checkpoints_then_restart_resumes(engine: str, tmp_path: Path, cache_dir: Path) -> None:
     job = tmp_path / "job"
-    spec = write_spec(job, cache_dir, train={"engine": engine, "epochs": 3},
-                      data={"partition": [3200, 300, 400]}, requeue={"enabled": True, "signal": "USR2"})
+    spec = write_spec(
+        job,
+        cache_dir,
+        train={"engine": engine, "epochs": 3},
+        data={"partition": [3200, 300, 400]},
+        requeue={"enabled": True, "signal": "USR2"},
+    )
     env = subprocess_env()
     proc = start(spec, env, job / "first.log")
     deadline = time.monotonic() + 180
@@ -39,7 +44,9 @@ def test_signal_checkpoints_then_restart_resumes(engine: str, tmp_path: Path, ca
     assert rc == EXIT_REQUEUE, (job / "first.log").read_text()[-4000:]
     assert not (job / "result.json").exists()
     assert len(_validation_rows(job)) == 1
-    assert any("requeue" in p.name or p.name.startswith(("step-", "checkpoint-")) for p in (job / "checkpoints").iterdir())
+    assert any(
+        "requeue" in p.name or p.name.startswith(("step-", "checkpoint-")) for p in (job / "checkpoints").iterdir()
+    )
 
     result = run_entrypoint(spec, env, timeout=180)
     assert result["resumed"] is True
@@ -74,18 +81,37 @@ def _saved_stats(checkpoints: Path) -> dict:
     return saved["jobgen"]["stats"] if "jobgen" in saved else saved["stats"]
 
 
-@pytest.mark.parametrize(("engine", "devices"), [("torch", 1), ("lightning", 1), ("fabric", 1), ("lightning", 2),
-                                                 ("fabric", 2), ("hf_trainer", 1), ("hf_trainer", 2),
-                                                 ("torch", 2)])
-def test_mid_epoch_requeue_trains_every_sample_once(engine: str, devices: int, tmp_path: Path,
-                                                    cache_dir: Path) -> None:
+@pytest.mark.parametrize(
+    ("engine", "devices"),
+    [
+        ("torch", 1),
+        ("lightning", 1),
+        ("fabric", 1),
+        ("lightning", 2),
+        ("fabric", 2),
+        ("hf_trainer", 1),
+        ("hf_trainer", 2),
+        ("torch", 2),
+    ],
+)
+def test_mid_epoch_requeue_trains_every_sample_once(engine: str, devices: int, tmp_path: Path, cache_dir: Path) -> None:
     """USR2 in the middle of epoch 0: the restart continues that epoch where it stopped, so over both
     attempts each sample is trained once per epoch, and steps, samples and times add up."""
     job, trace = tmp_path / "job", tmp_path / "trace"
     n, batch, epochs = 1601, 16, 2  # 101 batches an epoch: on 2 ranks, 51 steps and one top-up batch
-    spec = write_spec(job, cache_dir, train={"engine": engine, "epochs": epochs, "batch_size": batch,
-                                             "devices": devices, "strategy": "ddp" if devices > 1 else "auto"},
-                      data={"partition": [n, 301, 401]}, requeue={"enabled": True, "signal": "USR2"})
+    spec = write_spec(
+        job,
+        cache_dir,
+        train={
+            "engine": engine,
+            "epochs": epochs,
+            "batch_size": batch,
+            "devices": devices,
+            "strategy": "ddp" if devices > 1 else "auto",
+        },
+        data={"partition": [n, 301, 401]},
+        requeue={"enabled": True, "signal": "USR2"},
+    )
     env = subprocess_env({"JOBGEN_TRACE_ROWS": str(trace)})
     proc = start(spec, env, job / "first.log")
     deadline = time.monotonic() + 180

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from training.loaders import EvalBatches, TrainBatches
 
 pytestmark = pytest.mark.timeout(300)
-PROPERTY = settings(max_examples=150, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(
+    max_examples=150, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 sizes = st.integers(min_value=1, max_value=2500)
 batch_sizes = st.integers(min_value=1, max_value=70)
@@ -46,8 +47,7 @@ def _train_ranks(n: int, bs: int, world: int, group: bool, seed: int, epoch: int
 
 @PROPERTY
 @given(n=sizes, bs=batch_sizes, world=worlds, group=st.booleans(), seed=st.integers(0, 99), epoch=st.integers(0, 3))
-def test_train_every_sample_once_equal_steps(n: int, bs: int, world: int, group: bool, seed: int,
-                                             epoch: int) -> None:
+def test_train_every_sample_once_equal_steps(n: int, bs: int, world: int, group: bool, seed: int, epoch: int) -> None:
     ranks = _train_ranks(n, bs, world, group, seed, epoch)
     shards = [list(s) for s in ranks]
     steps = math.ceil(math.ceil(n / bs) / world)
@@ -68,10 +68,18 @@ def test_train_every_sample_once_equal_steps(n: int, bs: int, world: int, group:
 
 
 @PROPERTY
-@given(n=sizes, bs=batch_sizes, world=worlds, group=st.booleans(), seed=st.integers(0, 99),
-       cut=st.floats(0, 1), epoch=st.integers(0, 3))
-def test_resume_at_any_batch_loses_and_repeats_nothing(n: int, bs: int, world: int, group: bool, seed: int,
-                                                       cut: float, epoch: int) -> None:
+@given(
+    n=sizes,
+    bs=batch_sizes,
+    world=worlds,
+    group=st.booleans(),
+    seed=st.integers(0, 99),
+    cut=st.floats(0, 1),
+    epoch=st.integers(0, 3),
+)
+def test_resume_at_any_batch_loses_and_repeats_nothing(
+    n: int, bs: int, world: int, group: bool, seed: int, cut: float, epoch: int
+) -> None:
     whole = _train_ranks(n, bs, world, group, seed, epoch)
     steps = len(whole[0])
     done = int(cut * steps)
@@ -100,8 +108,7 @@ def test_eval_scores_every_sample_exactly_once(n: int, bs: int, world: int, seed
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, database=None)
-@given(n=st.integers(2000, 40000), bs=st.sampled_from([8, 16, 32]), world=st.integers(1, 8),
-       seed=st.integers(0, 99))
+@given(n=st.integers(2000, 40000), bs=st.sampled_from([8, 16, 32]), world=st.integers(1, 8), seed=st.integers(0, 99))
 def test_grouping_keeps_padding_under_5_percent(n: int, bs: int, world: int, seed: int) -> None:
     lengths = imdb_like(n, seed)
     real = slots = 0

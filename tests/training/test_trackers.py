@@ -98,8 +98,9 @@ def _mlflow(run_dir: Path, experiment: str) -> tuple[object, dict[str, dict[int,
     client = MlflowClient(tracking_uri=(run_dir / "mlruns").as_uri())
     exp = client.get_experiment_by_name(experiment)
     (found,) = client.search_runs([exp.experiment_id])
-    metrics = {key: {m.step: m.value for m in client.get_metric_history(found.info.run_id, key)}
-               for key in found.data.metrics}
+    metrics = {
+        key: {m.step: m.value for m in client.get_metric_history(found.info.run_id, key)} for key in found.data.metrics
+    }
     return found, metrics, client
 
 
@@ -107,17 +108,27 @@ def test_every_tracker_gets_the_rows_of_metrics_csv(tmp_path: Path, cache_dir: P
     """The Lightning Trainer, launched as a job is: the entrypoint in its own process, srun on PATH."""
     run_dir = tmp_path / "20261201-000000-ab12"
     job_dir = run_dir / "jobs" / "engine-lightning"
-    path = write_spec(job_dir, cache_dir, train={"engine": "lightning", "epochs": 1,
-                                                 "loggers": ["csv", "tensorboard", "wandb", "mlflow"]})
+    path = write_spec(
+        job_dir,
+        cache_dir,
+        train={"engine": "lightning", "epochs": 1, "loggers": ["csv", "tensorboard", "wandb", "mlflow"]},
+    )
     spec = json.loads(path.read_text())
-    path.write_text(json.dumps({**spec, "experiment": "sweep", "run_dir": str(run_dir),
-                                "sweep": {"train.engine": "lightning"}}))
+    path.write_text(
+        json.dumps({**spec, "experiment": "sweep", "run_dir": str(run_dir), "sweep": {"train.engine": "lightning"}})
+    )
     fake_bin = tmp_path / "bin"  # Lightning warns "srun is available but not used" where srun exists
     fake_bin.mkdir()
     (fake_bin / "srun").write_text("#!/bin/sh\nexit 1\n")
     (fake_bin / "srun").chmod(0o755)
-    env = subprocess_env({"PATH": f"{fake_bin}:{os.environ['PATH']}", "WANDB_MODE": "online",
-                          "WANDB_BASE_URL": "http://127.0.0.1:9", "WANDB_API_KEY": "x" * 40})
+    env = subprocess_env(
+        {
+            "PATH": f"{fake_bin}:{os.environ['PATH']}",
+            "WANDB_MODE": "online",
+            "WANDB_BASE_URL": "http://127.0.0.1:9",
+            "WANDB_API_KEY": "x" * 40,
+        }
+    )
     env.pop("MLFLOW_TRACKING_URI", None)
     command = [sys.executable, "-m", "training", "--spec", str(path)]
     if os.geteuid() == 0 and shutil.which("unshare") and shutil.which("ip"):
@@ -139,8 +150,9 @@ def test_every_tracker_gets_the_rows_of_metrics_csv(tmp_path: Path, cache_dir: P
     assert config["train"]["engine"] == "lightning" and config["sweep"] == {"train.engine": "lightning"}
     for key, values in expected.items():
         _same(values, history[key])
-    assert "x" * 40 not in "".join(p.read_text(errors="replace") for p in job_dir.rglob("*") if p.is_file()
-                                   and p.suffix != ".ckpt")
+    assert "x" * 40 not in "".join(
+        p.read_text(errors="replace") for p in job_dir.rglob("*") if p.is_file() and p.suffix != ".ckpt"
+    )
 
     found, metrics, _ = _mlflow(run_dir, "sweep")
     assert found.info.run_name == "engine-lightning" and found.info.status == "FINISHED"
@@ -153,8 +165,9 @@ def test_every_tracker_gets_the_rows_of_metrics_csv(tmp_path: Path, cache_dir: P
 @pytest.mark.parametrize("engine", ["torch", "fabric"])
 def test_the_other_engines_feed_tensorboard_and_time_the_rows(engine: str, tmp_path: Path, cache_dir: Path) -> None:
     job_dir = tmp_path / "run" / "jobs" / engine
-    spec = from_dict(spec_dict(job_dir, cache_dir, train={"engine": engine, "epochs": 1,
-                                                          "loggers": ["csv", "tensorboard"]}))
+    spec = from_dict(
+        spec_dict(job_dir, cache_dir, train={"engine": engine, "epochs": 1, "loggers": ["csv", "tensorboard"]})
+    )
     assert run(spec) == 0
     expected = _csv(job_dir)
     board = _tensorboard(job_dir)

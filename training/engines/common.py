@@ -26,8 +26,10 @@ def maybe_compile(module: Any, spec: Spec) -> Any:
 
 
 def loaders(spec: Spec, prepared: Prepared, rank: int, world: int) -> dict[str, Any]:
-    return {split: make_loader(prepared.splits[split], spec, prepared.tokenizer, split == "train", rank, world)
-            for split in SPLITS}
+    return {
+        split: make_loader(prepared.splits[split], spec, prepared.tokenizer, split == "train", rank, world)
+        for split in SPLITS
+    }
 
 
 def record_sizes(stats: Any, prepared: Prepared) -> None:

@@ -62,9 +62,14 @@ def _make_fabric(spec: Spec, stats: Stats) -> Any:
     t = spec.train
     stats.accelerator = resolve_accelerator(t)
     stats.precision_effective = effective_precision(t.precision, stats.accelerator)
-    return Fabric(accelerator=stats.accelerator, devices=t.devices, num_nodes=t.num_nodes,
-                  strategy=make_strategy(t, stats.accelerator, fabric=True),
-                  precision=stats.precision_effective, plugins=cluster_plugins(fabric=True))
+    return Fabric(
+        accelerator=stats.accelerator,
+        devices=t.devices,
+        num_nodes=t.num_nodes,
+        strategy=make_strategy(t, stats.accelerator, fabric=True),
+        precision=stats.precision_effective,
+        plugins=cluster_plugins(fabric=True),
+    )
 
 
 def _setup(fabric: Any, spec: Spec, model: Any, batches: int) -> tuple[Any, Any, Any]:
@@ -105,9 +110,18 @@ def _fit_and_test(fabric: Any, spec: Spec, prepared: Prepared, stats: Stats, wat
     model, optimizer, scheduler = _setup(fabric, spec, model, loaders["train"].batch_sampler.num_batches())
     # The loaders are not passed through fabric.setup_dataloaders: its wrapper calls set_epoch with
     # its own count of iterations, which after a requeue is not the epoch being resumed.
-    job = loop.Job(spec, FabricRuntime(fabric), model, optimizer, scheduler, loaders,
-                   len(prepared.label_names), stats,
-                   MetricsLog(spec.job_dir / "metrics.csv", fabric.global_rank == 0), watcher)
+    job = loop.Job(
+        spec,
+        FabricRuntime(fabric),
+        model,
+        optimizer,
+        scheduler,
+        loaders,
+        len(prepared.label_names),
+        stats,
+        MetricsLog(spec.job_dir / "metrics.csv", fabric.global_rank == 0),
+        watcher,
+    )
     loop.fit(job)
     if not stats.interrupted:
         loop.test(job)

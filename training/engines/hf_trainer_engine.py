@@ -56,11 +56,17 @@ def deepspeed_config(spec: Spec) -> Path:
         zero["offload_optimizer"] = {"device": "cpu"}
         if stage == 3:
             zero["offload_param"] = {"device": "cpu"}
-    config = {"zero_optimization": zero, "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto",
-              "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
-              "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
-              # torch's AdamW, as in every engine (DeepSpeed would otherwise want its compiled CPU Adam).
-              "zero_force_ds_cpu_optimizer": False}
+    config = {
+        "zero_optimization": zero,
+        "train_micro_batch_size_per_gpu": "auto",
+        "train_batch_size": "auto",
+        "gradient_accumulation_steps": "auto",
+        "gradient_clipping": "auto",
+        "bf16": {"enabled": "auto"},
+        "fp16": {"enabled": "auto"},
+        # torch's AdamW, as in every engine (DeepSpeed would otherwise want its compiled CPU Adam).
+        "zero_force_ds_cpu_optimizer": False,
+    }
     path = spec.job_dir / "deepspeed.json"
     atomic_write(path, json.dumps(config, indent=2) + "\n")
     return path
@@ -75,26 +81,48 @@ def training_arguments(spec: Spec, stats: Stats, steps_per_epoch: int, model: An
     extra: dict[str, Any] = {}
     if is_fsdp(t.strategy) and not cpu:
         extra["fsdp"] = "full_shard auto_wrap" + (" offload" if t.strategy == "fsdp_offload" else "")
-        extra["fsdp_config"] = {"fsdp_version": 2, "reshard_after_forward": True,
-                                "state_dict_type": "SHARDED_STATE_DICT",  # full state dicts of DTensors fail to save
-                                "transformer_layer_cls_to_wrap": _block_class_names(model)}
+        extra["fsdp_config"] = {
+            "fsdp_version": 2,
+            "reshard_after_forward": True,
+            "state_dict_type": "SHARDED_STATE_DICT",  # full state dicts of DTensors fail to save
+            "transformer_layer_cls_to_wrap": _block_class_names(model),
+        }
     elif t.strategy.startswith("deepspeed"):
         extra["deepspeed"] = str(deepspeed_config(spec))
     return TrainingArguments(
-        output_dir=str(spec.checkpoint_dir), report_to="none",
-        num_train_epochs=t.epochs, max_steps=t.max_steps or -1,
-        per_device_train_batch_size=t.batch_size, per_device_eval_batch_size=t.eval_batch_size,
-        gradient_accumulation_steps=t.grad_accum, learning_rate=t.lr, weight_decay=t.weight_decay,
-        optim="adamw_torch", lr_scheduler_type="linear", warmup_steps=warmup_steps(total, t),
+        output_dir=str(spec.checkpoint_dir),
+        report_to="none",
+        num_train_epochs=t.epochs,
+        max_steps=t.max_steps or -1,
+        per_device_train_batch_size=t.batch_size,
+        per_device_eval_batch_size=t.eval_batch_size,
+        gradient_accumulation_steps=t.grad_accum,
+        learning_rate=t.lr,
+        weight_decay=t.weight_decay,
+        optim="adamw_torch",
+        lr_scheduler_type="linear",
+        warmup_steps=warmup_steps(total, t),
         max_grad_norm=0.0,  # the other engines do not clip
-        bf16=stats.precision_effective == "bf16-mixed", fp16=stats.precision_effective == "16-mixed",
-        eval_strategy="epoch", save_strategy="epoch", save_total_limit=1, load_best_model_at_end=True,
-        metric_for_best_model="accuracy", greater_is_better=True,
-        logging_strategy="steps", logging_steps=t.log_every_n_steps, disable_tqdm=True,
-        seed=t.seed, full_determinism=False, dataloader_num_workers=t.num_workers,
-        ddp_find_unused_parameters=False, remove_unused_columns=False,
-        use_cpu=cpu, ddp_backend="gloo" if cpu and t.world_size > 1 else None,  # no process group for one rank
-        **extra)
+        bf16=stats.precision_effective == "bf16-mixed",
+        fp16=stats.precision_effective == "16-mixed",
+        eval_strategy="epoch",
+        save_strategy="epoch",
+        save_total_limit=1,
+        load_best_model_at_end=True,
+        metric_for_best_model="accuracy",
+        greater_is_better=True,
+        logging_strategy="steps",
+        logging_steps=t.log_every_n_steps,
+        disable_tqdm=True,
+        seed=t.seed,
+        full_determinism=False,
+        dataloader_num_workers=t.num_workers,
+        ddp_find_unused_parameters=False,
+        remove_unused_columns=False,
+        use_cpu=cpu,
+        ddp_backend="gloo" if cpu and t.world_size > 1 else None,  # no process group for one rank
+        **extra,
+    )
 
 
 def _block_class_names(model: Any) -> list[str]:
@@ -126,7 +154,8 @@ def _trainer_class() -> type:
 
             fsdp2_parallelize(self.model, data_parallel_mesh("cpu", self.args.world_size), offload)
             self.model = self.model_wrapped = self.accelerator.prepare_model(
-                self.model, device_placement=False, evaluation_mode=True)
+                self.model, device_placement=False, evaluation_mode=True
+            )
             self.sharded = True
 
         # Checkpoints of the sharded model: each rank writes and reads its own shards of the weights and
@@ -192,8 +221,14 @@ def _trainer_class() -> type:
             return getattr(self.optimizer, "optimizer", self.optimizer)  # inside accelerate's wrapper
 
         def _loader(self, split: str) -> Any:
-            loader = make_loader(self.prepared.splits[split], self.spec, self.prepared.tokenizer, split == "train",
-                                 self.args.process_index, self.args.world_size)
+            loader = make_loader(
+                self.prepared.splits[split],
+                self.spec,
+                self.prepared.tokenizer,
+                split == "train",
+                self.args.process_index,
+                self.args.world_size,
+            )
             if split == "train":
                 # The Trainer calls set_epoch on the loader it iterates (or on a skipping wrapper's sampler).
                 loader.set_epoch = loader.batch_sampler.set_epoch
@@ -226,12 +261,14 @@ def _trainer_class() -> type:
                 model.set_requires_gradient_sync(self.accelerator.sync_gradients)
             return super().training_step(model, inputs, num_items_in_batch)
 
-        def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
-                         num_items_in_batch: Any = None) -> Any:
+        def compute_loss(
+            self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
+        ) -> Any:
             return super().compute_loss(model, model_inputs(inputs), return_outputs, num_items_in_batch)
 
-        def evaluate(self, eval_dataset: Any = None, ignore_keys: Any = None,
-                     metric_key_prefix: str = "eval") -> dict[str, float]:
+        def evaluate(
+            self, eval_dataset: Any = None, ignore_keys: Any = None, metric_key_prefix: str = "eval"
+        ) -> dict[str, float]:
             split = "test" if metric_key_prefix == "test" else "validation"
             tick = time.perf_counter()
             scores = self.score(split)
@@ -291,8 +328,14 @@ def _bookkeeping_class() -> type:
                 tr.clock.close(batch, self.epoch)
             batches = tr.batches
             done = round((state.epoch - self.epoch) * batches)
-            self.rows.progress(epoch=self.epoch, epochs=t.epochs, batch=done, batches=batches,
-                               step=state.global_step, force=done == batches)
+            self.rows.progress(
+                epoch=self.epoch,
+                epochs=t.epochs,
+                batch=done,
+                batches=batches,
+                step=state.global_step,
+                force=done == batches,
+            )
             if self.watcher is not None and _any_rank(self.watcher.requested, args.device):
                 self.interrupted = control.should_save = control.should_training_stop = True
 
@@ -304,13 +347,18 @@ def _bookkeeping_class() -> type:
             logs = logs or {}
             epoch = self.epoch
             if "loss" in logs:
-                self.rows.add(epoch=epoch, step=state.global_step, split="train", loss=logs["loss"],
-                              lr=logs.get("learning_rate"))
+                self.rows.add(
+                    epoch=epoch, step=state.global_step, split="train", loss=logs["loss"], lr=logs.get("learning_rate")
+                )
             for split in ("eval", "test"):
                 if f"{split}_accuracy" in logs:
-                    self.rows.add(epoch=epoch if split == "eval" else len(self.trainer.stats.val_acc_per_epoch),
-                                  step=state.global_step, split="validation" if split == "eval" else split,
-                                  acc=logs[f"{split}_accuracy"], f1=logs.get(f"{split}_f1"))
+                    self.rows.add(
+                        epoch=epoch if split == "eval" else len(self.trainer.stats.val_acc_per_epoch),
+                        step=state.global_step,
+                        split="validation" if split == "eval" else split,
+                        acc=logs[f"{split}_accuracy"],
+                        f1=logs.get(f"{split}_f1"),
+                    )
                     self.rows.flush()
 
         def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
@@ -385,8 +433,13 @@ def _fit_and_test(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue
     steps_per_epoch = math.ceil(math.ceil(len(prepared.splits["train"]) / t.batch_size) / t.world_size)
     args = training_arguments(spec, stats, steps_per_epoch, model)
     # The datasets are named for the Trainer's checks; batches come from get_*_dataloader.
-    trainer = _trainer_class()(model=model, args=args, processing_class=prepared.tokenizer,
-                               train_dataset=prepared.splits["train"], eval_dataset=prepared.splits["validation"])
+    trainer = _trainer_class()(
+        model=model,
+        args=args,
+        processing_class=prepared.tokenizer,
+        train_dataset=prepared.splits["train"],
+        eval_dataset=prepared.splits["validation"],
+    )
     trainer.setup_job(spec, prepared, stats, steps_per_epoch)
     if shards_itself(spec, stats.accelerator):
         trainer.shard(offload=t.strategy == "fsdp_offload")
@@ -394,8 +447,11 @@ def _fit_and_test(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue
     trainer.add_callback(book)
     common.record_sizes(stats, prepared)
     stats.world_size = args.world_size
-    print(f"training: rank {args.process_index}/{args.world_size} via {ranks.launched_by()}; strategy "
-          f"{_describe(trainer)}", flush=True)
+    print(
+        f"training: rank {args.process_index}/{args.world_size} via {ranks.launched_by()}; strategy "
+        f"{_describe(trainer)}",
+        flush=True,
+    )
     resume_from = resumable_checkpoint(spec.checkpoint_dir)
     if resume_from is not None:
         stats.restore(json.loads((resume_from / STATE_FILE).read_text())["stats"])
@@ -426,7 +482,9 @@ def _describe(trainer: Any) -> str:
     if trainer.is_deepspeed_enabled:
         zero = trainer.accelerator.state.deepspeed_plugin.deepspeed_config.get("zero_optimization", {})
         where = {part: zero.get(f"offload_{part}", {}).get("device", "none") for part in ("optimizer", "param")}
-        return f"DeepSpeed ZeRO stage {zero.get('stage')}, offload optimizer={where['optimizer']} param={where['param']}"
+        return (
+            f"DeepSpeed ZeRO stage {zero.get('stage')}, offload optimizer={where['optimizer']} param={where['param']}"
+        )
     if trainer.sharded:
         return "FSDP2 (fully_shard by jobgen: accelerate has no FSDP on CPU)"
     if trainer.is_fsdp_enabled:

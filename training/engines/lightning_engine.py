@@ -94,8 +94,14 @@ class Classifier(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def _loader(self, split: str) -> Any:
-        loader = make_loader(self.prepared.splits[split], self.spec, self.prepared.tokenizer, split == "train",
-                             self.global_rank, self.trainer.world_size)
+        loader = make_loader(
+            self.prepared.splits[split],
+            self.spec,
+            self.prepared.tokenizer,
+            split == "train",
+            self.global_rank,
+            self.trainer.world_size,
+        )
         if split == "train" and self.resume_at is not None:
             # Lightning restarts an interrupted epoch's data from its first batch unless the data can
             # skip what was done: the batch sampler does (Lightning calls its set_epoch).
@@ -143,11 +149,22 @@ class Bookkeeping(Callback):
         t = self.spec.train
         self.batch += 1
         batches = trainer.num_training_batches
-        self.rows.progress(epoch=trainer.current_epoch, epochs=t.epochs, batch=self.batch, batches=batches,
-                           step=trainer.global_step, force=self.batch == batches)
+        self.rows.progress(
+            epoch=trainer.current_epoch,
+            epochs=t.epochs,
+            batch=self.batch,
+            batches=batches,
+            step=trainer.global_step,
+            force=self.batch == batches,
+        )
         if trainer.global_step % t.log_every_n_steps == 0:
-            self.rows.add(epoch=trainer.current_epoch, step=trainer.global_step, split="train",
-                         loss=float(outputs["loss"]), lr=trainer.optimizers[0].param_groups[0]["lr"])
+            self.rows.add(
+                epoch=trainer.current_epoch,
+                step=trainer.global_step,
+                split="train",
+                loss=float(outputs["loss"]),
+                lr=trainer.optimizers[0].param_groups[0]["lr"],
+            )
         if self.watcher is not None and trainer.strategy.reduce_boolean_decision(self.watcher.requested, all=False):
             self._checkpoint_and_stop(trainer)
         self.clock.open()
@@ -174,16 +191,25 @@ class Bookkeeping(Callback):
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         self.stats.times_s["eval"] += time.perf_counter() - self.eval_tick
         if self.stats.val_acc_per_epoch and not trainer.sanity_checking:
-            self.rows.add(epoch=trainer.current_epoch, step=trainer.global_step, split="validation",
-                         acc=self.stats.val_acc_per_epoch[-1])
+            self.rows.add(
+                epoch=trainer.current_epoch,
+                step=trainer.global_step,
+                split="validation",
+                acc=self.stats.val_acc_per_epoch[-1],
+            )
             self.rows.flush()
 
     on_test_start = on_validation_start
 
     def on_test_end(self, trainer: Any, pl_module: Any) -> None:
         self.stats.times_s["eval"] += time.perf_counter() - self.eval_tick
-        self.rows.add(epoch=trainer.current_epoch, step=trainer.global_step, split="test",
-                     acc=self.stats.test_acc, f1=self.stats.test_f1)
+        self.rows.add(
+            epoch=trainer.current_epoch,
+            step=trainer.global_step,
+            split="test",
+            acc=self.stats.test_acc,
+            f1=self.stats.test_f1,
+        )
         self.rows.flush()
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
@@ -191,8 +217,9 @@ class Bookkeeping(Callback):
             return _reduce_sum(trainer, pl_module, values)
 
         self.clock.flush(reduce_sum)
-        self.stats.parameters = common.parameter_shards(pl_module.model, trainer.global_rank, trainer.world_size,
-                                                        reduce_sum)
+        self.stats.parameters = common.parameter_shards(
+            pl_module.model, trainer.global_rank, trainer.world_size, reduce_sum
+        )
 
 
 def _reduce_sum(trainer: Any, pl_module: Any, values: list[float]) -> list[float]:
@@ -205,13 +232,24 @@ def _trainer(spec: Spec, stats: Stats, callbacks: list[Any]) -> L.Trainer:
     stats.accelerator = resolve_accelerator(t)
     stats.precision_effective = effective_precision(t.precision, stats.accelerator)
     return L.Trainer(
-        accelerator=stats.accelerator, devices=t.devices, num_nodes=t.num_nodes,
-        strategy=make_strategy(t, stats.accelerator, fabric=False), precision=stats.precision_effective,
-        plugins=cluster_plugins(fabric=False), max_epochs=t.epochs, max_steps=t.max_steps or -1,
-        accumulate_grad_batches=t.grad_accum, log_every_n_steps=t.log_every_n_steps,
-        deterministic=t.deterministic or None, num_sanity_val_steps=0, use_distributed_sampler=False,
-        enable_model_summary=False, default_root_dir=str(spec.job_dir), callbacks=callbacks,
-        logger=CSVLogger(str(spec.job_dir), name="lightning_logs"))
+        accelerator=stats.accelerator,
+        devices=t.devices,
+        num_nodes=t.num_nodes,
+        strategy=make_strategy(t, stats.accelerator, fabric=False),
+        precision=stats.precision_effective,
+        plugins=cluster_plugins(fabric=False),
+        max_epochs=t.epochs,
+        max_steps=t.max_steps or -1,
+        accumulate_grad_batches=t.grad_accum,
+        log_every_n_steps=t.log_every_n_steps,
+        deterministic=t.deterministic or None,
+        num_sanity_val_steps=0,
+        use_distributed_sampler=False,
+        enable_model_summary=False,
+        default_root_dir=str(spec.job_dir),
+        callbacks=callbacks,
+        logger=CSVLogger(str(spec.job_dir), name="lightning_logs"),
+    )
 
 
 def _test_best(trainer: L.Trainer, module: Classifier, best: ModelCheckpoint, spec: Spec, stats: Stats) -> None:
@@ -229,11 +267,13 @@ def _test_best(trainer: L.Trainer, module: Classifier, best: ModelCheckpoint, sp
 
 def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher | None) -> int:
     L.seed_everything(spec.train.seed, verbose=False)
-    best = ModelCheckpoint(dirpath=str(spec.checkpoint_dir), filename="best-{epoch}", monitor="val_acc",
-                           mode="max", save_top_k=1)
+    best = ModelCheckpoint(
+        dirpath=str(spec.checkpoint_dir), filename="best-{epoch}", monitor="val_acc", mode="max", save_top_k=1
+    )
     # Every epoch's end, for a resume: save_last=True on `best` writes only when the best improves.
-    last = ModelCheckpoint(dirpath=str(spec.checkpoint_dir), filename="last", save_top_k=1,
-                           enable_version_counter=False)
+    last = ModelCheckpoint(
+        dirpath=str(spec.checkpoint_dir), filename="last", save_top_k=1, enable_version_counter=False
+    )
     book = Bookkeeping(spec, stats, watcher)
     trainer = _trainer(spec, stats, [best, last, book])
     module = Classifier(spec, prepared, stats)

@@ -103,8 +103,10 @@ def _start_ranks(t: Any, accelerator: str) -> tuple[int, int, Any]:
     os.environ.update(ranks.from_slurm())
     rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
     if world != t.world_size:
-        raise RuntimeError(f"the launcher started {world} ranks but the spec asks for {t.world_size} "
-                           f"(num_nodes {t.num_nodes} x devices {t.devices})")
+        raise RuntimeError(
+            f"the launcher started {world} ranks but the spec asks for {t.world_size} "
+            f"(num_nodes {t.num_nodes} x devices {t.devices})"
+        )
     device = torch.device("cuda", local) if accelerator == "gpu" else torch.device("cpu")
     if accelerator == "gpu":
         torch.cuda.set_device(device)
@@ -132,8 +134,9 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: Watcher | None) -
         common.destroy_process_group()
 
 
-def _fit_and_test(spec: Spec, prepared: Prepared, stats: Stats, watcher: Watcher | None, rank: int, world: int,
-                  device: Any) -> int:
+def _fit_and_test(
+    spec: Spec, prepared: Prepared, stats: Stats, watcher: Watcher | None, rank: int, world: int, device: Any
+) -> int:
     import torch
 
     t = spec.train
@@ -151,9 +154,18 @@ def _fit_and_test(spec: Spec, prepared: Prepared, stats: Stats, watcher: Watcher
     optimizer = build_optimizer(_bare(model), t)
     total = total_steps(loaders["train"].batch_sampler.num_batches(), t)
     scheduler = build_scheduler(optimizer, total, warmup_steps(total, t))
-    job = loop.Job(spec, TorchRuntime(device, stats.precision_effective, rank, world), model, optimizer, scheduler,
-                   loaders, len(prepared.label_names), stats,
-                   MetricsLog(spec.job_dir / "metrics.csv", rank == 0), watcher)
+    job = loop.Job(
+        spec,
+        TorchRuntime(device, stats.precision_effective, rank, world),
+        model,
+        optimizer,
+        scheduler,
+        loaders,
+        len(prepared.label_names),
+        stats,
+        MetricsLog(spec.job_dir / "metrics.csv", rank == 0),
+        watcher,
+    )
     loop.fit(job)
     if not stats.interrupted:
         loop.test(job)
