@@ -93,6 +93,30 @@ def test_state_table(text, state):
 def test_rank_labels():
     assert label("3: hello", None) == "[rank 3] hello"
     assert label("3: hello", 2) is None and label("plain line", None) == "plain line"
+    # torchrun --tee, alone or behind srun's label of the node's one launcher task: the rank is torchrun's.
+    assert label("[rank5]: hello", None) == "[rank 5] hello"
+    assert label("1: [rank5]: hello", 5) == "[rank 5] hello" and label("1: [rank5]: hello", 1) is None
+
+
+@pytest.mark.parametrize(
+    ("backend", "out", "err"),
+    [
+        ("sbatch", ["slurm-7.out", "slurm-9_1.out"], ["slurm-7.err"]),
+        ("submitit", ["submitit/7_0_log.out", "submitit/7_1_log.out"], ["submitit/7_0_log.err"]),
+        ("local", ["local.out"], []),
+    ],
+)
+def test_each_backend_says_where_its_logs_are(tmp_path: Path, backend: str, out: list[str], err: list[str]):
+    from jobgen import logs
+
+    decoys = ["spec.json", "result.json", "submitit/7_submission.sh", "notes.out", "x.err"]
+    for i, name in enumerate([*decoys, *out, *err]):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+        os.utime(tmp_path / name, (1000 + i, 1000 + i))  # written in this order
+    assert logs.files(backend, tmp_path, "out") == [tmp_path / n for n in out]
+    assert logs.files(backend, tmp_path, "err") == [tmp_path / n for n in err]
+    assert logs.files(backend, tmp_path) == [tmp_path / n for n in [*out, *err]]
 
 
 @pytest.mark.parametrize(("doc", "state", "shown"), [

@@ -76,6 +76,9 @@ def test_two_nodes_two_tasks_each(slurm, root: Path, tmp_path: Path, backend: st
     assert (
         rows[0]["state"] == "COMPLETED" and abs(rows[0]["test_acc"] - result["test_acc"]) < 1e-6
     )  # JSON keeps 6 decimals
+    # Its output, wherever the backend keeps it (sbatch: slurm-<id>.out; submitit: submitit/<id>_<task>_log.out).
+    logs = jobgen("logs", str(run_dir), root=root).stdout
+    assert f"training: wrote {run_dir / job['dir'] / 'result.json'}" in logs, logs[-2000:]
     # The finished job's checkpoints can go; its result stays.
     checkpoints = run_dir / job["dir"] / "checkpoints"
     assert any(checkpoints.iterdir())
