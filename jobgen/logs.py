@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from jobgen import backends
+from jobgen.backends._base import oldest_first
 from jobgen.errors import JobgenError
 
 # srun --label: "<task>: "; torchrun/accelerate --tee: "[rank<n>]: ", possibly after srun's label (one
@@ -43,7 +44,7 @@ def files(backend: str, job_dir: Path, stream: str | None = None) -> list[Path]:
     except JobgenError:
         schedulers = [backends.get(name) for name in backends.names()]
     found = {p for s in schedulers for p in s.log_files(job_dir, stream)}
-    return sorted(found, key=lambda p: (_mtime(p), p.name))
+    return sorted(found, key=oldest_first)
 
 
 def log_files(run_dir: Path, manifest: dict[str, Any], job: dict[str, Any], stream: str | None) -> list[Path]:
@@ -81,13 +82,6 @@ def tail_lines(path: Path) -> list[str]:
         return []
     lines = data.decode("utf-8", errors="replace").splitlines()
     return [strip_label(ln).strip() for ln in lines if ln.strip()]
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
 
 
 def read_lines(paths: list[Path], rank: int | None) -> Iterator[str]:

@@ -95,7 +95,7 @@ class Scheduler:
                 found.update(p for p in base.iterdir() if fnmatch.fnmatchcase(p.name, name) and p.is_file())
             except OSError:
                 continue
-        return sorted(found, key=lambda p: (_mtime(p), p.name))
+        return sorted(found, key=oldest_first)
 
     # ---- rules
     def shape_problems(self, exp: Experiment) -> list[str]:
@@ -103,8 +103,9 @@ class Scheduler:
         return []
 
 
-def _mtime(path: Path) -> float:
+def oldest_first(path: Path) -> tuple[float, str]:
+    """Sort key for log files: by modification time, then name (a vanished file sorts first)."""
     try:
-        return path.stat().st_mtime
+        return path.stat().st_mtime, path.name
     except OSError:
-        return 0.0
+        return 0.0, path.name
