@@ -59,9 +59,6 @@ def live_states(run_dirs: Sequence[Path]) -> dict[tuple[str, str], Any]:
     for run_dir in run_dirs:
         try:
             manifest = load_manifest(run_dir)
-        except JobgenError:
-            continue  # collect() reports it on the run's row
-        try:
             scheduler = backends.get(str(manifest.get("backend")))
         except JobgenError:
             continue  # collect() reports it on the run's row
