@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from jobgen.summary import FORMATS, summarize  # noqa: E402
+from jobgen.results.summary import FORMATS, summarize  # noqa: E402
 from tests.data.summary import synth  # noqa: E402
 
 LIMIT_S = 2.0

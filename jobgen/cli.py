@@ -55,8 +55,8 @@ def _lookup_root(ctx: click.Context) -> Path:
 
 def _warn_damage(run_dir: Path, jobs: list[dict[str, Any]] | None = None) -> None:
     """One line on stderr per damaged record of the run's jobs (all of them, or those given)."""
-    from jobgen.damage import run_problems
-    from jobgen.record import load_manifest
+    from jobgen.run.damage import run_problems
+    from jobgen.run.store import load_manifest
 
     try:
         jobs = load_manifest(run_dir)["jobs"] if jobs is None else jobs
@@ -129,7 +129,7 @@ def submit(
     sets: tuple[str, ...],
 ) -> None:
     """Validate EXPERIMENT, write a run directory, and submit (or run) its jobs."""
-    from jobgen import submit as sub
+    from jobgen.commands import submit as sub
 
     if resume_run:
         if experiment or sets:
@@ -159,7 +159,7 @@ def submit(
 
 
 def _test_only(run_dir: Path, manifest: dict[str, Any]) -> None:
-    from jobgen.submit import test_only
+    from jobgen.commands.submit import test_only
 
     refused = []
     click.echo("sbatch --test-only:")
@@ -174,7 +174,7 @@ def _test_only(run_dir: Path, manifest: dict[str, Any]) -> None:
 
 
 def _submit_and_report(run_dir: Path) -> None:
-    from jobgen import submit as sub
+    from jobgen.commands import submit as sub
 
     def report(job: dict[str, Any]) -> None:
         if job.get("tasks"):
@@ -200,7 +200,7 @@ def _submit_and_report(run_dir: Path) -> None:
 
 
 def _print_local_summary(run_dir: Path) -> None:
-    from jobgen.summary import summarize
+    from jobgen.results.summary import summarize
 
     click.echo(summarize([run_dir], baseline=None, fmt="table", plot=None))
 
@@ -215,8 +215,8 @@ def status(ctx: click.Context, run: str | None, watch: bool, interval: float, ti
     """One row per job of RUN (a run folder, experiment name or file; default: the latest run)."""
     import time
 
-    from jobgen.record import find_runs
-    from jobgen.track import format_table, status_table
+    from jobgen.results.status import format_table, status_table
+    from jobgen.run.store import find_runs
 
     (run_dir,) = find_runs([run] if run else [], _lookup_root(ctx))
     started = time.monotonic()
@@ -238,8 +238,8 @@ def status(ctx: click.Context, run: str | None, watch: bool, interval: float, ti
 @click.pass_context
 def runs(ctx: click.Context, experiments: tuple[str, ...], refresh: bool) -> None:
     """List the runs of EXPERIMENTS (names or files; default: all), oldest first, with their jobs' states."""
-    from jobgen.record import list_runs
-    from jobgen.track import format_table, runs_table
+    from jobgen.results.status import format_table, runs_table
+    from jobgen.run.store import list_runs
 
     root = _lookup_root(ctx)
     found = list_runs(list(experiments), root)
@@ -256,9 +256,9 @@ def runs(ctx: click.Context, experiments: tuple[str, ...], refresh: bool) -> Non
 @click.pass_context
 def logs(ctx: click.Context, run: str | None, job: str | None, stream: str, rank: int | None, follow: bool) -> None:
     """Print a job's output; per-rank lines are labelled [rank N]."""
-    from jobgen import logs as joblogs
-    from jobgen.record import find_runs, load_manifest
-    from jobgen.track import run_status
+    from jobgen.results import logs as joblogs
+    from jobgen.results.status import run_status
+    from jobgen.run.store import find_runs, load_manifest
 
     (run_dir,) = find_runs([run] if run else [], _lookup_root(ctx))
     manifest = load_manifest(run_dir)
@@ -288,8 +288,8 @@ def logs(ctx: click.Context, run: str | None, job: str | None, stream: str, rank
 @click.pass_context
 def cancel(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
     """Cancel the jobs of RUN (all of them, or the JOBS named)."""
-    from jobgen.record import find_runs
-    from jobgen.submit import cancel as cancel_jobs
+    from jobgen.commands.submit import cancel as cancel_jobs
+    from jobgen.run.store import find_runs
 
     (run_dir,) = find_runs([run], _lookup_root(ctx))
     cancelled = cancel_jobs(run_dir, list(jobs))
@@ -313,8 +313,8 @@ def requeue(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
     warning signal and checkpoint first. Slurm keeps the job id when it can; a job it has forgotten is
     submitted again (the manifest keeps its earlier ids).
     """
-    from jobgen.record import find_runs
-    from jobgen.requeue import requeue as requeue_jobs
+    from jobgen.commands.requeue import requeue as requeue_jobs
+    from jobgen.run.store import find_runs
 
     (run_dir,) = find_runs([run], _lookup_root(ctx))
     outcomes = requeue_jobs(run_dir, list(jobs))
@@ -364,8 +364,8 @@ def summary(
     all_runs: bool,
 ) -> None:
     """Time and accuracy of every job of RUNS (run folders, experiment names or files; default: the latest run)."""
-    from jobgen.record import every_run_of, find_runs
-    from jobgen.summary import live_states, summarize
+    from jobgen.results.summary import live_states, summarize
+    from jobgen.run.store import every_run_of, find_runs
 
     run_dirs = find_runs(list(runs), _lookup_root(ctx))
     if all_runs:
@@ -403,9 +403,9 @@ def summary(
 def report(ctx: click.Context, runs: tuple[str, ...], output: str, baseline: str | None, all_runs: bool) -> None:
     """Write one self-contained HTML page for RUNS (default: the latest run): the summary table, loss and
     accuracy curves, time vs accuracy, failure causes and links to each job's logs."""
-    from jobgen.record import every_run_of, find_runs
-    from jobgen.report import write_report
-    from jobgen.summary import live_states
+    from jobgen.results.report import write_report
+    from jobgen.results.summary import live_states
+    from jobgen.run.store import every_run_of, find_runs
 
     run_dirs = find_runs(list(runs), _lookup_root(ctx))
     if all_runs:
@@ -424,8 +424,8 @@ def sync(ctx: click.Context, runs: tuple[str, ...], all_runs: bool) -> None:
     Run it on a machine with internet (the login node). The API key comes from your environment
     (WANDB_API_KEY) or `wandb login`; jobgen never stores it.
     """
-    from jobgen.record import every_run_of, find_runs
-    from jobgen.sync import sync as sync_runs
+    from jobgen.commands.sync import sync as sync_runs
+    from jobgen.run.store import every_run_of, find_runs
 
     run_dirs = find_runs(list(runs), _lookup_root(ctx))
     if all_runs:
@@ -445,8 +445,8 @@ def clean(ctx: click.Context, runs: tuple[str, ...], all_runs: bool, yes: bool) 
     Jobs that did not complete keep theirs (`jobgen requeue` resumes from them); results, metrics and
     logs always stay. Lists what would go unless --yes.
     """
-    from jobgen.clean import human, reclaimable, remove
-    from jobgen.record import every_run_of, find_runs
+    from jobgen.commands.clean import human, reclaimable, remove
+    from jobgen.run.store import every_run_of, find_runs
 
     run_dirs = find_runs(list(runs), _lookup_root(ctx))
     if all_runs:
@@ -475,7 +475,7 @@ def prefetch(ctx: click.Context, experiment: str, sets: tuple[str, ...]) -> None
     Run it on the login node before submitting to compute nodes without internet (env.hf_offline).
     Needs the training stack: pip install 'jobgen[train]'.
     """
-    from jobgen.prefetch import prefetch as fetch
+    from jobgen.commands.prefetch import prefetch as fetch
 
     prepared, jobs, cache = fetch(experiment, _root(ctx), list(sets))
     click.echo(
@@ -491,7 +491,7 @@ def prefetch(ctx: click.Context, experiment: str, sets: tuple[str, ...]) -> None
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 def validate(experiments: tuple[str, ...], sets: tuple[str, ...]) -> None:
     """Check experiment files: keys, values, sweep points, job shapes and templates."""
-    from jobgen.validate import validate_file
+    from jobgen.commands.validate import validate_file
 
     for path in experiments:
         count = validate_file(path, list(sets))
@@ -502,7 +502,7 @@ def validate(experiments: tuple[str, ...], sets: tuple[str, ...]) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "markdown"]), default="table", show_default=True)
 def schema(fmt: str) -> None:
     """Print every experiment key with its type, default and meaning."""
-    from jobgen.schema import schema_rows
+    from jobgen.experiment.schema import schema_rows
 
     rows = schema_rows()
     if fmt == "markdown":

@@ -30,7 +30,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from jobgen import schema
+from jobgen.experiment import schema
 
 MARKER = "PWNED"
 # Attacks: each would create a marker file if it ever ran.

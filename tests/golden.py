@@ -24,9 +24,9 @@ def golden_path(experiment: Path, template: str) -> Path:
 
 def render_all(experiment: Path, template: str) -> str:
     """All jobs of an experiment in one text, with machine-specific paths replaced by placeholders."""
-    from jobgen.plan import plan
-    from jobgen.render import RunInfo, render_job
-    from jobgen.submit import load_experiment
+    from jobgen.build.plan import plan
+    from jobgen.build.render import RunInfo, render_job
+    from jobgen.commands.submit import load_experiment
 
     exp = load_experiment(experiment)
     run = RunInfo(run_id="RUNID", run_dir=Path("/RUNS") / exp.name / "RUNID", git_sha="GITSHA", version="VERSION")
@@ -41,7 +41,7 @@ def render_all(experiment: Path, template: str) -> str:
 def _render_arrays(exp, jobs, run) -> str:  # noqa: ANN001 - test helper
     """The experiment's sweep as job array script(s), as `launch.array = true` submits it; a sweep an
     array cannot hold gives the refusal instead."""
-    from jobgen.arrays import DEFAULT_MAX_ARRAY_SIZE, render_arrays
+    from jobgen.build.arrays import DEFAULT_MAX_ARRAY_SIZE, render_arrays
     from jobgen.errors import PlanError
 
     scripts = [f"jobs/{job.name}/job.sbatch" for job in jobs]

@@ -1,4 +1,4 @@
-"""jobgen.collect: one row per job, whatever state its files are in."""
+"""jobgen.results.collect: one row per job, whatever state its files are in."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from jobgen import logs
-from jobgen.collect import collect, collect_run, read_best_val_acc, read_result
-from jobgen.diagnose import LAST_LINE, find_cause
+from jobgen.results import logs
+from jobgen.results.collect import collect, collect_run, read_best_val_acc, read_result
+from jobgen.results.diagnose import LAST_LINE, find_cause
 from jobgen.states import State
 from tests.data.summary import synth
 from tests.data.summary.synth import FAULTS, FakeJob, log, write_run
@@ -65,7 +65,7 @@ def test_a_valid_result_overrides_a_stale_failure_state(tmp_path: Path) -> None:
 def test_live_state_wins_and_gives_the_start_time(tmp_path: Path) -> None:
     job = FakeJob("a", result=None, logs={"slurm-1.out": "epoch 1\n"})
     run = write_run(tmp_path, "exp", [job], run_id="r1")
-    # jobgen.track's JobInfo: a State and Slurm's naive local start time as text.
+    # jobgen.results.status's JobInfo: a State and Slurm's naive local start time as text.
     start = (synth.T0 + timedelta(seconds=90)).astimezone().replace(tzinfo=None)
     live = SimpleNamespace(state=State.RUNNING, start=start.isoformat())
     [row] = collect_run(run, {("r1", "a"): live})
@@ -179,7 +179,7 @@ def test_metrics_csv_long_format(tmp_path: Path) -> None:
 
 
 def test_an_unfinished_job_shows_its_validation_accuracy_so_far(tmp_path: Path) -> None:
-    from jobgen.summary import summarize
+    from jobgen.results.summary import summarize
 
     job = FakeJob("j", state="TIMEOUT", result=None, logs={"slurm-1.out": log("time_limit.out")})
     run = write_run(tmp_path, "exp", [job])

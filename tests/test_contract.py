@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from jobgen import config, plan, schema
+from jobgen.build import plan
+from jobgen.build.render import RunInfo
+from jobgen.build.spec import build_spec
 from jobgen.errors import ConfigError, PlanError
-from jobgen.render import RunInfo
-from jobgen.spec import build_spec
+from jobgen.experiment import config, schema
 from training import contract
 from training import spec as training_spec
 
@@ -186,7 +187,7 @@ def test_the_contract_imports_without_the_training_stack() -> None:
     import sys
 
     code = (
-        "import sys, training.contract, jobgen.schema; "
+        "import sys, training.contract, jobgen.experiment.schema; "
         "print([m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'lightning', 'datasets')])"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)

@@ -75,7 +75,7 @@ def test_prefetch_goes_online_and_runs_the_training_data_step(runner, tmp_path: 
     """A login shell may carry the job scripts' offline switches; prefetching exists to download."""
     calls = []
     monkeypatch.setattr(
-        "jobgen.prefetch.subprocess.run",
+        "jobgen.commands.prefetch.subprocess.run",
         lambda command, env, cwd: calls.append((command, env)) or subprocess.CompletedProcess(command, 0),
     )
     for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):

@@ -9,8 +9,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote
 
-from jobgen.charts import PALETTE, nice_ticks, time_unit, zoomed_range
 from jobgen.cli import main
+from jobgen.results.charts import PALETTE, nice_ticks, time_unit, zoomed_range
 from tests.data.summary.synth import FakeJob, log, write_run
 
 JOBS = [

@@ -1,4 +1,4 @@
-"""jobgen.summary: one table of time and accuracy, in every format, compared against the files written."""
+"""jobgen.results.summary: one table of time and accuracy, in every format, compared against the files written."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from jobgen.columns import duration
 from jobgen.errors import JobgenError
-from jobgen.summary import FIELDS, HEADERS, TERMINAL_HEADERS, summarize
+from jobgen.results.columns import duration
+from jobgen.results.summary import FIELDS, HEADERS, TERMINAL_HEADERS, summarize
 from tests.data.summary.synth import FAULTS, FakeJob, write_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -222,8 +222,8 @@ def test_broken_manifest_does_not_hide_the_other_runs(tmp_path: Path) -> None:
 
 
 def test_plot_draws_both_charts(tmp_path: Path) -> None:
-    from jobgen.collect import collect
-    from jobgen.summary import build_lines, draw_plot
+    from jobgen.results.collect import collect
+    from jobgen.results.summary import build_lines, draw_plot
 
     run = write_run(tmp_path, "exp", [*CONFIGS, FakeJob("dead", result=None, state="CANCELLED")])
     path = tmp_path / "out" / "summary.png"
@@ -239,8 +239,8 @@ def test_plot_draws_both_charts(tmp_path: Path) -> None:
 
 
 def test_plot_picks_seconds_for_short_jobs_and_zooms_accuracy(tmp_path: Path) -> None:
-    from jobgen.collect import collect
-    from jobgen.summary import build_lines, draw_plot
+    from jobgen.results.collect import collect
+    from jobgen.results.summary import build_lines, draw_plot
 
     short = [FakeJob("a", {"x": 1}, train_s=2.5, test_acc=0.991), FakeJob("b", {"x": 2}, train_s=4.0, test_acc=0.998)]
     fig = draw_plot(build_lines(collect([write_run(tmp_path, "exp", short)])), tmp_path / "short.png")
@@ -253,15 +253,15 @@ def test_plot_picks_seconds_for_short_jobs_and_zooms_accuracy(tmp_path: Path) ->
 
 
 def test_plot_of_long_jobs_is_in_minutes(tmp_path: Path) -> None:
-    from jobgen.collect import collect
-    from jobgen.summary import build_lines, draw_plot
+    from jobgen.results.collect import collect
+    from jobgen.results.summary import build_lines, draw_plot
 
     fig = draw_plot(build_lines(collect([write_run(tmp_path, "exp", CONFIGS)])), tmp_path / "long.png")
     assert fig.axes[0].get_xlabel() == "training time (min)"
 
 
 def test_large_tables_skip_rich_but_keep_the_columns(tmp_path: Path) -> None:
-    from jobgen import summary
+    from jobgen.results import summary
 
     jobs = [FakeJob(f"j{i}", train_s=100.0 + i) for i in range(summary.RICH_MAX_ROWS + 1)]
     text = summarize([write_run(tmp_path, "exp", jobs)])
@@ -277,7 +277,7 @@ def test_empty_run(tmp_path: Path) -> None:
 
 def test_importing_the_cli_and_summary_stays_light() -> None:
     code = (
-        "import sys, jobgen.cli, jobgen.summary, jobgen.collect; "
+        "import sys, jobgen.cli, jobgen.results.summary, jobgen.results.collect; "
         "heavy = {'rich', 'matplotlib', 'torch'} & set(sys.modules); assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
@@ -323,7 +323,7 @@ def test_summary_of_a_real_local_sweep(tmp_path: Path, runner) -> None:
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert next(r for r in rows if r["engine"] == "torch")["baseline"] is True
     # The report draws every job's curves from the metrics.csv the engines wrote (time_s included).
-    from jobgen.charts import PALETTE
+    from jobgen.results.charts import PALETTE
 
     report = tmp_path / "report.html"
     done = runner.invoke(main, ["--output-root", str(root), "report", "local_demo", "-o", str(report)])

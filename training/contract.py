@@ -43,7 +43,7 @@ SPLITS = ("train", "validation", "test")
 
 def opt(default: Any, doc: str, *, choices: tuple[str, ...] = (), min: float | None = None, kind: str = "") -> Any:
     """A field with its doc and checks. `kind` names a format check: one of KIND_CHECKS here, or one
-    jobgen.config adds for its own sections (time, mem, ...)."""
+    jobgen.experiment.config adds for its own sections (time, mem, ...)."""
     meta = {"doc": doc, "choices": choices, "min": min, "kind": kind}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)

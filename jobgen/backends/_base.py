@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from jobgen.errors import JobgenError
 
 if TYPE_CHECKING:
-    from jobgen.config import Experiment
-    from jobgen.track import JobInfo
+    from jobgen.experiment.config import Experiment
+    from jobgen.results.status import JobInfo
 
 
 class Scheduler:

@@ -6,20 +6,20 @@ import datetime as dt
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobgen import slurm
+from jobgen.backends import _tools as slurm
 from jobgen.backends._base import Scheduler
 from jobgen.errors import SubmitError
 
 if TYPE_CHECKING:
-    from jobgen.config import Experiment
-    from jobgen.track import JobInfo
+    from jobgen.experiment.config import Experiment
+    from jobgen.results.status import JobInfo
 
 
 class SlurmScheduler(Scheduler):
     logs = {"out": ("slurm-*.out",), "err": ("slurm-*.err",)}
 
     def states(self, job_ids: list[str]) -> dict[str, JobInfo]:
-        from jobgen.track import query
+        from jobgen.results.status import query
 
         return query(job_ids)
 
@@ -40,7 +40,7 @@ class SlurmScheduler(Scheduler):
         """Job ids Slurm holds for each entry (by name), found by the tag in its --comment (squeue, for the
         jobs the controller remembers) or by its script in the submit line (sacct, with accounting).
         Array tasks come as "<array id>_<task>". Raises SubmitError when Slurm answers neither way."""
-        from jobgen.render import submit_tag
+        from jobgen.build.render import submit_tag
 
         tags = {submit_tag(run_dir.name, e["name"]): e["name"] for e in entries}
         scripts = {str(run_dir / e["script"]): e["name"] for e in entries}

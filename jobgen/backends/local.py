@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobgen.backends._base import Scheduler
-from jobgen.record import now_iso
+from jobgen.run.store import now_iso
 from jobgen.states import State
 
 if TYPE_CHECKING:
-    from jobgen.config import Experiment
+    from jobgen.experiment.config import Experiment
 
 LOG_NAME = "local.out"
 

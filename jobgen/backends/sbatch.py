@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from jobgen import slurm
+from jobgen.backends import _tools as slurm
 from jobgen.backends._slurm import SlurmScheduler
 from jobgen.errors import SubmitError
-from jobgen.record import now_iso
+from jobgen.run.store import now_iso
 from jobgen.states import State
 
 

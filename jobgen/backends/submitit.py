@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobgen.backends._slurm import SlurmScheduler
-from jobgen.config import time_minutes
 from jobgen.errors import BackendError, SubmitError
-from jobgen.record import now_iso
+from jobgen.experiment.config import time_minutes
+from jobgen.run.store import now_iso
 from jobgen.states import State
 
 if TYPE_CHECKING:
-    from jobgen.config import Experiment
+    from jobgen.experiment.config import Experiment
 
 
 class Submitit(SlurmScheduler):

@@ -65,7 +65,7 @@ def test_a_job_queued_without_a_reply_is_found_not_submitted_again(runner, tmp_p
         monkeypatch.setenv("LOSE_AT", "2")
     else:
         monkeypatch.setenv("HANG_AT", "2")
-        monkeypatch.setattr("jobgen.slurm.SUBMIT_TIMEOUT_S", 1)
+        monkeypatch.setattr("jobgen.backends._tools.SUBMIT_TIMEOUT_S", 1)
     result = _submit(runner, tmp_path, str(tmp_path / "amo.toml"))
     assert result.exit_code == 1 and "jobgen submit --resume" in result.output, result.output
     run_dir = _run_dir(tmp_path)

@@ -62,7 +62,7 @@ def test_version(runner):
 
 
 def test_schema_lists_every_key_with_default_and_doc(runner):
-    from jobgen.schema import schema_rows
+    from jobgen.experiment.schema import schema_rows
 
     result = runner.invoke(main, ["schema"])
     assert result.exit_code == 0

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from jobgen import requeue as requeue_mod
 from jobgen.cli import main
+from jobgen.commands import requeue as requeue_mod
+from jobgen.results.status import JobInfo
 from jobgen.states import State
-from jobgen.track import JobInfo
 from tests.stub_tools import install_stubs
 
 SWEEP = """
@@ -62,7 +62,7 @@ def _run(runner, tmp_path: Path, stubs: Path, monkeypatch, states: list[State], 
     assert runner.invoke(main, ["--output-root", str(root), "submit", str(exp)]).exit_code == 0
     (stubs / "argv").unlink()
     by_id = {str(1001 + i): JobInfo(state) for i, state in enumerate(states)}
-    monkeypatch.setattr("jobgen.track.query", lambda ids: {i: by_id[i] for i in ids if i in by_id})
+    monkeypatch.setattr("jobgen.results.status.query", lambda ids: {i: by_id[i] for i in ids if i in by_id})
     monkeypatch.setenv("FORGOTTEN", forgotten)
     result = runner.invoke(main, ["--output-root", str(root), "requeue", "rq", *names])
     (run_dir,) = [p for p in (root / "rq").iterdir() if p.is_dir()]
@@ -148,7 +148,7 @@ def test_an_array_task_slurm_forgot_goes_in_again_as_a_one_task_array(runner, tm
     assert runner.invoke(main, ["--output-root", str(root), "submit", str(exp), "--array"]).exit_code == 0
     (stubs / "argv").unlink()
     states = {"1001_0": State.COMPLETED, "1001_1": State.FAILED, "1001_2": State.COMPLETED, "1001_3": State.FAILED}
-    monkeypatch.setattr("jobgen.track.query", lambda ids: {i: JobInfo(states[i]) for i in ids if i in states})
+    monkeypatch.setattr("jobgen.results.status.query", lambda ids: {i: JobInfo(states[i]) for i in ids if i in states})
     monkeypatch.setenv("FORGOTTEN", "1001_3")
     result = runner.invoke(main, ["--output-root", str(root), "requeue", "rq"])
     assert result.exit_code == 0, result.output

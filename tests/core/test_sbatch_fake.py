@@ -94,7 +94,7 @@ def test_failure_midway_then_resume_submits_only_the_rest(runner, tmp_path: Path
 
 
 def test_unparsable_output_is_an_error_with_the_raw_text():
-    from jobgen.slurm import parse_job_id
+    from jobgen.backends._tools import parse_job_id
 
     assert parse_job_id("123\n") == "123" and parse_job_id("77;c\n") == "77"
     with pytest.raises(SubmitError, match="Submitted batch job"):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from jobgen import track
-from jobgen.logs import label
+from jobgen.results import status as track
+from jobgen.results.logs import label
 from jobgen.states import State, from_slurm
 
 
@@ -107,7 +107,7 @@ def test_rank_labels():
     ],
 )
 def test_each_backend_says_where_its_logs_are(tmp_path: Path, backend: str, out: list[str], err: list[str]):
-    from jobgen import logs
+    from jobgen.results import logs
 
     decoys = ["spec.json", "result.json", "submitit/7_submission.sh", "notes.out", "x.err"]
     for i, name in enumerate([*decoys, *out, *err]):

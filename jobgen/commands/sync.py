@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jobgen.errors import JobgenError
-from jobgen.record import load_manifest
+from jobgen.run.store import load_manifest
 
 
 def offline_runs(run_dir: Path) -> list[Path]:

@@ -1,7 +1,7 @@
 """`jobgen report`: one self-contained HTML page to share a sweep's results.
 
 The numbers come from the same rows as `jobgen summary` (collect -> build_lines -> cells, one row per
-job); the curves from each job's metrics.csv. Charts are inline SVG drawn by jobgen.charts: the page
+job); the curves from each job's metrics.csv. Charts are inline SVG drawn by jobgen.results.charts: the page
 loads nothing (no network, no CDN, no script), so it opens from a mail attachment or a shared disk.
 """
 
@@ -14,11 +14,12 @@ from html import escape
 from pathlib import Path
 from urllib.parse import quote
 
-from jobgen import __version__, logs
-from jobgen.charts import Series, color, line_chart, scatter_chart, time_unit, zoomed_range
-from jobgen.collect import JobRow, LiveStates, collect, read_metrics
-from jobgen.columns import Line
-from jobgen.summary import HEADERS, NUMERIC, apply_baseline, build_lines, cells
+from jobgen import __version__
+from jobgen.results import logs
+from jobgen.results.charts import Series, color, line_chart, scatter_chart, time_unit, zoomed_range
+from jobgen.results.collect import JobRow, LiveStates, collect, read_metrics
+from jobgen.results.columns import Line
+from jobgen.results.summary import HEADERS, NUMERIC, apply_baseline, build_lines, cells
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px; color: #222; }

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from jobgen import backends
-from jobgen.collect import JobRow, LiveStates, collect
-from jobgen.columns import COLUMNS, METRICS, Line, Stat
-from jobgen.diagnose import LAST_LINE
 from jobgen.errors import JobgenError
+from jobgen.results.collect import JobRow, LiveStates, collect
+from jobgen.results.columns import COLUMNS, METRICS, Line, Stat
+from jobgen.results.diagnose import LAST_LINE
 from jobgen.states import State
 
 FORMATS = ("table", "csv", "markdown", "json")
@@ -51,8 +51,8 @@ def live_states(run_dirs: Sequence[Path]) -> dict[tuple[str, str], Any]:
     Jobs Slurm does not know (local backend, accounting purged, no Slurm here) are left out, so their
     state comes from the manifest, the result and the logs instead.
     """
-    from jobgen.record import load_manifest
-    from jobgen.track import job_ids, live_info
+    from jobgen.results.status import job_ids, live_info
+    from jobgen.run.store import load_manifest
 
     jobs: dict[tuple[str, str], tuple[Path, dict[str, Any]]] = {}
     asked: dict[str, list[str]] = {}  # job ids by backend
@@ -420,7 +420,7 @@ def draw_plot(lines: list[Line], path: Path) -> Any:
     matplotlib.use("Agg")  # no display on a login node
     from matplotlib import pyplot as plt
 
-    from jobgen.charts import time_unit, zoomed_range
+    from jobgen.results.charts import time_unit, zoomed_range
 
     labels = [ln.label for ln in lines]
     fig, (ax_time, ax_acc) = plt.subplots(

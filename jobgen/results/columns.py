@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobgen.collect import JobRow
+from jobgen.results.collect import JobRow
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ def git_info(path: Path) -> tuple[str | None, bool, str]:
 
 def secret_values() -> dict[str, str]:
     """Secret-looking variables of this environment whose values are long enough to be real secrets."""
-    from jobgen.config import SECRET_RE
+    from jobgen.experiment.config import SECRET_RE
 
     return {k: v for k, v in os.environ.items() if SECRET_RE.search(k) and len(v) >= 8}
 
@@ -188,7 +188,7 @@ def atomic_write(path: Path, text: str) -> None:
 
 def load_manifest(run_dir: Path) -> dict[str, Any]:
     """The run's manifest, checked: a damaged or foreign one is an error that names the file."""
-    from jobgen.damage import read_json
+    from jobgen.run.damage import read_json
 
     path = Path(run_dir) / MANIFEST
     if not path.is_file():
@@ -346,7 +346,7 @@ def _known(output_root: Path) -> str:
 
 
 def _experiment_name(path: Path) -> str:
-    from jobgen.config import load
+    from jobgen.experiment.config import load
 
     return load(path).name
 

@@ -11,9 +11,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobgen.damage import json_problem, read_json
+from jobgen.results.status import run_status
+from jobgen.run.damage import json_problem, read_json
 from jobgen.states import State
-from jobgen.track import run_status
 
 
 @dataclass

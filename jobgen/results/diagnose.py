@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobgen.logs import tail_lines
+from jobgen.results.logs import tail_lines
 from jobgen.states import State
 
 _SLURM_FRAME = re.compile(r"^(?:slurmstepd|srun|slurmd)(?:-\S+)?: error: (?:\*\*\* )?|\s*\*\*\*$")

@@ -1,4 +1,4 @@
-"""Load an experiment file into the typed tree of jobgen.schema, validating every key once.
+"""Load an experiment file into the typed tree of jobgen.experiment.schema, validating every key once.
 
 Errors name the file, the dotted key (and its line where it can be found) and what is valid:
     experiments/x.toml:12: train.strategy: 'fdsp' is not one of auto, ddp, fsdp, ... (did you mean 'fsdp'?)
@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobgen import backends, schema
+from jobgen import backends
 from jobgen.errors import ConfigError, is_control
+from jobgen.experiment import schema
 from training import contract
 from training.contract import show as _show
 from training.contract import suggest as _suggest

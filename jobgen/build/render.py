@@ -8,7 +8,6 @@ no autoescape (this is shell, not HTML), and filters that quote: every user valu
 from __future__ import annotations
 
 import functools
-import importlib.util
 import re
 import shlex
 from dataclasses import dataclass
@@ -18,9 +17,9 @@ from typing import Any
 import jinja2
 
 from jobgen import __version__, backends
-from jobgen.config import ENV_NAME_RE, control_char
+from jobgen.build.plan import Job
 from jobgen.errors import TemplateError, one_line
-from jobgen.plan import Job
+from jobgen.experiment.config import ENV_NAME_RE, control_char
 
 _SBATCH_PLAIN = re.compile(r"[A-Za-z0-9_./:@%,=+-]+")
 _FLAG = re.compile(r"[A-Za-z][A-Za-z0-9-]*")
@@ -46,18 +45,8 @@ class RunInfo:
 
 
 def template_dir() -> Path:
-    """The shipped templates: ./templates when this jobgen is a checkout, else the installed package.
-
-    The checkout is asked first: with another checkout installed in editable mode, `jobgen.templates`
-    would resolve to that checkout's templates while the code comes from this one.
-    """
-    checkout = Path(__file__).resolve().parent.parent
-    if (checkout / "pyproject.toml").is_file() and (checkout / "templates" / "srun.sbatch.j2").is_file():
-        return checkout / "templates"
-    spec = importlib.util.find_spec("jobgen.templates")
-    if spec and spec.submodule_search_locations:
-        return Path(list(spec.submodule_search_locations)[0])
-    return checkout / "templates"
+    """The shipped templates: the folder beside this package's modules (jobgen/templates)."""
+    return Path(__file__).resolve().parent.parent / "templates"
 
 
 @functools.cache

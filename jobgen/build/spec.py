@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from jobgen.config import as_dict
-from jobgen.plan import Job
-from jobgen.render import RunInfo
+from jobgen.build.plan import Job
+from jobgen.build.render import RunInfo
+from jobgen.experiment.config import as_dict
 
 SPEC_SCHEMA = 1
 

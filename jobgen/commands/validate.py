@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobgen.plan import plan
-from jobgen.render import RunInfo, render_job
-from jobgen.submit import load_experiment
+from jobgen.build.plan import plan
+from jobgen.build.render import RunInfo, render_job
+from jobgen.commands.submit import load_experiment
 
 
 def validate_file(path: str | Path, sets: list[str] | None = None) -> int:

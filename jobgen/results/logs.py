@@ -1,7 +1,7 @@
 """The one log reader: which files are a job's logs (its scheduler says), their lines with the rank
 labels of srun (`3: text`) and torchrun (`[rank3]: text`) made readable, and their tails.
 
-`jobgen logs`, the failure diagnosis (jobgen.diagnose) and the HTML report all read logs here.
+`jobgen logs`, the failure diagnosis (jobgen.results.diagnose) and the HTML report all read logs here.
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from jobgen import slurm
+from jobgen.backends import _tools as slurm
+from jobgen.build.plan import Job
+from jobgen.build.render import RunInfo, environment, sbatch_options, submit_tag, with_tag
 from jobgen.errors import PlanError
-from jobgen.plan import Job
-from jobgen.render import RunInfo, environment, sbatch_options, submit_tag, with_tag
 
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default; `scontrol show config` tells the real one
 _PER_JOB_FLAGS = {"job-name", "output", "error"}

@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobgen import backends, config, record
+from jobgen import backends
 from jobgen.backends import Scheduler
+from jobgen.build.plan import Job, plan
+from jobgen.build.render import RunInfo, render_job
+from jobgen.build.spec import build_spec, cache_dir_for
 from jobgen.errors import JobgenError, SubmitError
-from jobgen.plan import Job, plan
-from jobgen.render import RunInfo, render_job
-from jobgen.spec import build_spec, cache_dir_for
+from jobgen.experiment import config
+from jobgen.run import store as record
 from jobgen.states import State
 
 
@@ -118,7 +120,7 @@ def _arrays(
     dry_run: bool,
 ) -> list[dict[str, Any]]:
     """Render the sweep as job arrays; the jobs then carry their array and task index."""
-    from jobgen.arrays import max_array_size, render_arrays
+    from jobgen.build.arrays import max_array_size, render_arrays
 
     arrays = render_arrays(jobs, [e["script"] for e in entries], run, exp.path, exp.launch.array_parallelism,
                            max_array_size())  # fmt: skip

@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobgen import backends, record, slurm
+from jobgen import backends
 from jobgen.backends import Scheduler
+from jobgen.backends import _tools as slurm
 from jobgen.errors import JobgenError, SubmitError
+from jobgen.results.status import run_status
+from jobgen.run import store as record
 from jobgen.states import State
-from jobgen.track import run_status
 
 UNSUCCESSFUL = frozenset({State.FAILED, State.CANCELLED, State.TIMEOUT, State.OUT_OF_MEMORY, State.NODE_FAIL,
                           State.PREEMPTED, State.UNKNOWN})  # fmt: skip

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobgen import backends
-from jobgen.config import Experiment, with_overrides
 from jobgen.errors import PlanError
+from jobgen.experiment.config import Experiment, with_overrides
 from training import contract
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9.-]+")

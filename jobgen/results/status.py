@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobgen import backends, record, slurm
-from jobgen.damage import read_json
+from jobgen import backends
+from jobgen.backends import _tools as slurm
 from jobgen.errors import JobgenError
+from jobgen.run import store as record
+from jobgen.run.damage import read_json
 from jobgen.states import State, from_slurm, parse
 
 SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,NNodes,NodeList,Submit,Start,End"

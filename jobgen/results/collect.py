@@ -17,9 +17,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
-from jobgen import logs
-from jobgen.diagnose import CAUSE_STATES, LAST_LINE, Cause, find_cause
-from jobgen.record import load_manifest
+from jobgen.results import logs
+from jobgen.results.diagnose import CAUSE_STATES, LAST_LINE, Cause, find_cause
+from jobgen.run.store import load_manifest
 from jobgen.states import State, parse
 
 RESULT_SCHEMA = 1
@@ -83,7 +83,7 @@ class JobRow:
 
 
 class LiveInfo(Protocol):
-    """What live Slurm info says about a job: jobgen.track's JobInfo fits (`start` may be "")."""
+    """What live Slurm info says about a job: jobgen.results.status's JobInfo fits (`start` may be "")."""
 
     state: State
 
@@ -225,7 +225,7 @@ def _explain_missing(state: State, problem: str | None, error: Any, cause: Cause
     if state in (State.SUBMITTED, State.PENDING) and cause is None:
         return "not started yet: no result"
     if not state.is_final:
-        from jobgen.track import progress
+        from jobgen.results.status import progress
 
         done = progress(job_dir, state)
         where = f"at {done}" if done != "-" else "no result yet"

@@ -1,7 +1,7 @@
 """The experiment file's typed tree: every key, its type, default and one-line doc.
 
 Each section is a frozen dataclass; [train] and [data] are training/contract.py's. A field's metadata holds its doc and its checks, so that the
-loader (jobgen.config) validates from this one description and `jobgen schema` prints it.
+loader (jobgen.experiment.config) validates from this one description and `jobgen schema` prints it.
 """
 
 from __future__ import annotations

@@ -17,11 +17,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from jobgen.build.plan import plan
+from jobgen.build.render import RunInfo
+from jobgen.build.spec import build_spec, cache_dir_for
+from jobgen.commands.submit import load_experiment, output_root_of
 from jobgen.errors import JobgenError
-from jobgen.plan import plan
-from jobgen.render import RunInfo
-from jobgen.spec import build_spec, cache_dir_for
-from jobgen.submit import load_experiment, output_root_of
 
 # Offline switches a login shell may carry over from job scripts; prefetching exists to go online.
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
