@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/mypy --strict jobgen
-echo "lint: ruff check, ruff format --check and mypy --strict jobgen passed"
+.venv/bin/mypy --strict jobgen training
+echo "lint: ruff check, ruff format --check and mypy --strict jobgen training passed"

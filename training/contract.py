@@ -16,7 +16,7 @@ import dataclasses
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 ENGINES = ("torch", "lightning", "fabric", "hf_trainer")
 FSDP_STRATEGIES = ("fsdp", "fsdp_offload")
@@ -31,13 +31,15 @@ STRATEGIES = ("auto", "ddp", *FSDP_STRATEGIES, *DEEPSPEED_STRATEGIES)
 SHARDING_STRATEGIES = ("fsdp", "fsdp_offload", "deepspeed_stage_2", "deepspeed_stage_3")
 # The plain loop runs on one device or DDP.
 PLAIN_LOOP_STRATEGIES = ("auto", "ddp")
-PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "bf16-true")
+Precision = Literal["32-true", "16-mixed", "bf16-mixed", "bf16-true"]  # as Lightning and Fabric type it
+PRECISIONS: tuple[Precision, ...] = ("32-true", "16-mixed", "bf16-mixed", "bf16-true")
 ACCELERATORS = ("auto", "gpu", "cpu")
 PADDINGS = ("dynamic", "max_length")
 DATA_FORMATS = ("auto", "csv", "json", "parquet")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
-WANDB_MODES = ("offline", "online", "disabled")
+WandbMode = Literal["offline", "online", "disabled"]  # as wandb.init types it
+WANDB_MODES: tuple[WandbMode, ...] = ("offline", "online", "disabled")
 SPLITS = ("train", "validation", "test")
 
 
@@ -56,6 +58,18 @@ def is_fsdp(strategy: str) -> bool:
 
 def is_deepspeed(strategy: str) -> bool:
     return strategy in DEEPSPEED_STRATEGIES
+
+
+_Choice = TypeVar("_Choice", bound=str)
+
+
+def one_of(value: str, choices: tuple[_Choice, ...]) -> _Choice:
+    """`value` typed as one of its key's `choices` (e.g. PRECISIONS), for libraries that type them as a
+    Literal. The spec was validated already: a value outside them is a bug, not a user error."""
+    for choice in choices:
+        if value == choice:
+            return choice
+    raise ValueError(f"{value!r} is not one of {', '.join(choices)}")
 
 
 @dataclass(frozen=True)
@@ -178,8 +192,12 @@ def _check_files(v: dict[str, str]) -> str | None:
     return None
 
 
-KIND_CHECKS: dict[str, Callable[[Any], str | None]] = {"loggers": _check_loggers, "encoding": _check_encoding, "partition": _check_partition,
-               "files": _check_files}  # fmt: skip
+KIND_CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "loggers": _check_loggers,
+    "encoding": _check_encoding,
+    "partition": _check_partition,
+    "files": _check_files,
+}
 
 
 def value_problem(value: Any, meta: Any, kinds: dict[str, Callable[[Any], str | None]] | None = None) -> str | None:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from training import model as model_lib
 from training import synthetic
@@ -98,7 +98,7 @@ def _guess_format(files: dict[str, str]) -> str:
     found = {FORMATS.get(Path(p).suffix.lower()) for p in files.values()}
     if len(found) != 1 or None in found:
         raise SpecError(f"cannot tell the format of {sorted(files.values())}: set data.format")
-    return found.pop()
+    return cast(str, found.pop())  # None was ruled out above
 
 
 def make_splits(raw: DatasetDict, data: DataSpec, seed: int) -> DatasetDict:
@@ -122,7 +122,7 @@ def _has_text(data: DataSpec) -> Any:
     return lambda row: all(isinstance(row[f], str) and row[f] for f in fields) and row[data.label_field] is not None
 
 
-def _partition(raw: DatasetDict, partition: tuple[int | float, ...], seed: int) -> DatasetDict:
+def _partition(raw: DatasetDict, partition: list[int | float] | tuple[int | float, ...], seed: int) -> DatasetDict:
     import datasets
 
     ordered = [raw[k] for k in SPLITS if k in raw] + [raw[k] for k in raw if k not in SPLITS]
@@ -176,7 +176,7 @@ def label_ids(splits: DatasetDict, label_field: str, names: list[str]) -> Datase
 def tokenize(splits: DatasetDict, tokenizer: Any, data: DataSpec, num_proc: int | None = None) -> DatasetDict:
     """Batched tokenization (pairs tokenized as pairs); keeps a `length` column for length grouping."""
 
-    def encode(batch: dict[str, list]) -> dict[str, list]:
+    def encode(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
         pair = batch[data.text_pair_field] if data.text_pair_field else None
         enc = tokenizer(batch[data.text_field], pair, truncation=True, max_length=data.max_length)
         enc["length"] = [len(ids) for ids in enc["input_ids"]]

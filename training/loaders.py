@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator, MutableMapping, Sequence
+from typing import Any, cast
 
 from training.spec import Spec
 
@@ -168,11 +168,11 @@ class Collator:
         self.tokenizer, self.max_length, self.bucket = tokenizer, max_length, bucket
         self.padding = "max_length" if padding == "max_length" else "longest"
 
-    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    def __call__(self, rows: list[dict[str, Any]]) -> MutableMapping[str, Any]:
         import torch
 
         features = [{k: v for k, v in r.items() if k not in ("length", "row")} for r in rows]
-        batch = self.tokenizer.pad(
+        batch: MutableMapping[str, Any] = self.tokenizer.pad(  # a transformers BatchEncoding
             features,
             padding=self.padding,
             max_length=self.max_length,
@@ -185,7 +185,7 @@ class Collator:
 
 
 def make_loader(ds: Any, spec: Spec, tokenizer: Any, train: bool, rank: int = 0, world: int = 1) -> Any:
-    from torch.utils.data import DataLoader
+    from torch.utils.data import DataLoader, Dataset
 
     t, d = spec.train, spec.data
     if train:
@@ -196,7 +196,7 @@ def make_loader(ds: Any, spec: Spec, tokenizer: Any, train: bool, rank: int = 0,
         batches = EvalBatches(list(ds["length"]), t.eval_batch_size, rank, world)
     bucket = COMPILE_BUCKET if t.compile and d.padding == "dynamic" else None
     return DataLoader(
-        Rows(ds),
+        cast("Dataset[Any]", Rows(ds)),  # a map-style dataset by its methods, not by subclassing
         batch_sampler=batches,
         num_workers=t.num_workers,
         collate_fn=Collator(tokenizer, d.padding, d.max_length, bucket),

@@ -15,7 +15,10 @@ class Scores:
         from torchmetrics.aggregation import SumMetric
 
         self.binary = num_classes == 2
-        metrics = {"acc": torchmetrics.Accuracy(task="multiclass", num_classes=num_classes), "scored": SumMetric()}
+        metrics: dict[str, torchmetrics.Metric | torchmetrics.MetricCollection] = {
+            "acc": torchmetrics.Accuracy(task="multiclass", num_classes=num_classes),
+            "scored": SumMetric(),
+        }
         if self.binary:
             metrics["f1"] = torchmetrics.F1Score(task="binary")
         self.collection = torchmetrics.MetricCollection(metrics).to(device)

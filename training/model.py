@@ -61,7 +61,8 @@ def build_tiny(texts: list[str], labels: list[str], target: Path, seed: int = 0)
         dim=64,
         hidden_dim=128,
         max_position_embeddings=512,
-        num_labels=len(labels),
+        # A PreTrainedConfig kwarg (a property there): its dataclass_transform'd __init__ does not list it.
+        num_labels=len(labels),  # type: ignore[call-arg]
         pad_token_id=0,
         id2label=dict(enumerate(labels)),
         label2id={n: i for i, n in enumerate(labels)},

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from training import requeue
@@ -20,7 +21,7 @@ from training.spec import Spec
 NEED_LAUNCHER = ("torch", "hf_trainer")
 
 
-def from_slurm(env: dict[str, str] | None = None) -> dict[str, str]:
+def from_slurm(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """torch.distributed's variables from srun's, for ranks srun started (one task per device)."""
     env = os.environ if env is None else env
     if "RANK" in env or int(env.get("SLURM_NTASKS", "1") or 1) < 2 or "SLURM_PROCID" not in env:

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 
 def descendants(pid: int) -> list[int]:
@@ -41,7 +42,7 @@ def descendants(pid: int) -> list[int]:
 
 
 def _signum(name: str) -> int:
-    return getattr(signal, name if name.startswith("SIG") else f"SIG{name}")
+    return cast(int, getattr(signal, name if name.startswith("SIG") else f"SIG{name}"))
 
 
 def run(cmd: list[str], signal_name: str | None) -> tuple[int, bool]:

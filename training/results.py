@@ -135,7 +135,7 @@ def _fmt(value: Any) -> Any:
 
 
 def _versions() -> dict[str, str | None]:
-    out = {}
+    out: dict[str, str | None] = {}
     for name in ("torch", "lightning", "transformers", "datasets", "torchmetrics", "deepspeed", "jobgen"):
         try:
             out[name] = metadata.version(name)

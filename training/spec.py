@@ -11,10 +11,13 @@ import difflib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from training import contract
 from training.contract import is_fsdp, resolve_partition
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = [
     "DataSpec",
@@ -67,7 +70,10 @@ class Spec:
         return self.job_dir / "checkpoints"
 
 
-def _build(cls: type, raw: dict[str, Any], where: str) -> Any:
+_T = TypeVar("_T", bound="DataclassInstance")
+
+
+def _build(cls: type[_T], raw: dict[str, Any], where: str) -> _T:
     names = {f.name for f in dataclasses.fields(cls)}
     for key in raw:
         if key not in names:

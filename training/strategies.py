@@ -98,6 +98,7 @@ def _deepspeed(t: TrainSpec, accelerator: str, fabric: bool) -> Any:
     )
     # We pass torch's AdamW (shared by all engines); DeepSpeed would otherwise insist on its own
     # compiled CPU Adam when offloading.
+    assert strategy.config is not None  # built from the arguments above
     strategy.config["zero_force_ds_cpu_optimizer"] = False
     return strategy
 

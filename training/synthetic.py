@@ -40,7 +40,7 @@ def _text(rng: random.Random, label: int, lengths: str) -> str:
     return " ".join(words)
 
 
-def make_rows(n: int, seed: int = 0, lengths: str = "short") -> dict[str, list]:
+def make_rows(n: int, seed: int = 0, lengths: str = "short") -> dict[str, list[str]]:
     """n rows as columns {"text": [...], "label": [...]} with string labels, balanced classes."""
     rng = random.Random(f"synthetic-{seed}-{lengths}")
     labels = [i % 2 for i in range(n)]

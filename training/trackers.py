@@ -23,8 +23,9 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
+from training.contract import WANDB_MODES, one_of
 from training.spec import Spec
 
 NUMERIC = ("loss", "acc", "f1", "lr", "samples_per_s")
@@ -43,7 +44,7 @@ def config(spec: Spec) -> dict[str, Any]:
     """The resolved spec, JSON-able (what jobgen wrote; it never holds secrets)."""
     from training.spec import to_dict
 
-    return json.loads(json.dumps(to_dict(spec), default=str))
+    return cast(dict[str, Any], json.loads(json.dumps(to_dict(spec), default=str)))
 
 
 def metrics_of(row: dict[str, Any]) -> tuple[dict[str, float], int | None]:
@@ -97,7 +98,7 @@ class WandB:
             resume="allow",
             config=config(spec),
             dir=str(spec.job_dir),
-            mode=spec.train.wandb_mode,
+            mode=one_of(spec.train.wandb_mode, WANDB_MODES),
             settings=settings,
             reinit="create_new",
         )

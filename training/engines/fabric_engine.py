@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import gc
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from training import loop
+from training.contract import PRECISIONS, one_of
 from training.data import Prepared
 from training.engines import common
 from training.hardware import effective_precision, resolve_accelerator
@@ -23,12 +24,12 @@ class FabricRuntime:
         self.rank, self.world, self.device = fabric.global_rank, fabric.world_size, fabric.device
 
     def to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
-        return self.fabric.to_device(batch)
+        return cast(dict[str, Any], self.fabric.to_device(batch))
 
-    def autocast(self) -> contextlib.AbstractContextManager:
-        return self.fabric.autocast()
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        return cast(contextlib.AbstractContextManager[Any], self.fabric.autocast())
 
-    def no_sync(self, model: Any, enabled: bool) -> contextlib.AbstractContextManager:
+    def no_sync(self, model: Any, enabled: bool) -> contextlib.AbstractContextManager[Any]:
         # Asked only while accumulating: sharded strategies that cannot skip sync never see it otherwise.
         return self.fabric.no_backward_sync(model) if enabled else contextlib.nullcontext()
 
@@ -42,7 +43,7 @@ class FabricRuntime:
         import torch
 
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
-        return self.fabric.all_reduce(tensor, reduce_op="sum").tolist()
+        return cast(list[float], self.fabric.all_reduce(tensor, reduce_op="sum").tolist())
 
     def barrier(self) -> None:
         self.fabric.barrier()
@@ -67,7 +68,7 @@ def _make_fabric(spec: Spec, stats: Stats) -> Any:
         devices=t.devices,
         num_nodes=t.num_nodes,
         strategy=make_strategy(t, stats.accelerator, fabric=True),
-        precision=stats.precision_effective,
+        precision=one_of(stats.precision_effective, PRECISIONS),
         plugins=cluster_plugins(fabric=True),
     )
 
@@ -93,7 +94,7 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: Watcher | None) -
     try:
         _fit_and_test(fabric, spec, prepared, stats, watcher)
         fabric.barrier()
-        return fabric.global_rank
+        return cast(int, fabric.global_rank)
     finally:
         # The DDP wrapper (its Reducer) must die before the process group it holds, or the gloo
         # group's destructor can wait forever at exit; hence a separate function and a collect.

@@ -22,7 +22,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from training import ranks, requeue
 from training.data import Prepared
@@ -35,6 +35,10 @@ from training.optim import total_steps, warmup_steps
 from training.results import MetricsLog, Stats, atomic_write
 from training.spec import Spec, is_fsdp
 from training.timing import TrainClock
+
+if TYPE_CHECKING:
+    from torch.optim.lr_scheduler import LambdaLR
+    from transformers import PreTrainedTokenizerBase, TrainingArguments
 
 STATE_FILE = "jobgen-state.json"  # our counters, written last into each Trainer checkpoint: marks it complete
 # Where a checkpoint of our CPU FSDP2 keeps its shards (torch.distributed.checkpoint folders).
@@ -72,7 +76,7 @@ def deepspeed_config(spec: Spec) -> Path:
     return path
 
 
-def training_arguments(spec: Spec, stats: Stats, steps_per_epoch: int, model: Any) -> Any:
+def training_arguments(spec: Spec, stats: Stats, steps_per_epoch: int, model: Any) -> TrainingArguments:
     from transformers import TrainingArguments
 
     t = spec.train
@@ -133,10 +137,20 @@ def _block_class_names(model: Any) -> list[str]:
 
 
 def _trainer_class() -> type:
+    """JobTrainer, made on call: it subclasses transformers.Trainer, which is imported only here, inside
+    a job that runs this engine, so this module imports without transformers (and without its seconds
+    of import time). A test subclasses JobTrainer by patching this function."""
     from transformers import Trainer
 
     class JobTrainer(Trainer):
         """The Trainer, fed by jobgen's loaders and scored by jobgen's Scores."""
+
+        # The Trainer types these Optional; in this job they are set where the methods below use them:
+        # the model and the tokenizer are passed in, the scheduler is made before a checkpoint is saved
+        # or loaded. The model may be accelerate's prepared FSDP2 module (`shard`), hence Any.
+        model: Any
+        processing_class: PreTrainedTokenizerBase
+        lr_scheduler: LambdaLR
 
         def setup_job(self, spec: Spec, prepared: Prepared, stats: Stats, batches: int) -> None:
             self.spec, self.prepared, self.stats = spec, prepared, stats
@@ -167,7 +181,7 @@ def _trainer_class() -> type:
             import torch.distributed.checkpoint as dcp
             from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-            folder = Path(output_dir or self.args.output_dir)
+            folder = Path(cast(str, output_dir or self.args.output_dir))  # TrainingArguments defaults it
             dcp.save({"model": get_model_state_dict(self.model)}, checkpoint_id=folder / SHARDED_MODEL)
             if self.args.should_save:
                 self.model.config.save_pretrained(folder)
@@ -193,7 +207,8 @@ def _trainer_class() -> type:
         def _load_best_model(self) -> None:
             if not self.sharded:
                 return super()._load_best_model()
-            self._load_sharded_model(Path(self.state.best_model_checkpoint))
+            # The Trainer calls this only when there is a best checkpoint.
+            self._load_sharded_model(Path(cast(str, self.state.best_model_checkpoint)))
 
         def _load_sharded_model(self, folder: Path) -> None:
             import torch.distributed.checkpoint as dcp
@@ -303,6 +318,8 @@ def _trainer_class() -> type:
 
 
 def _bookkeeping_class() -> type:
+    """Bookkeeping, made on call: it subclasses transformers.TrainerCallback, imported only here, inside
+    the job, so that this module imports without transformers (as `_trainer_class`)."""
     from transformers import TrainerCallback
 
     class Bookkeeping(TrainerCallback):
@@ -463,7 +480,7 @@ def _fit_and_test(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue
     if not stats.interrupted:
         _test_best(trainer, stats, steps_per_epoch)
     trainer.accelerator.wait_for_everyone()
-    return args.process_index
+    return cast(int, args.process_index)  # TrainingArguments.process_index is unannotated
 
 
 def _test_best(trainer: Any, stats: Stats, steps_per_epoch: int) -> None:

@@ -6,14 +6,16 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.strategies import DeepSpeedStrategy
 
 from training import requeue
+from training.contract import PRECISIONS, one_of
 from training.data import Prepared
 from training.engines import common
 from training.hardware import effective_precision, resolve_accelerator
@@ -75,6 +77,7 @@ class Classifier(L.LightningModule):
         self._eval_step(batch)
 
     def on_validation_epoch_end(self) -> None:
+        assert self.scores is not None  # made by the epoch's first evaluation step
         result, self.scores = self.scores.compute(), None  # compute() already reduced over ranks
         self.log("val_acc", result["acc"], sync_dist=False)
         if not self.trainer.sanity_checking:
@@ -82,6 +85,7 @@ class Classifier(L.LightningModule):
             self.stats.scored["validation"] = result["scored"]
 
     def on_test_epoch_end(self) -> None:
+        assert self.scores is not None
         result, self.scores = self.scores.compute(), None
         self.stats.test_acc, self.stats.test_f1 = result["acc"], result["f1"]
         self.stats.scored["test"] = result["scored"]
@@ -149,6 +153,7 @@ class Bookkeeping(Callback):
         t = self.spec.train
         self.batch += 1
         batches = trainer.num_training_batches
+        assert self.rows is not None  # made in setup
         self.rows.progress(
             epoch=trainer.current_epoch,
             epochs=t.epochs,
@@ -191,6 +196,7 @@ class Bookkeeping(Callback):
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         self.stats.times_s["eval"] += time.perf_counter() - self.eval_tick
         if self.stats.val_acc_per_epoch and not trainer.sanity_checking:
+            assert self.rows is not None
             self.rows.add(
                 epoch=trainer.current_epoch,
                 step=trainer.global_step,
@@ -203,6 +209,7 @@ class Bookkeeping(Callback):
 
     def on_test_end(self, trainer: Any, pl_module: Any) -> None:
         self.stats.times_s["eval"] += time.perf_counter() - self.eval_tick
+        assert self.rows is not None
         self.rows.add(
             epoch=trainer.current_epoch,
             step=trainer.global_step,
@@ -224,7 +231,7 @@ class Bookkeeping(Callback):
 
 def _reduce_sum(trainer: Any, pl_module: Any, values: list[float]) -> list[float]:
     tensor = torch.tensor(values, dtype=torch.float64, device=pl_module.device)
-    return trainer.strategy.reduce(tensor, reduce_op="sum").tolist()
+    return cast(list[float], trainer.strategy.reduce(tensor, reduce_op="sum").tolist())
 
 
 def _trainer(spec: Spec, stats: Stats, callbacks: list[Any]) -> L.Trainer:
@@ -236,7 +243,7 @@ def _trainer(spec: Spec, stats: Stats, callbacks: list[Any]) -> L.Trainer:
         devices=t.devices,
         num_nodes=t.num_nodes,
         strategy=make_strategy(t, stats.accelerator, fabric=False),
-        precision=stats.precision_effective,
+        precision=one_of(stats.precision_effective, PRECISIONS),
         plugins=cluster_plugins(fabric=False),
         max_epochs=t.epochs,
         max_steps=t.max_steps or -1,
@@ -261,7 +268,9 @@ def _test_best(trainer: L.Trainer, module: Classifier, best: ModelCheckpoint, sp
     # DeepSpeed cannot load a ZeRO-3 checkpoint into its inference engine (the fp32 partitions live in
     # optimizer state it does not have there). Restore the best weights into the training engine,
     # then test the module as it is in memory.
-    trainer.strategy.deepspeed_engine.load_checkpoint(best.best_model_path, load_lr_scheduler_states=False)
+    cast(DeepSpeedStrategy, trainer.strategy).deepspeed_engine.load_checkpoint(
+        best.best_model_path, load_lr_scheduler_states=False
+    )
     trainer.test(module)
 
 

@@ -28,14 +28,14 @@ class TorchRuntime:
     def to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
         return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
 
-    def autocast(self) -> contextlib.AbstractContextManager:
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
         import torch
 
         if not self.precision.endswith("-mixed"):
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.dtype)
 
-    def no_sync(self, model: Any, enabled: bool) -> contextlib.AbstractContextManager:
+    def no_sync(self, model: Any, enabled: bool) -> contextlib.AbstractContextManager[Any]:
         # While accumulating, DDP need not all-reduce gradients that the next batch adds to.
         return model.no_sync() if enabled and self.world > 1 else contextlib.nullcontext()
 
