@@ -17,6 +17,7 @@ import click
 from jobgen import __version__, backends
 from jobgen.completion import experiment_files, run_refs
 from jobgen.errors import JobgenError
+from jobgen.states import State
 
 
 class _Group(click.Group):
@@ -51,20 +52,6 @@ def _root(ctx: click.Context) -> Path | None:
 
 def _lookup_root(ctx: click.Context) -> Path:
     return _root(ctx) or Path("runs")
-
-
-def _warn_damage(run_dir: Path, jobs: list[dict[str, Any]] | None = None) -> None:
-    """One line on stderr per damaged record of the run's jobs (all of them, or those given)."""
-    from jobgen.run.damage import run_problems
-    from jobgen.run.store import load_manifest
-
-    try:
-        jobs = load_manifest(run_dir)["jobs"] if jobs is None else jobs
-    except JobgenError as exc:
-        click.echo(f"warning: {exc.message}", err=True)
-        return
-    for line in run_problems(run_dir, jobs):
-        click.echo(f"warning: {line}", err=True)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -175,6 +162,8 @@ def _test_only(run_dir: Path, manifest: dict[str, Any]) -> None:
 
 def _submit_and_report(run_dir: Path) -> None:
     from jobgen.commands import submit as sub
+    from jobgen.results.state import read_runs
+    from jobgen.results.summary import summarize
 
     def report(job: dict[str, Any]) -> None:
         if job.get("tasks"):
@@ -191,18 +180,47 @@ def _submit_and_report(run_dir: Path) -> None:
 
     manifest = sub.submit_pending(run_dir, on_submit=report)
     if backends.get(manifest["backend"]).runs_here:
-        _print_local_summary(run_dir)
-        failed = [j["name"] for j in manifest["jobs"] if j["state"] != "COMPLETED"]
+        (run,) = read_runs([run_dir])  # the one state rule: exit 0 without a result is not COMPLETED
+        click.echo(summarize([run], baseline=None, fmt="table", plot=None))
+        failed = [job.name for job in run.jobs if job.state is not State.COMPLETED]
         if failed:
             raise JobgenError(f"{len(failed)} job(s) did not complete: {', '.join(failed)}; see jobgen logs {run_dir}")
     else:
         click.echo(f"{len(manifest['jobs'])} job(s) queued; follow with: jobgen status {run_dir}")
 
 
-def _print_local_summary(run_dir: Path) -> None:
-    from jobgen.results.summary import summarize
+def _one_run(ctx: click.Context, ref: str | None) -> Path:
+    """The run folder a command about one run means (default: the latest run under the output root)."""
+    from jobgen.run.lookup import find_runs
 
-    click.echo(summarize([run_dir], baseline=None, fmt="table", plot=None))
+    (run_dir,) = find_runs([ref] if ref else [], _lookup_root(ctx))
+    return run_dir
+
+
+def _many_runs(ctx: click.Context, refs: tuple[str, ...], all_runs: bool) -> list[Path]:
+    """The run folders RUNS means; with --all-runs every run of their experiments."""
+    from jobgen.run.lookup import every_run_of, find_runs
+
+    run_dirs = find_runs(list(refs), _lookup_root(ctx))
+    return every_run_of(run_dirs) if all_runs else run_dirs
+
+
+def runs_argument(command: Any) -> Any:
+    """RUNS and --all-runs, as every command that reads several runs takes them."""
+    command = click.option("--all-runs", is_flag=True, help="Every run of each experiment named, not only its latest.")(
+        command
+    )
+    return click.argument("runs", nargs=-1, shell_complete=run_refs)(command)
+
+
+def _warn(runs: Any) -> None:
+    """One line on stderr per damaged record of the runs' jobs (jobgen.run.model.RunJob.problems)."""
+    for run in runs:
+        if isinstance(run, Path):
+            continue  # its manifest is damaged: the command's own output says so
+        for job in run.jobs:
+            for line in job.problems():
+                click.echo(f"warning: {run.run_dir}/{line}", err=True)
 
 
 @main.command()
@@ -210,20 +228,24 @@ def _print_local_summary(run_dir: Path) -> None:
 @click.option("--watch", is_flag=True, help="Refresh until every job has ended.")
 @click.option("--interval", default=10.0, show_default=True, help="Seconds between refreshes with --watch.")
 @click.option("--timeout", type=float, help="With --watch: give up after this many seconds.")
+@click.option("--refresh", is_flag=True, help="Ask Slurm about every job, also those recorded as ended.")
 @click.pass_context
-def status(ctx: click.Context, run: str | None, watch: bool, interval: float, timeout: float | None) -> None:
+def status(
+    ctx: click.Context, run: str | None, watch: bool, interval: float, timeout: float | None, refresh: bool
+) -> None:
     """One row per job of RUN (a run folder, experiment name or file; default: the latest run)."""
     import time
 
+    from jobgen.results.state import read_runs
     from jobgen.results.status import format_table, status_table
-    from jobgen.run.store import find_runs
 
-    (run_dir,) = find_runs([run] if run else [], _lookup_root(ctx))
+    run_dir = _one_run(ctx, run)
     started = time.monotonic()
     while True:
-        header, rows, final = status_table(run_dir)
+        (loaded,) = read_runs([run_dir], refresh=refresh)
+        header, rows, final = status_table(loaded)
         click.echo(f"run: {run_dir}\n{format_table(header, rows)}")
-        _warn_damage(run_dir)
+        _warn([loaded])
         if not watch or final:
             return
         if timeout is not None and time.monotonic() - started > timeout:
@@ -239,7 +261,7 @@ def status(ctx: click.Context, run: str | None, watch: bool, interval: float, ti
 def runs(ctx: click.Context, experiments: tuple[str, ...], refresh: bool) -> None:
     """List the runs of EXPERIMENTS (names or files; default: all), oldest first, with their jobs' states."""
     from jobgen.results.status import format_table, runs_table
-    from jobgen.run.store import list_runs
+    from jobgen.run.lookup import list_runs
 
     root = _lookup_root(ctx)
     found = list_runs(list(experiments), root)
@@ -257,26 +279,24 @@ def runs(ctx: click.Context, experiments: tuple[str, ...], refresh: bool) -> Non
 def logs(ctx: click.Context, run: str | None, job: str | None, stream: str, rank: int | None, follow: bool) -> None:
     """Print a job's output; per-rank lines are labelled [rank N]."""
     from jobgen.results import logs as joblogs
-    from jobgen.results.status import run_status
-    from jobgen.run.store import find_runs, load_manifest
+    from jobgen.results.state import read_runs
+    from jobgen.run.model import Run
 
-    (run_dir,) = find_runs([run] if run else [], _lookup_root(ctx))
-    manifest = load_manifest(run_dir)
-    entry = joblogs.pick_job(manifest, job)
-    _warn_damage(run_dir, [entry])
+    loaded = Run.load(_one_run(ctx, run))
+    entry = loaded.find(job)
+    for line in entry.problems():
+        click.echo(f"warning: {loaded.run_dir}/{line}", err=True)
     if follow:
 
         def finished() -> bool:
-            _, rows = run_status(run_dir)
-            return next(info for j, info in rows if j["name"] == entry["name"]).state.is_final
+            (now,) = read_runs([loaded.run_dir])
+            return now.find(entry.name).state.is_final
 
-        lines = joblogs.follow(lambda: joblogs.log_files(run_dir, manifest, entry, stream), rank, finished)
+        lines = joblogs.follow(lambda: joblogs.files(loaded.backend, entry.job_dir, stream), rank, finished)
     else:
-        files = joblogs.log_files(run_dir, manifest, entry, stream)
+        files = joblogs.files(loaded.backend, entry.job_dir, stream)
         if not files:
-            raise JobgenError(
-                f"{entry['name']}: no {stream} log yet in {run_dir / entry['dir']} (state {entry['state']})"
-            )
+            raise JobgenError(f"{entry.name}: no {stream} log yet in {entry.job_dir} (state {entry.recorded.value})")
         lines = joblogs.read_lines(files, rank)
     for line in lines:
         click.echo(line)
@@ -289,13 +309,12 @@ def logs(ctx: click.Context, run: str | None, job: str | None, stream: str, rank
 def cancel(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
     """Cancel the jobs of RUN (all of them, or the JOBS named)."""
     from jobgen.commands.submit import cancel as cancel_jobs
-    from jobgen.run.store import find_runs
+    from jobgen.run.model import Run
 
-    (run_dir,) = find_runs([run], _lookup_root(ctx))
-    cancelled = cancel_jobs(run_dir, list(jobs))
+    cancelled = cancel_jobs(Run.load(_one_run(ctx, run)), list(jobs))
     for job in cancelled:
-        ids = job.get("segments") or [job["job_id"]]
-        click.echo(f"  {job['name']}: cancel sent to job{'s' if len(ids) > 1 else ''} {', '.join(ids)}")
+        ids = job.ids
+        click.echo(f"  {job.name}: cancel sent to job{'s' if len(ids) > 1 else ''} {', '.join(ids)}")
     click.echo(
         f"{len(cancelled)} job(s) cancelled" if cancelled else "nothing to cancel (no job of this run is queued)"
     )
@@ -314,11 +333,11 @@ def requeue(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
     submitted again (the manifest keeps its earlier ids).
     """
     from jobgen.commands.requeue import requeue as requeue_jobs
-    from jobgen.run.store import find_runs
+    from jobgen.run.model import Run
 
-    (run_dir,) = find_runs([run], _lookup_root(ctx))
+    run_dir = _one_run(ctx, run)
     outcomes = requeue_jobs(run_dir, list(jobs))
-    _warn_damage(run_dir)
+    _warn([Run.load(run_dir)])
     for o in outcomes:
         click.echo(f"  {o.name} ({o.state.value}, job {o.job_id or '-'}): {o.action}: {o.detail}")
     started = sum(o.action != "skipped" for o in outcomes)
@@ -331,7 +350,7 @@ def requeue(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
 
 
 @main.command()
-@click.argument("runs", nargs=-1, shell_complete=run_refs)
+@runs_argument
 @click.option(
     "--format",
     "fmt",
@@ -352,7 +371,6 @@ def requeue(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
     show_default=True,
     help="Combine runs of one configuration (seeds, repeats) into mean ± std (n).",
 )
-@click.option("--all-runs", is_flag=True, help="Every run of each experiment named, not only its latest.")
 @click.pass_context
 def summary(
     ctx: click.Context,
@@ -364,30 +382,26 @@ def summary(
     all_runs: bool,
 ) -> None:
     """Time and accuracy of every job of RUNS (run folders, experiment names or files; default: the latest run)."""
-    from jobgen.results.summary import live_states, summarize
-    from jobgen.run.store import every_run_of, find_runs
+    from jobgen.results.state import read_some
+    from jobgen.results.summary import summarize
 
-    run_dirs = find_runs(list(runs), _lookup_root(ctx))
-    if all_runs:
-        run_dirs = every_run_of(run_dirs)
+    loaded = read_some(_many_runs(ctx, runs, all_runs))
     text = summarize(
-        run_dirs,
+        loaded,
         baseline=baseline,
         fmt=fmt,
         plot=Path(plot) if plot else None,
-        live_states=live_states(run_dirs),
         combine=combine,
         color=fmt == "table" and sys.stdout.isatty(),
     )
     click.echo(text, nl=False)
-    for run_dir in run_dirs:
-        _warn_damage(run_dir)
+    _warn(loaded)
     if plot:
         click.echo(f"plot: {plot}", err=True)
 
 
 @main.command()
-@click.argument("runs", nargs=-1, shell_complete=run_refs)
+@runs_argument
 @click.option(
     "-o",
     "--output",
@@ -398,25 +412,19 @@ def summary(
     help="The HTML file to write.",
 )
 @click.option("--baseline", help="Configuration (job name) speed-ups are measured against.")
-@click.option("--all-runs", is_flag=True, help="Every run of each experiment named, not only its latest.")
 @click.pass_context
 def report(ctx: click.Context, runs: tuple[str, ...], output: str, baseline: str | None, all_runs: bool) -> None:
     """Write one self-contained HTML page for RUNS (default: the latest run): the summary table, loss and
     accuracy curves, time vs accuracy, failure causes and links to each job's logs."""
     from jobgen.results.report import write_report
-    from jobgen.results.summary import live_states
-    from jobgen.run.store import every_run_of, find_runs
+    from jobgen.results.state import read_some
 
-    run_dirs = find_runs(list(runs), _lookup_root(ctx))
-    if all_runs:
-        run_dirs = every_run_of(run_dirs)
-    path = write_report(run_dirs, Path(output), baseline=baseline, live_states=live_states(run_dirs))
+    path = write_report(read_some(_many_runs(ctx, runs, all_runs)), Path(output), baseline=baseline)
     click.echo(f"report: {path}")
 
 
 @main.command()
-@click.argument("runs", nargs=-1, shell_complete=run_refs)
-@click.option("--all-runs", is_flag=True, help="Every run of each experiment named, not only its latest.")
+@runs_argument
 @click.pass_context
 def sync(ctx: click.Context, runs: tuple[str, ...], all_runs: bool) -> None:
     """Upload the W&B runs that the jobs of RUNS logged offline (default: the latest run).
@@ -425,18 +433,14 @@ def sync(ctx: click.Context, runs: tuple[str, ...], all_runs: bool) -> None:
     (WANDB_API_KEY) or `wandb login`; jobgen never stores it.
     """
     from jobgen.commands.sync import sync as sync_runs
-    from jobgen.run.store import every_run_of, find_runs
+    from jobgen.run.model import Run
 
-    run_dirs = find_runs(list(runs), _lookup_root(ctx))
-    if all_runs:
-        run_dirs = every_run_of(run_dirs)
-    folders = sync_runs(run_dirs)
+    folders = sync_runs([Run.load(run_dir) for run_dir in _many_runs(ctx, runs, all_runs)])
     click.echo(f"synced {len(folders)} W&B run(s)")
 
 
 @main.command()
-@click.argument("runs", nargs=-1, shell_complete=run_refs)
-@click.option("--all-runs", is_flag=True, help="Every run of each experiment named, not only its latest.")
+@runs_argument
 @click.option("--yes", is_flag=True, help="Delete; without it, only list what would go.")
 @click.pass_context
 def clean(ctx: click.Context, runs: tuple[str, ...], all_runs: bool, yes: bool) -> None:
@@ -446,14 +450,11 @@ def clean(ctx: click.Context, runs: tuple[str, ...], all_runs: bool, yes: bool) 
     logs always stay. Lists what would go unless --yes.
     """
     from jobgen.commands.clean import human, reclaimable, remove
-    from jobgen.run.store import every_run_of, find_runs
+    from jobgen.results.state import read_runs
 
-    run_dirs = find_runs(list(runs), _lookup_root(ctx))
-    if all_runs:
-        run_dirs = every_run_of(run_dirs)
-    items = [item for run_dir in run_dirs for item in reclaimable(run_dir)]
-    for run_dir in run_dirs:
-        _warn_damage(run_dir)
+    loaded = read_runs(_many_runs(ctx, runs, all_runs))
+    items = [item for run in loaded for item in reclaimable(run)]
+    _warn(loaded)
     for item in items:
         click.echo(f"  {human(item.size):>9}  {item.path}")
     total = sum(item.size for item in items)

@@ -8,13 +8,12 @@ manifest or imports anything heavy.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import click
 from click.shell_completion import CompletionItem
 
-_RUN_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}$")
+from jobgen.facts import RUN_ID_RE
 
 
 def _output_root(ctx: click.Context) -> Path:
@@ -34,7 +33,7 @@ def run_refs(ctx: click.Context, param: click.Parameter, incomplete: str) -> lis
     runs = []
     for folder in experiments:
         try:
-            runs += [(p.name, folder.name) for p in folder.iterdir() if _RUN_ID.match(p.name)]
+            runs += [(p.name, folder.name) for p in folder.iterdir() if RUN_ID_RE.fullmatch(p.name)]
         except OSError:
             continue
     items += [CompletionItem(run_id, help=f"run of {experiment}") for run_id, experiment in sorted(runs, reverse=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass, field
+from typing import Any
 
 
 class State(str, enum.Enum):
@@ -87,3 +89,18 @@ def parse(text: str) -> State:
         return State(text)
     except ValueError:
         return from_slurm(text)
+
+
+@dataclass
+class JobInfo:
+    """What a scheduler (or the run's files) says about one job: the one shape every backend answers in."""
+
+    state: State
+    elapsed: str = ""
+    nodes: str = ""
+    nodelist: str = ""
+    exit_code: str = ""
+    start: str = ""
+    end: str = ""
+    source: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)

@@ -53,26 +53,42 @@ def test_every_backend_module_defines_its_scheduler() -> None:
 
 
 def _imports(path: Path, package: str) -> set[str]:
-    """Modules of `package` that a module imports, anywhere in it (a function-level import is still one)."""
+    """Modules of `package` that a module imports at run time, anywhere in it (a function-level import is
+    still one); imports under `if TYPE_CHECKING:` are annotations only and are left out."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        for inner in ast.walk(node)
+    }
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == package:
-            if node.module == package:  # from training import data, model
-                out |= {f"{package}.{alias.name}" for alias in node.names}
-            else:
-                out.add(node.module)
+            for alias in node.names:  # from training import data; from jobgen.results import logs
+                sub = f"{node.module}.{alias.name}"
+                out.add(sub if _is_module(sub) else node.module)
         elif isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name.split(".")[0] == package}
     return out
 
 
-def test_the_training_package_has_no_import_cycle() -> None:
-    root = REPO / "training"
-    modules = {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): p
-               for p in root.rglob("*.py")}  # fmt: skip
-    graph = {m: {i for i in _imports(p, "training") if i in modules and i != m} for m, p in modules.items()}
-    assert graph["training.data"] and "training.model" in graph["training.data"], "the scan sees imports"
+def _is_module(dotted: str) -> bool:
+    path = REPO.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
+
+def _graph(package: str) -> dict[str, set[str]]:
+    modules = {
+        ".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in (REPO / package).rglob("*.py")
+    }
+    return {m: {i for i in _imports(p, package) if i in modules and i != m} for m, p in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]], package: str) -> list[list[str]]:
     def cycle_from(start: str) -> list[str] | None:
         stack, seen = [(start, [start])], set()
         while stack:
@@ -80,13 +96,75 @@ def test_the_training_package_has_no_import_cycle() -> None:
             for nxt in graph[node]:
                 if nxt == start:
                     return [*path, start]
-                if nxt not in seen and nxt != "training":  # the package's __init__ only documents it
+                if nxt not in seen and nxt != package:  # the package's __init__ only documents it
                     seen.add(nxt)
                     stack.append((nxt, [*path, nxt]))
         return None
 
-    cycles = [c for m in sorted(graph) if m != "training" and (c := cycle_from(m))]
+    return [c for m in sorted(graph) if m != package and (c := cycle_from(m))]
+
+
+def test_the_training_package_has_no_import_cycle() -> None:
+    graph = _graph("training")
+    assert graph["training.data"] and "training.model" in graph["training.data"], "the scan sees imports"
+    cycles = _cycles(graph, "training")
     assert not cycles, f"import cycles in training/: {cycles[0]}"
+
+
+def test_the_jobgen_package_has_no_import_cycle() -> None:
+    graph = _graph("jobgen")
+    assert "jobgen.run.model" in graph["jobgen.results.state"], "the scan sees imports"
+    assert "jobgen.results.logs" in graph["jobgen.results.state"], "the scan sees `from pkg import module`"
+    cycles = _cycles(graph, "jobgen")
+    assert not cycles, f"import cycles in jobgen/ (function-level imports included): {cycles[0]}"
+
+
+# The stages, lowest first: a module may import its own stage and those below it, never one above.
+STAGES = ["base", "backends", "experiment", "build", "run", "results", "commands", "cli"]
+BASE = {"jobgen", "jobgen.errors", "jobgen.facts", "jobgen.states"}
+
+
+def _stage(module: str) -> str:
+    if module in BASE:
+        return "base"
+    part = module.split(".")[1]
+    return part if part in STAGES else "cli"  # jobgen.cli, jobgen.completion
+
+
+def test_each_stage_imports_only_stages_below_it() -> None:
+    wrong = [
+        f"{module} ({_stage(module)}) imports {other} ({_stage(other)})"
+        for module, imported in sorted(_graph("jobgen").items())
+        for other in sorted(imported)
+        if STAGES.index(_stage(other)) > STAGES.index(_stage(module))
+    ]
+    assert not wrong, "a stage reaches up (types it needs go in jobgen/facts.py or jobgen/states.py):\n" + "\n".join(
+        wrong
+    )
+
+
+SLURM_TOOLS = {"sbatch", "squeue", "sacct", "scontrol", "scancel", "sinfo", "srun", "salloc", "sstat", "sprio"}
+
+
+def test_only_the_backends_run_slurm_tools() -> None:
+    """A command line (a list or tuple literal) that starts with a Slurm tool, outside jobgen/backends/."""
+    found = []
+    for path in sorted((REPO / "jobgen").rglob("*.py")):
+        if "backends" in path.relative_to(REPO / "jobgen").parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            for arg in node.args[:1]:
+                if isinstance(arg, (ast.List, ast.Tuple)) and arg.elts:
+                    first = arg.elts[0]
+                    if isinstance(first, ast.Constant) and first.value in SLURM_TOOLS:
+                        found.append(f"{path.relative_to(REPO)}:{node.lineno} runs {first.value}")
+            func = node.func
+            runs_a_tool = isinstance(func, ast.Attribute) and func.attr in ("ask", "call", "run", "submit")
+            if runs_a_tool and isinstance(func.value, ast.Name) and func.value.id == "slurm":
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} calls slurm.{func.attr}")
+    assert not found, "ask the run's scheduler (jobgen.backends.get) instead:\n" + "\n".join(found)
 
 
 def test_every_package_is_shipped() -> None:

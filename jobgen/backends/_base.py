@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from jobgen.errors import JobgenError
+from jobgen.states import JobInfo
 
 if TYPE_CHECKING:
     from jobgen.experiment.config import Experiment
-    from jobgen.results.status import JobInfo
 
 
 class Scheduler:
@@ -51,6 +51,10 @@ class Scheduler:
 
     def submit_array_task(self, run_dir: Path, array: dict[str, Any], index: int, what: str) -> str:
         """Submit one task of an array again (requeue of a task Slurm forgot); its new id."""
+        raise JobgenError(f"the {self.name} backend has no job arrays")
+
+    def max_array_size(self) -> int:
+        """How many tasks one job array may have (jobs of a bigger sweep go in several arrays)."""
         raise JobgenError(f"the {self.name} backend has no job arrays")
 
     def test_only(self, script: Path) -> tuple[bool, str]:

@@ -3,24 +3,28 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobgen.backends import _tools as slurm
 from jobgen.backends._base import Scheduler
 from jobgen.errors import SubmitError
+from jobgen.facts import submit_tag
+from jobgen.states import JobInfo, from_slurm
 
 if TYPE_CHECKING:
     from jobgen.experiment.config import Experiment
-    from jobgen.results.status import JobInfo
+
+
+DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default; `scontrol show config` tells the real one
 
 
 class SlurmScheduler(Scheduler):
     logs = {"out": ("slurm-*.out",), "err": ("slurm-*.err",)}
 
     def states(self, job_ids: list[str]) -> dict[str, JobInfo]:
-        from jobgen.results.status import query
-
         return query(job_ids)
 
     def cancel(self, job_ids: list[str]) -> None:
@@ -40,8 +44,6 @@ class SlurmScheduler(Scheduler):
         """Job ids Slurm holds for each entry (by name), found by the tag in its --comment (squeue, for the
         jobs the controller remembers) or by its script in the submit line (sacct, with accounting).
         Array tasks come as "<array id>_<task>". Raises SubmitError when Slurm answers neither way."""
-        from jobgen.build.render import submit_tag
-
         tags = {submit_tag(run_dir.name, e["name"]): e["name"] for e in entries}
         scripts = {str(run_dir / e["script"]): e["name"] for e in entries}
         found: dict[str, list[str]] = {}
@@ -67,7 +69,149 @@ class SlurmScheduler(Scheduler):
                               "nothing was submitted again: run the command again once Slurm answers")  # fmt: skip
         return found
 
+    def max_array_size(self) -> int:
+        """The cluster's MaxArraySize (task ids must be below it), or Slurm's default if unknown."""
+        out = slurm.ask(["scontrol", "show", "config"]) or ""
+        match = re.search(r"^MaxArraySize\s*=\s*(\d+)", out, re.MULTILINE)
+        return int(match.group(1)) if match else DEFAULT_MAX_ARRAY_SIZE
+
     def shape_problems(self, exp: Experiment) -> list[str]:
         if exp.train.accelerator == "gpu" and not exp.slurm.gpus_per_node:
             return ["train.accelerator = 'gpu' but slurm.gpus_per_node = 0: ask for GPUs or use accelerator 'auto'"]
         return []
+
+
+# --- the experiment's resources in Slurm's words: the one mapping sbatch scripts and submitit read ------
+
+Option = tuple[str, str | None]  # an sbatch long option and its value; None marks a bare flag
+
+
+def resource_options(s: Mapping[str, Any]) -> list[Option]:
+    """The resources a job asks for, from its `[slurm]` values (the experiment's, or spec.json's), in the
+    order the scripts list them. A new `[slurm]` resource key is one line here (and its schema field)."""
+    opts: list[Option] = [
+        ("nodes", str(s["nodes"])),
+        ("ntasks-per-node", str(s["ntasks_per_node"])),
+        ("cpus-per-task", str(s["cpus_per_task"])),
+    ]
+    if s["gpus_per_node"]:
+        gpus = s["gpus_per_node"]
+        opts.append(("gpus-per-node", f"{s['gpu_type']}:{gpus}" if s["gpu_type"] else str(gpus)))
+    if s["mem"]:
+        opts.append(("mem", s["mem"].upper()))
+    opts.append(("time", s["time"]))
+    opts += [(flag, s[flag]) for flag in ("partition", "account", "qos", "constraint") if s[flag]]
+    if s["exclusive"]:
+        opts.append(("exclusive", None))
+    return opts
+
+
+def extra_options(extra: Mapping[str, Any]) -> list[Option]:
+    """`slurm.extra`, sorted: true is a bare flag, false leaves the flag out."""
+    return [
+        (flag, None if value is True else str(value)) for flag, value in sorted(extra.items()) if value is not False
+    ]
+
+
+# --- asking Slurm where jobs stand ---------------------------------------------------------------------
+
+SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,NNodes,NodeList,Submit,Start,End"
+
+
+# sacct takes the ids as one argument; past a few thousand the controller's RPC gets slow, so ask in chunks.
+SACCT_CHUNK = 1000
+
+
+def query(job_ids: list[str]) -> dict[str, JobInfo]:
+    """Info for each job id Slurm knows: sacct first, then squeue and scontrol for what it lacks.
+
+    One process per tool for the whole list (sacct in chunks), never one per job: a sweep of 10,000
+    jobs costs a handful of Slurm calls, not 10,000 (submitit#1759).
+    """
+    ids = list(dict.fromkeys(j for j in job_ids if j))
+    if not ids:
+        return {}
+    found: dict[str, JobInfo] = {}
+    for start in range(0, len(ids), SACCT_CHUNK):
+        found |= _sacct(ids[start : start + SACCT_CHUNK])
+    wanted = set(ids)
+    for ask in (_squeue, _scontrol):
+        missing = wanted - found.keys()
+        if not missing:
+            break
+        found |= {jid: info for jid, info in ask().items() if jid in missing}
+    return {jid: found[jid] for jid in ids if jid in found}
+
+
+def _sacct(ids: list[str]) -> dict[str, JobInfo]:
+    said = slurm.ask(["sacct", "-n", "-P", "-X", f"--format={SACCT_FIELDS}", "-j", ",".join(ids)])
+    if said is None:
+        return {}  # accounting disabled or unreachable: the callers fall back
+    out: dict[str, JobInfo] = {}
+    for line in said.splitlines():
+        parts = line.split("|")
+        if len(parts) != 9:
+            continue
+        jid, state, exit_code, elapsed, nnodes, nodelist, _submit, start, end = parts
+        info = JobInfo(from_slurm(state), elapsed, nnodes, nodelist, exit_code, _time(start), _time(end), "sacct")
+        for one in expand_array_id(jid):
+            out[one] = info
+    return out
+
+
+def expand_array_id(jid: str) -> list[str]:
+    """'7_[0-2,5%2]' (a pending array, as sacct shows it) -> ['7_0', '7_1', '7_2', '7_5']."""
+    match = re.fullmatch(r"(\d+)_\[?([\d,\-]+)(?:%\d+)?\]?", jid)
+    if not match:
+        return [jid]
+    base, ids = match.group(1), []
+    for part in match.group(2).split(","):
+        low, _, high = part.partition("-")
+        ids += [f"{base}_{i}" for i in range(int(low), int(high or low) + 1)]
+    return ids
+
+
+def _squeue() -> dict[str, JobInfo]:
+    """Every job the controller still holds, ended ones included (-t all), array tasks one per line (-r).
+
+    Not `-j <ids>`: squeue refuses the whole list when one id is unknown to it."""
+    said = slurm.ask(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T|%M|%D|%N|%S"])
+    out: dict[str, JobInfo] = {}
+    for line in said.splitlines() if said is not None else []:
+        parts = line.split("|")
+        if len(parts) == 6:
+            jid, state, elapsed, nnodes, nodelist, start = parts
+            info = JobInfo(from_slurm(state), elapsed, nnodes, nodelist, "", _time(start), "", "squeue")
+            for one in expand_array_id(jid):
+                out[one] = info
+    return out
+
+
+def _scontrol() -> dict[str, JobInfo]:
+    """Every job `scontrol show job` knows, one line each (-o); array tasks also by <array id>_<task>."""
+    said = slurm.ask(["scontrol", "show", "job", "-o"])
+    out: dict[str, JobInfo] = {}
+    for line in said.splitlines() if said is not None else []:
+        if "JobState=" not in line:
+            continue
+        kv = dict(re.findall(r"(\w+)=(\S*)", line))
+        nodelist = kv.get("NodeList", "")
+        info = JobInfo(
+            from_slurm(kv.get("JobState", "")),
+            kv.get("RunTime", ""),
+            kv.get("NumNodes", ""),
+            "" if nodelist == "(null)" else nodelist,
+            kv.get("ExitCode", ""),
+            _time(kv.get("StartTime", "")),
+            _time(kv.get("EndTime", "")),
+            "scontrol",
+        )
+        out[kv.get("JobId", "")] = info
+        if kv.get("ArrayJobId") and kv.get("ArrayTaskId"):
+            for one in expand_array_id(f"{kv['ArrayJobId']}_{kv['ArrayTaskId']}"):
+                out[one] = info
+    return out
+
+
+def _time(value: str) -> str:
+    return "" if value in ("", "Unknown", "None", "N/A") else value

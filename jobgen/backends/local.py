@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobgen.backends._base import Scheduler
-from jobgen.run.store import now_iso
+from jobgen.facts import now_iso
 from jobgen.states import State
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from typing import Any
 from jobgen.backends import _tools as slurm
 from jobgen.backends._slurm import SlurmScheduler
 from jobgen.errors import SubmitError
-from jobgen.run.store import now_iso
+from jobgen.facts import now_iso
 from jobgen.states import State
 
 

@@ -12,10 +12,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobgen.backends._slurm import SlurmScheduler
+from jobgen.backends._slurm import SlurmScheduler, extra_options, resource_options
 from jobgen.errors import BackendError, SubmitError
-from jobgen.experiment.config import time_minutes
-from jobgen.run.store import now_iso
+from jobgen.facts import now_iso, time_minutes
 from jobgen.states import State
 
 if TYPE_CHECKING:
@@ -79,28 +78,38 @@ class Submitit(SlurmScheduler):
 SCHEDULER = Submitit()
 
 
+# sbatch's options in submitit's words; the rest go to slurm_additional_parameters as they are.
+SUBMITIT_NAMES = {
+    "nodes": "nodes",
+    "ntasks-per-node": "tasks_per_node",
+    "cpus-per-task": "cpus_per_task",
+    "gpus-per-node": "gpus_per_node",
+    "partition": "slurm_partition",
+    "account": "slurm_account",
+    "qos": "slurm_qos",
+    "mem": "slurm_mem",
+    "constraint": "slurm_constraint",
+    "exclusive": "slurm_exclusive",
+}
+INTEGERS = frozenset({"nodes", "tasks_per_node", "cpus_per_task"})
+
+
 def executor_parameters(spec: dict[str, Any], setup_file: Path) -> dict[str, Any]:
-    """The experiment's resources in submitit's words (tasks per node = devices per node)."""
-    s = spec["slurm"]
+    """The experiment's resources (the same mapping as sbatch scripts: resource_options) in submitit's words."""
     params: dict[str, Any] = {
         "name": f"{spec['experiment']}.{spec['job']}",
-        "nodes": s["nodes"],
-        "tasks_per_node": s["ntasks_per_node"],
-        "cpus_per_task": s["cpus_per_task"],
-        "timeout_min": time_minutes(s["time"]),
         "slurm_setup": [f"source {shlex.quote(str(setup_file))}"],
         "slurm_srun_args": ["--label", "--kill-on-bad-exit=1"],
     }
-    if s["gpus_per_node"]:
-        params["gpus_per_node"] = f"{s['gpu_type']}:{s['gpus_per_node']}" if s["gpu_type"] else s["gpus_per_node"]
-    optional = {"slurm_partition": s["partition"], "slurm_account": s["account"], "slurm_qos": s["qos"],
-                "slurm_mem": s["mem"].upper(), "slurm_constraint": s["constraint"]}  # fmt: skip
-    params.update({k: v for k, v in optional.items() if v})
-    if s["exclusive"]:
-        params["slurm_exclusive"] = True
-    extra = {k: v for k, v in s["extra"].items() if v is not False}
+    for flag, value in resource_options(spec["slurm"]):
+        if flag == "time":
+            params["timeout_min"] = time_minutes(str(value))
+            continue
+        name = SUBMITIT_NAMES[flag]
+        params[name] = True if value is None else int(value) if name in INTEGERS else value
+    if isinstance(params.get("gpus_per_node"), str) and params["gpus_per_node"].isdigit():
+        params["gpus_per_node"] = int(params["gpus_per_node"])
+    extra = extra_options(spec["slurm"]["extra"])
     if extra:
-        params["slurm_additional_parameters"] = {
-            k.replace("-", "_"): (None if v is True else v) for k, v in extra.items()
-        }
+        params["slurm_additional_parameters"] = {flag.replace("-", "_"): value for flag, value in extra}
     return params

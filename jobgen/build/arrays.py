@@ -6,24 +6,17 @@ ask for identical resources; each task runs its own job's script inside the arra
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
-from jobgen.backends import _tools as slurm
+from jobgen.backends._slurm import DEFAULT_MAX_ARRAY_SIZE
 from jobgen.build.plan import Job
-from jobgen.build.render import RunInfo, environment, sbatch_options, submit_tag, with_tag
+from jobgen.build.render import RunInfo, environment, sbatch_options, with_tag
 from jobgen.errors import PlanError
+from jobgen.facts import submit_tag
 
-DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default; `scontrol show config` tells the real one
+__all__ = ["DEFAULT_MAX_ARRAY_SIZE", "render_arrays"]
 _PER_JOB_FLAGS = {"job-name", "output", "error"}
-
-
-def max_array_size() -> int:
-    """The cluster's MaxArraySize (task ids must be below it), or Slurm's default if unknown."""
-    out = slurm.ask(["scontrol", "show", "config"]) or ""
-    match = re.search(r"^MaxArraySize\s*=\s*(\d+)", out, re.MULTILINE)
-    return int(match.group(1)) if match else DEFAULT_MAX_ARRAY_SIZE
 
 
 def shared_options(jobs: list[Job], run: RunInfo) -> list[tuple[str, str | None]]:

@@ -18,10 +18,10 @@ from typing import Any
 from jobgen import backends
 from jobgen.errors import PlanError
 from jobgen.experiment.config import Experiment, with_overrides
+from jobgen.facts import MAX_NAME
 from training import contract
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9.-]+")
-MAX_NAME = 100
 
 
 @dataclass(frozen=True)

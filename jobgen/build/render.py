@@ -17,9 +17,11 @@ from typing import Any
 import jinja2
 
 from jobgen import __version__, backends
+from jobgen.backends._slurm import extra_options, resource_options
 from jobgen.build.plan import Job
 from jobgen.errors import TemplateError, one_line
-from jobgen.experiment.config import ENV_NAME_RE, control_char
+from jobgen.experiment.config import ENV_NAME_RE, as_dict, control_char
+from jobgen.facts import signal_name, submit_tag
 
 _SBATCH_PLAIN = re.compile(r"[A-Za-z0-9_./:@%,=+-]+")
 _FLAG = re.compile(r"[A-Za-z][A-Za-z0-9-]*")
@@ -159,7 +161,7 @@ def render_job(job: Job, run: RunInfo, template: str | None = None) -> str:
 def job_context(job: Job, run: RunInfo) -> dict[str, Any]:
     exp, job_dir = job.exp, run.job_dir(job)
     python = exp.env.python or run.default_python
-    signal = exp.slurm.signal.upper().removeprefix("SIG")
+    signal = signal_name(exp.slurm.signal)
     # Under torchrun/accelerate the warning signal needs passing on to the ranks (training/relay.py).
     relay = f"{shpath(python)} -u -m training.relay --signal={signal} -- " if exp.slurm.requeue else ""
     return {
@@ -203,11 +205,6 @@ def accelerate_precision(precision: str, accelerator: str) -> str:
     return "bf16" if precision == "bf16-mixed" else "no"
 
 
-def submit_tag(run_id: str, name: str) -> str:
-    """What jobgen puts in a job's --comment: when sbatch's reply is lost, the job is found by it."""
-    return f"jobgen:{run_id}:{name}"
-
-
 def with_tag(tag: str, comment: Any) -> str:
     """The job's comment: jobgen's tag first, then the user's own slurm.extra comment."""
     return tag if comment in (None, True, False, "") else f"{tag} {comment}"
@@ -217,36 +214,17 @@ def sbatch_options(job: Job, job_dir: Path, tag: str | None = None) -> list[tupl
     """Every #SBATCH flag of a job, in a stable order. None marks a bare flag."""
     s = job.exp.slurm
     log = str(job_dir).replace("%", "%%")
-    opts: list[tuple[str, str | None]] = [
-        ("job-name", job.exp.name if job.name == job.exp.name else f"{job.exp.name}.{job.name}"),
-        ("nodes", str(s.nodes)),
-        ("ntasks-per-node", str(s.ntasks_per_node)),
-        ("cpus-per-task", str(s.cpus_per_task)),
-    ]
-    if s.gpus_per_node:
-        opts.append(("gpus-per-node", f"{s.gpu_type}:{s.gpus_per_node}" if s.gpu_type else str(s.gpus_per_node)))
-    if s.mem:
-        opts.append(("mem", s.mem.upper()))
-    opts.append(("time", s.time))
-    for flag in ("partition", "account", "qos", "constraint"):
-        if getattr(s, flag):
-            opts.append((flag, getattr(s, flag)))
-    if s.exclusive:
-        opts.append(("exclusive", None))
+    job_name = job.exp.name if job.name == job.exp.name else f"{job.exp.name}.{job.name}"
+    opts = [("job-name", job_name), *resource_options(as_dict(s))]
     # A requeued job keeps its id, hence its log files (whoever requeues it: its own warning signal,
     # `jobgen requeue`, or Slurm after a node failure); appending keeps the earlier attempt's lines.
     opts += [("output", f"{log}/slurm-%j.out"), ("error", f"{log}/slurm-%j.err"), ("open-mode", "append")]
     if s.requeue:
-        signal = s.signal.upper().removeprefix("SIG")
+        signal = signal_name(s.signal)
         opts += [("requeue", None), ("signal", f"{signal}@{s.signal_seconds}")]
     extra = dict(s.extra)
     if tag:
         # At-most-once submission: `submit --resume` and `requeue` look for this tag (squeue, sacct)
         # before they submit a job whose sbatch reply was lost.
         opts.append(("comment", with_tag(tag, extra.pop("comment", None))))
-    for flag, value in sorted(extra.items()):
-        if value is True:
-            opts.append((flag, None))
-        elif value is not False:
-            opts.append((flag, str(value)))
-    return opts
+    return opts + extra_options(extra)

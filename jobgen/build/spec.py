@@ -11,8 +11,7 @@ from typing import Any
 from jobgen.build.plan import Job
 from jobgen.build.render import RunInfo
 from jobgen.experiment.config import as_dict
-
-SPEC_SCHEMA = 1
+from jobgen.facts import SPEC_SCHEMA, signal_name
 
 
 def build_spec(job: Job, run: RunInfo, cache_dir: Path) -> dict[str, Any]:
@@ -37,7 +36,7 @@ def build_spec(job: Job, run: RunInfo, cache_dir: Path) -> dict[str, Any]:
         "env": as_dict(exp.env),
         "requeue": {
             "enabled": exp.slurm.requeue,
-            "signal": exp.slurm.signal.upper().removeprefix("SIG"),
+            "signal": signal_name(exp.slurm.signal),
             "signal_seconds": exp.slurm.signal_seconds,
         },
     }

@@ -11,8 +11,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobgen.results.status import run_status
-from jobgen.run.damage import json_problem, read_json
+from jobgen.run.damage import json_problem
+from jobgen.run.model import Run
 from jobgen.states import State
 
 
@@ -23,18 +23,16 @@ class Freed:
     size: int
 
 
-def reclaimable(run_dir: Path) -> list[Freed]:
-    """Checkpoint folders of the run's completed jobs, with their sizes."""
-    _, rows = run_status(run_dir)
+def reclaimable(run: Run) -> list[Freed]:
+    """Checkpoint folders of the run's completed jobs (states settled), with their sizes."""
     found = []
-    for job, info in rows:
-        folder = run_dir / job["dir"] / "checkpoints"
+    for job in run.jobs:
+        folder = job.job_dir / "checkpoints"
         # A damaged result may mean the job must run again: its checkpoints stay.
-        result = run_dir / job["dir"] / "result.json"
-        doc, problem = read_json(result)
-        usable = doc is not None and json_problem(result, doc, problem) is None
-        if info.state is State.COMPLETED and usable and folder.is_dir():
-            found.append(Freed(job["name"], folder, _size(folder)))
+        doc, problem = job.json("result.json")
+        usable = doc is not None and json_problem(job.job_dir / "result.json", doc, problem) is None
+        if job.state is State.COMPLETED and usable and folder.is_dir():
+            found.append(Freed(job.name, folder, _size(folder)))
     return found
 
 

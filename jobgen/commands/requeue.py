@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,10 @@ from jobgen import backends
 from jobgen.backends import Scheduler
 from jobgen.backends import _tools as slurm
 from jobgen.errors import JobgenError, SubmitError
-from jobgen.results.status import run_status
+from jobgen.facts import now_iso
+from jobgen.results.state import read_runs
 from jobgen.run import store as record
+from jobgen.run.model import Run
 from jobgen.states import State
 
 UNSUCCESSFUL = frozenset({State.FAILED, State.CANCELLED, State.TIMEOUT, State.OUT_OF_MEMORY, State.NODE_FAIL,
@@ -48,28 +49,20 @@ def requeue(run_dir: Path, names: list[str]) -> list[Outcome]:
 
 
 def _requeue(run_dir: Path, names: list[str]) -> list[Outcome]:
-    manifest, rows = run_status(run_dir)
-    if manifest.get("dry_run"):
+    # Slurm is asked about every job, also those recorded as ended: requeue acts on what it says now.
+    (run,) = read_runs([run_dir], refresh=True)
+    if run.dry_run:
         raise JobgenError(f"{run_dir} is a dry run: nothing was submitted, so nothing can be requeued")
-    scheduler = backends.get(manifest["backend"])
+    scheduler = backends.get(run.backend)
     refusal = scheduler.requeue_refusal(run_dir)
     if refusal:
         raise JobgenError(refusal)
-    known = {job["name"] for job, _ in rows}
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise JobgenError(f"no job {unknown[0]!r} in {run_dir}; jobs: {', '.join(sorted(known))}")
-    outcomes = []
-    for job, info in rows:
-        if names and job["name"] not in names:
-            continue
-        if not names and info.state not in UNSUCCESSFUL:
-            continue
-        outcomes.append(_one(run_dir, scheduler, manifest, job, info.state))
-    return outcomes
+    chosen = run.pick(names)
+    return [_one(run, scheduler, job.entry, job.state) for job in chosen if names or job.state in UNSUCCESSFUL]
 
 
-def _one(run_dir: Path, scheduler: Scheduler, manifest: dict[str, Any], job: dict[str, Any], state: State) -> Outcome:
+def _one(run: Run, scheduler: Scheduler, job: dict[str, Any], state: State) -> Outcome:
+    run_dir, manifest = run.run_dir, run.manifest
     name, job_id = job["name"], job.get("job_id")
 
     def skip(why: str) -> Outcome:
@@ -82,7 +75,7 @@ def _one(run_dir: Path, scheduler: Scheduler, manifest: dict[str, Any], job: dic
     if state in (State.PENDING, State.SUBMITTED, State.REQUEUED, State.SUSPENDED):
         return skip(f"{state.value.lower()}: it is still queued")
     if state is State.RUNNING:
-        return _running(run_dir, scheduler, job, state)
+        return _running(run, scheduler, job, state)
     try:
         scheduler.requeue(job_id, what=f"requeueing {name}")
     except SubmitError as exc:
@@ -94,9 +87,9 @@ def _one(run_dir: Path, scheduler: Scheduler, manifest: dict[str, Any], job: dic
     return Outcome(name, job_id, state, "requeued", "queued again under the same job id")
 
 
-def _running(run_dir: Path, scheduler: Scheduler, job: dict[str, Any], state: State) -> Outcome:
-    name, job_id = job["name"], job["job_id"]
-    settings = _requeue_settings(run_dir, job)
+def _running(run: Run, scheduler: Scheduler, job: dict[str, Any], state: State) -> Outcome:
+    run_dir, name, job_id = run.run_dir, job["name"], job["job_id"]
+    settings = run.requeue_settings(run.find(name))
     if settings.get("enabled"):
         signal = settings.get("signal") or "USR2"
         # To the job's steps, as Slurm sends it before the time limit: the training checkpoints and
@@ -157,23 +150,16 @@ def _earlier_resubmission(
         suffix = f"_{job['array_index']}"
     else:
         entry, suffix = job, ""
-    since = job.get("submitted_at") or manifest.get("created") or record.now_iso()
+    since = job.get("submitted_at") or manifest.get("created") or now_iso()
     ids = scheduler.find(run_dir, [entry], since).get(entry["name"], [])
     fresh = [i for i in ids if i not in known and (i.endswith(suffix) if suffix else "_" not in i)]
     return fresh[-1] if fresh else None
 
 
-def _requeue_settings(run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return json.loads((run_dir / job["spec"]).read_text(encoding="utf-8")).get("requeue") or {}
-    except (OSError, ValueError, KeyError):
-        return {}
-
-
 def _record(run_dir: Path, job: dict[str, Any], job_id: str, extra: dict[str, Any] | None = None) -> None:
-    fields: dict[str, Any] = {"state": State.REQUEUED.value, "requeued_at": record.now_iso(),
+    fields: dict[str, Any] = {"state": State.REQUEUED.value, "requeued_at": now_iso(),
                               "requeues": int(job.get("requeues") or 0) + 1, "error": None}  # fmt: skip
     if job_id != job["job_id"]:
         fields |= {"job_id": job_id, "previous_job_ids": [*job.get("previous_job_ids", []), job["job_id"]],
-                   "submitted_at": record.now_iso(), **(extra or {})}  # fmt: skip
+                   "submitted_at": now_iso(), **(extra or {})}  # fmt: skip
     record.update_jobs(run_dir, {job["name"]: fields})

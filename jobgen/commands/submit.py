@@ -21,7 +21,9 @@ from jobgen.build.render import RunInfo, render_job
 from jobgen.build.spec import build_spec, cache_dir_for
 from jobgen.errors import JobgenError, SubmitError
 from jobgen.experiment import config
+from jobgen.facts import now_iso
 from jobgen.run import store as record
+from jobgen.run.model import Run, RunJob
 from jobgen.states import State
 
 
@@ -120,10 +122,11 @@ def _arrays(
     dry_run: bool,
 ) -> list[dict[str, Any]]:
     """Render the sweep as job arrays; the jobs then carry their array and task index."""
-    from jobgen.build.arrays import max_array_size, render_arrays
+    from jobgen.build.arrays import render_arrays
 
-    arrays = render_arrays(jobs, [e["script"] for e in entries], run, exp.path, exp.launch.array_parallelism,
-                           max_array_size())  # fmt: skip
+    arrays = render_arrays(
+        jobs, [e["script"] for e in entries], run, exp.path, exp.launch.array_parallelism, scheduler.max_array_size()
+    )
     by_name = {e["name"]: e for e in entries}
     out = []
     for array in arrays:
@@ -213,7 +216,7 @@ def _submit_all(
                 fields["segments"] = ids  # the segments queued before the answer was lost
         else:
             # Written before sbatch runs: if its answer never comes, the next try knows to look.
-            record.update_jobs(run_dir, {entry["name"]: {"submit_tried_at": record.now_iso()}}, key=key)
+            record.update_jobs(run_dir, {entry["name"]: {"submit_tried_at": now_iso()}}, key=key)
             fields = _submit_one(run_dir, backend, entry, manifest, key)
         _record_submitted(run_dir, entry, fields, key)
         if on_submit:
@@ -276,16 +279,11 @@ def show(run_dir: Path, manifest: dict[str, Any], with_scripts: bool) -> list[st
     return lines
 
 
-def cancel(run_dir: Path, names: list[str]) -> list[dict[str, Any]]:
+def cancel(run: Run, names: list[str]) -> list[RunJob]:
     """Cancel the named jobs of a run (all when none named) that have a job id; returns them."""
-    manifest = record.load_manifest(run_dir)
-    known = {j["name"] for j in manifest["jobs"]}
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise JobgenError(f"no job {unknown[0]!r} in {run_dir}; jobs: {', '.join(sorted(known))}")
-    chosen = [j for j in manifest["jobs"] if (not names or j["name"] in names) and j.get("job_id")]
+    chosen = [job for job in run.pick(names) if job.job_id]
     if chosen:
         # A chained job is all its segments: cancelling only the running one would start the next.
-        backends.get(manifest["backend"]).cancel([i for j in chosen for i in j.get("segments") or [j["job_id"]]])
-        record.update_jobs(run_dir, {j["name"]: {"cancel_requested_at": record.now_iso()} for j in chosen})
+        backends.get(run.backend).cancel([i for job in chosen for i in job.ids])
+        record.update_jobs(run.run_dir, {job.name: {"cancel_requested_at": now_iso()} for job in chosen})
     return chosen

@@ -15,24 +15,24 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jobgen.errors import JobgenError
-from jobgen.run.store import load_manifest
+from jobgen.run.model import Run
 
 
-def offline_runs(run_dir: Path) -> list[Path]:
+def offline_runs(run: Run) -> list[Path]:
     """Every offline W&B run folder of the run's jobs, in manifest order."""
     found = []
-    for job in load_manifest(run_dir)["jobs"]:
-        wandb_dir = run_dir / str(job.get("dir") or f"jobs/{job['name']}") / "wandb"
+    for job in run.jobs:
+        wandb_dir = job.job_dir / "wandb"
         if wandb_dir.is_dir():
             found += sorted(p for p in wandb_dir.glob("offline-run-*") if p.is_dir())
     return found
 
 
-def sync(run_dirs: Sequence[Path], extra: Sequence[str] = ()) -> list[Path]:
+def sync(runs: Sequence[Run], extra: Sequence[str] = ()) -> list[Path]:
     """Run `wandb sync` on every offline run folder of these runs; returns the folders synced."""
-    folders = [folder for run_dir in run_dirs for folder in offline_runs(run_dir)]
+    folders = [folder for run in runs for folder in offline_runs(run)]
     if not folders:
-        names = ", ".join(str(r) for r in run_dirs)
+        names = ", ".join(str(r.run_dir) for r in runs)
         raise JobgenError(f'no offline W&B runs in {names}: were its jobs run with train.loggers = [..., "wandb"]?')
     wandb = shutil.which("wandb")
     if wandb is None:

@@ -22,6 +22,7 @@ from typing import Any
 from jobgen import backends
 from jobgen.errors import ConfigError, is_control
 from jobgen.experiment import schema
+from jobgen.facts import MAX_NAME, SECRET_RE, signal_name
 from training import contract
 from training.contract import show as _show
 from training.contract import suggest as _suggest
@@ -41,9 +42,7 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _CONSTRAINT_RE = re.compile(r"[A-Za-z0-9_.,:&|*\[\]()-]*")
 _FLAG_RE = re.compile(r"[a-z][a-z0-9-]*")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-MAX_NAME = 100  # a name becomes a folder and part of Slurm's job name
 _SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "CONT", "URG")
-SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
 # #SBATCH flags that jobgen writes itself: set them through their typed keys instead.
 # sbatch's long options (Slurm 22.05-24.11 man pages). A flag outside this list is still passed on
@@ -354,7 +353,7 @@ def _check_constraint(v: str) -> str | None:
 
 
 def _check_signal(v: str) -> str | None:
-    name = v.upper().removeprefix("SIG")
+    name = signal_name(v)
     if name not in _SIGNALS:
         return f"{v!r} is not a signal Slurm sends; use one of {', '.join(_SIGNALS)}"
     return None
@@ -456,22 +455,6 @@ def _check_paths(exp: Experiment, ctx: _Context) -> None:
                 f"env.vars.{name}",
                 "looks like a secret; export it in your shell instead (jobs inherit it) so it never lands in files",
             )
-
-
-def time_minutes(text: str) -> int:
-    """Minutes of a Slurm time limit (already validated): M, M:S, H:M:S, D-H, D-H:M, D-H:M:S."""
-    if text.upper() in ("UNLIMITED", "INFINITE"):
-        return 365 * 24 * 60
-    days, _, rest = text.rpartition("-")
-    parts = [int(p) for p in rest.split(":")]
-    if days:
-        hours, minutes, seconds = (parts + [0, 0])[:3]
-    elif len(parts) == 3:
-        hours, minutes, seconds = parts
-    else:
-        hours, (minutes, seconds) = 0, (parts + [0])[:2]
-    total = (int(days or 0) * 24 + hours) * 60 + minutes
-    return max(1, total + (1 if seconds else 0))
 
 
 def locate(text: str, dotted: str) -> int | None:

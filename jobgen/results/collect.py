@@ -11,18 +11,20 @@ import csv
 import dataclasses
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from jobgen.facts import RESULT_SCHEMA
 from jobgen.results import logs
-from jobgen.results.diagnose import CAUSE_STATES, LAST_LINE, Cause, find_cause
-from jobgen.run.store import load_manifest
-from jobgen.states import State, parse
+from jobgen.results.diagnose import LAST_LINE, Cause, find_cause
+from jobgen.results.state import settle
+from jobgen.results.status import progress
+from jobgen.run.model import Run, RunJob
+from jobgen.states import JobInfo, State
 
-RESULT_SCHEMA = 1
 NO_RESULT = "no result.json"
 
 
@@ -82,42 +84,31 @@ class JobRow:
         return max(wait, 0.0)
 
 
-class LiveInfo(Protocol):
-    """What live Slurm info says about a job: jobgen.results.status's JobInfo fits (`start` may be "")."""
-
-    state: State
+LiveStates = Mapping[tuple[str, str], State | JobInfo]  # (run id, job name) -> what the scheduler said
 
 
-Live = State | LiveInfo
-LiveStates = Mapping[tuple[str, str], Live]
-
-
-def collect(run_dirs: list[Path], live_states: LiveStates | None = None) -> list[JobRow]:
+def collect(runs: Sequence[Run | Path], live_states: LiveStates | None = None) -> list[JobRow]:
     """Rows for every job of every run, in run order then manifest order."""
     rows: list[JobRow] = []
-    for run_dir in run_dirs:
-        rows.extend(collect_run(run_dir, live_states))
+    for run in runs:
+        rows.extend(collect_run(run, live_states))
     return rows
 
 
-def collect_run(run_dir: Path, live_states: LiveStates | None = None) -> list[JobRow]:
-    """Rows for one run. live_states is keyed by (run_id, job name)."""
-    try:
-        manifest = load_manifest(run_dir)
-        jobs = manifest["jobs"]
-        if not isinstance(jobs, list):
-            raise TypeError("'jobs' is not a list")
-    except Exception as exc:  # whatever is wrong with it, the other runs still get summarized
-        return [_broken_run_row(run_dir, exc)]
-    run_id = str(manifest.get("run_id") or run_dir.name)
-    experiment = str(manifest.get("experiment") or run_dir.parent.name)
-    live_states = live_states or {}
-    backend = str(manifest.get("backend") or "")
-    return [
-        read_job(run_dir, run_id, experiment, entry, live_states.get((run_id, str(entry.get("name")))), backend)
-        for entry in jobs
-        if isinstance(entry, dict)
-    ]
+def collect_run(run: Run | Path, live_states: LiveStates | None = None) -> list[JobRow]:
+    """Rows for one run. A run given as a folder is loaded here, its states decided from its files and
+    `live_states` (keyed by (run id, job name)) without asking Slurm; a loaded Run keeps its states."""
+    if not isinstance(run, Run):
+        folder = Path(run)
+        try:
+            run = Run.load(folder)
+        except Exception as exc:  # whatever is wrong with it, the other runs still get summarized
+            return [_broken_run_row(folder, exc)]
+        for job in run.jobs:
+            given = (live_states or {}).get((run.run_id, job.name))
+            job.live = JobInfo(given) if isinstance(given, State) else given
+        settle([run], live=False, record=False)
+    return [read_job(run, job) for job in run.jobs]
 
 
 def _broken_run_row(run_dir: Path, exc: Exception) -> JobRow:
@@ -132,88 +123,65 @@ def _broken_run_row(run_dir: Path, exc: Exception) -> JobRow:
     )
 
 
-def read_job(
-    run_dir: Path, run_id: str, experiment: str, entry: Mapping[str, Any], live: Live | None = None, backend: str = ""
-) -> JobRow:
-    """One manifest entry + its job directory -> a row."""
-    if live is not None and (live if isinstance(live, State) else live.state) is State.UNKNOWN:
-        live = None  # an answer that says nothing must not hide what the files say
-    name = str(entry.get("name") or f"job-{entry.get('index', '?')}")
-    # Plain strings on the path every finished job takes: pathlib costs more than the JSON at 10k jobs.
-    job_dir = os.path.join(run_dir, str(entry.get("dir") or f"jobs/{name}"))
-    result, problem = read_result(os.path.join(job_dir, "result.json"))
-    resubmitted = len(entry.get("previous_job_ids") or ())
-    if result is not None and resubmitted:
+def read_job(run: Run, job: RunJob) -> JobRow:
+    """One job of a run (its state already decided) -> a row."""
+    result, problem = result_of(job)
+    if result is not None and job.previous_job_ids:
         # Slurm's restart count starts again under a new job id: add the times jobgen resubmitted it.
-        result = dataclasses.replace(result, requeue_count=(result.requeue_count or 0) + resubmitted)
-    state = _state(entry, live, result, has_result_file=problem != NO_RESULT)
+        result = dataclasses.replace(result, requeue_count=(result.requeue_count or 0) + len(job.previous_job_ids))
     row = JobRow(
-        run_dir=run_dir,
-        run_id=run_id,
-        experiment=experiment,
-        name=name,
-        sweep=dict(entry.get("sweep") or {}),
-        state=state,
-        job_id=_str_or_none(entry.get("job_id")),
-        submitted_at=_time(entry.get("submitted_at")),
-        started_at=_started_at(live, entry, result),
+        run_dir=run.run_dir,
+        run_id=run.run_id,
+        experiment=run.experiment,
+        name=job.name,
+        sweep=job.sweep,
+        state=job.state,
+        job_id=job.job_id,
+        submitted_at=_time(job.entry.get("submitted_at")),
+        started_at=_started_at(job.live, job.entry, result),
         result=result,
-        job_dir=job_dir,
-        backend=backend,
-        segments=_segments(entry, live),
+        job_dir=str(job.job_dir),
+        backend=run.backend,
+        segments=_segments(job),
     )
     if result is not None:
         return dataclasses.replace(row, problem=result.scoring) if result.scoring else row
-    return _unfinished(row, Path(job_dir), problem, entry.get("error"), live)
+    return _unfinished(row, job, problem)
 
 
-def _segments(entry: Mapping[str, Any], live: Live | None) -> tuple[str, ...]:
-    extra = getattr(live, "extra", None) or {}
+def _segments(job: RunJob) -> tuple[str, ...]:
+    extra = getattr(job.live, "extra", None) or {}
     if extra.get("segments"):
         return tuple(extra["segments"])
-    return tuple("?" for _ in entry.get("segments") or ())
+    return tuple("?" for _ in job.segments)
 
 
-def _unfinished(row: JobRow, job_dir: Path, problem: str | None, error: Any, live: Live | None) -> JobRow:
+def _unfinished(row: JobRow, job: RunJob, problem: str | None) -> JobRow:
     """Fill in what a job without a usable result was asked to do, got so far, and why it stopped."""
-    cause = find_cause(logs.files(row.backend, job_dir), row.run_dir) if _may_have_died(row.state, live) else None
-    state = _state_from_cause(row.state, cause, live)
+    cause = job.cause
+    if cause is None and _may_have_died(row.state, job.live):
+        cause = find_cause(logs.files(row.backend, job.job_dir), row.run_dir)
+    train = job.spec().get("train")
+    said = job.live.state if job.live and job.live.state is not State.UNKNOWN else job.recorded
     return dataclasses.replace(
         row,
-        state=state,
-        train=_read_spec_train(job_dir / "spec.json"),
-        problem=_explain_missing(state, problem, error, cause, job_dir),
+        train=train if isinstance(train, dict) else {},
+        problem=_explain_missing(row.state, said, problem, job.entry.get("error"), cause, job),
         cause=cause,
-        partial_val_acc=read_best_val_acc(job_dir / "metrics.csv"),
+        partial_val_acc=read_best_val_acc(job.job_dir / "metrics.csv"),
     )
 
 
-def _state(entry: Mapping[str, Any], live: Live | None, result: Result | None, has_result_file: bool) -> State:
-    if live is not None:
-        return live if isinstance(live, State) else live.state
-    recorded = parse(str(entry.get("state") or "UNKNOWN"))
-    # The manifest holds the last state jobgen saw. A valid result proves the job got to the end; so does
-    # an unusable one (an old format, a damaged copy) for a job last seen queued or running.
-    if result is not None or (has_result_file and not recorded.is_final):
-        return State.COMPLETED
-    return recorded
-
-
-def _may_have_died(state: State, live: Live | None) -> bool:
+def _may_have_died(state: State, live: JobInfo | None) -> bool:
     if state in (State.DRY_RUN, State.NOT_SUBMITTED):
         return False
     # Live info that says queued or running is current; without it, the logs are the freshest evidence.
     return live is None or state.is_final
 
 
-def _state_from_cause(state: State, cause: Cause | None, live: Live | None) -> State:
-    """Without live Slurm info, a job the manifest last saw queued or running may have died since."""
-    if live is not None or cause is None or cause.kind == LAST_LINE or state.is_final:
-        return state
-    return CAUSE_STATES.get(cause.kind, State.FAILED)
-
-
-def _explain_missing(state: State, problem: str | None, error: Any, cause: Cause | None, job_dir: Path) -> str:
+def _explain_missing(
+    state: State, said: State, problem: str | None, error: Any, cause: Cause | None, job: RunJob
+) -> str:
     if state is State.NOT_SUBMITTED:
         return f"not submitted: {error}" if error else "not submitted"
     if state is State.DRY_RUN:
@@ -225,19 +193,17 @@ def _explain_missing(state: State, problem: str | None, error: Any, cause: Cause
     if state in (State.SUBMITTED, State.PENDING) and cause is None:
         return "not started yet: no result"
     if not state.is_final:
-        from jobgen.results.status import progress
-
-        done = progress(job_dir, state)
+        done = progress(job)
         where = f"at {done}" if done != "-" else "no result yet"
         return f"still running: {where}" + (f"; last log line: {cause.message}" if cause else "")
-    if state is State.COMPLETED:
-        return "completed without writing result.json: check the job's log"
+    if said is State.COMPLETED:
+        return "ended with exit 0 but without writing result.json: its work is lost; check the job's log"
     if cause is not None:
         return f"last log line: {cause.message}"
     return f"{NO_RESULT} and no log"
 
 
-def _started_at(live: Live | None, entry: Mapping[str, Any], result: Result | None) -> datetime | None:
+def _started_at(live: JobInfo | None, entry: Mapping[str, Any], result: Result | None) -> datetime | None:
     """Slurm's start time (live, or as `jobgen status` last recorded it), else the result's own clock."""
     live_start = getattr(live, "start", None) or getattr(live, "started_at", None)
     start = live_start if isinstance(live_start, datetime) else _time(live_start or entry.get("started_at"))
@@ -260,6 +226,19 @@ def read_result(path: str | os.PathLike[str]) -> tuple[Result | None, str | None
         return None, NO_RESULT
     except OSError as exc:
         return None, f"result.json unreadable ({_one_line(exc)})"
+    return result_from(raw)
+
+
+def result_of(job: RunJob) -> tuple[Result | None, str | None]:
+    """A job's result, from the bytes its read model holds (read once)."""
+    try:
+        raw = job.raw("result.json")
+    except OSError as exc:
+        return None, f"result.json unreadable ({_one_line(exc)})"
+    return (None, NO_RESULT) if raw is None else result_from(raw)
+
+
+def result_from(raw: bytes) -> tuple[Result | None, str | None]:
     try:
         data = json.loads(raw)
     except UnicodeDecodeError as exc:

@@ -10,7 +10,6 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from jobgen import backends
 from jobgen.backends._base import oldest_first
@@ -24,18 +23,6 @@ _RANK = re.compile(r"\d+")
 TAIL_BYTES = 256 * 1024
 
 
-def pick_job(manifest: dict[str, Any], name: str | None) -> dict[str, Any]:
-    jobs = manifest["jobs"]
-    if name is None:
-        if len(jobs) == 1:
-            return dict(jobs[0])
-        raise JobgenError(f"this run has {len(jobs)} jobs; name one: {', '.join(j['name'] for j in jobs)}")
-    for job in jobs:
-        if name in (job["name"], job.get("job_id"), *job.get("previous_job_ids", ())):
-            return dict(job)
-    raise JobgenError(f"no job {name!r} in this run; jobs: {', '.join(j['name'] for j in jobs)}")
-
-
 def files(backend: str, job_dir: Path, stream: str | None = None) -> list[Path]:
     """A job's log files of one stream ('out', 'err'; None: both), oldest first. An unknown backend
     (a damaged manifest) gets every scheduler's kinds of log."""
@@ -45,11 +32,6 @@ def files(backend: str, job_dir: Path, stream: str | None = None) -> list[Path]:
         schedulers = [backends.get(name) for name in backends.names()]
     found = {p for s in schedulers for p in s.log_files(job_dir, stream)}
     return sorted(found, key=oldest_first)
-
-
-def log_files(run_dir: Path, manifest: dict[str, Any], job: dict[str, Any], stream: str | None) -> list[Path]:
-    """The log files of one manifest job."""
-    return files(str(manifest.get("backend")), run_dir / job["dir"], stream)
 
 
 def label(line: str, rank: int | None) -> str | None:

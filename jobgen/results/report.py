@@ -20,6 +20,7 @@ from jobgen.results.charts import Series, color, line_chart, scatter_chart, time
 from jobgen.results.collect import JobRow, LiveStates, collect, read_metrics
 from jobgen.results.columns import Line
 from jobgen.results.summary import HEADERS, NUMERIC, apply_baseline, build_lines, cells
+from jobgen.run.model import Run
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px; color: #222; }
@@ -51,18 +52,18 @@ code { font-size: 12px; }
 
 
 def build_report(
-    run_dirs: Sequence[Path], out: Path, baseline: str | None = None, live_states: LiveStates | None = None
+    runs: Sequence[Run | Path], out: Path, baseline: str | None = None, live_states: LiveStates | None = None
 ) -> str:
     """The report's HTML for these runs; links to logs are relative to `out`'s folder."""
-    lines = build_lines(collect(list(run_dirs), live_states), combine=False)
+    lines = build_lines(collect(runs, live_states), combine=False)
     apply_baseline(lines, baseline)
     colors = {id(line): color(i) for i, line in enumerate(lines)}
     experiments = ", ".join(dict.fromkeys(line.experiment for line in lines)) or "no jobs"
-    runs = ", ".join(escape(str(r)) for r in run_dirs)
+    names = ", ".join(escape(str(r.run_dir if isinstance(r, Run) else r)) for r in runs)
     created = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     body = [
         f"<h1>{escape(experiments)}</h1>",
-        f'<p class="meta">{len(lines)} job(s) from {runs} &middot; jobgen {__version__} &middot; {created}</p>',
+        f'<p class="meta">{len(lines)} job(s) from {names} &middot; jobgen {__version__} &middot; {created}</p>',
         "<h2>Summary</h2>",
         _table(lines, out.parent, colors),
         "<h2>Time and accuracy</h2>",
@@ -81,10 +82,10 @@ def build_report(
 
 
 def write_report(
-    run_dirs: Sequence[Path], out: Path, baseline: str | None = None, live_states: LiveStates | None = None
+    runs: Sequence[Run | Path], out: Path, baseline: str | None = None, live_states: LiveStates | None = None
 ) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
-    html = build_report(run_dirs, out, baseline, live_states)
+    html = build_report(runs, out, baseline, live_states)
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
     tmp.write_text(html, encoding="utf-8")
     os.replace(tmp, out)

@@ -15,18 +15,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jobgen import backends
 from jobgen.errors import JobgenError
 from jobgen.results.collect import JobRow, LiveStates, collect
 from jobgen.results.columns import COLUMNS, METRICS, Line, Stat
 from jobgen.results.diagnose import LAST_LINE
+from jobgen.run.model import Run
 from jobgen.states import State
 
 FORMATS = ("table", "csv", "markdown", "json")
 
 
 def summarize(
-    run_dirs: Sequence[Path],
+    runs: Sequence[Run | Path],
     baseline: str | None = None,
     fmt: str = "table",
     plot: Path | None = None,
@@ -35,42 +35,17 @@ def summarize(
     color: bool = False,
     width: int | None = None,
 ) -> str:
-    """Collect every job of the runs and render the summary as text in `fmt`; draw `plot` when given."""
+    """Collect every job of the runs and render the summary as text in `fmt`; draw `plot` when given.
+
+    Runs read by jobgen.results.state.read_runs keep the states Slurm gave them; run folders are read
+    from their files alone (and `live_states`)."""
     if fmt not in FORMATS:
         raise JobgenError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    lines = build_lines(collect(list(run_dirs), live_states), combine)
+    lines = build_lines(collect(runs, live_states), combine)
     apply_baseline(lines, baseline)
     if plot is not None:
         draw_plot(lines, plot)
     return RENDERERS[fmt](lines, color=color, width=width)
-
-
-def live_states(run_dirs: Sequence[Path]) -> dict[tuple[str, str], Any]:
-    """What Slurm says now about the submitted jobs of these runs, keyed as collect() wants it.
-
-    Jobs Slurm does not know (local backend, accounting purged, no Slurm here) are left out, so their
-    state comes from the manifest, the result and the logs instead.
-    """
-    from jobgen.results.status import job_ids, live_info
-    from jobgen.run.store import load_manifest
-
-    jobs: dict[tuple[str, str], tuple[Path, dict[str, Any]]] = {}
-    asked: dict[str, list[str]] = {}  # job ids by backend
-    for run_dir in run_dirs:
-        try:
-            manifest = load_manifest(run_dir)
-            scheduler = backends.get(str(manifest.get("backend")))
-        except JobgenError:
-            continue  # collect() reports it on the run's row
-        for job in manifest.get("jobs", []):
-            if job.get("job_id"):
-                jobs[(str(manifest.get("run_id")), str(job.get("name")))] = (run_dir, job)
-                asked.setdefault(scheduler.name, []).extend(job_ids(job))
-    found: dict[str, Any] = {}
-    for name, ids in asked.items():
-        found |= backends.get(name).states(ids)
-    out = {key: live_info(run_dir, job, found) for key, (run_dir, job) in jobs.items()}
-    return {key: info for key, info in out.items() if info is not None}
 
 
 # --- rows -> lines ----------------------------------------------------------------------------------------

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from jobgen.errors import one_line
+from jobgen.facts import SCHEMAS
 
-SCHEMAS = {"spec.json": 1, "result.json": 1}
 PROGRESS_KEYS = ("epoch", "epochs", "batch", "batches")
 METRICS_FIELDS = ("epoch", "step", "split")  # the columns every metrics.csv starts with
 # A job's records, in the order it writes them.
@@ -30,6 +30,11 @@ def read_json(path: Path) -> tuple[Any, str | None]:
         return None, None
     except OSError as exc:
         return None, f"unreadable ({exc.strerror or exc})"
+    return parse_json(raw)
+
+
+def parse_json(raw: bytes) -> tuple[Any, str | None]:
+    """(document, None), or (None, what is wrong with these bytes as a JSON record)."""
     if not raw.strip():
         return None, "empty"
     try:

@@ -11,7 +11,6 @@ import datetime as dt
 import fcntl
 import json
 import os
-import re
 import secrets
 import shutil
 import subprocess
@@ -22,18 +21,13 @@ from typing import Any
 
 from jobgen import __version__
 from jobgen.errors import JobgenError, RunNotFound
+from jobgen.facts import MANIFEST_SCHEMA, SECRET_RE, now_iso
 
 MANIFEST = "manifest.json"
-MANIFEST_SCHEMA = 1
-_RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{4}")
 
 
 def new_run_id() -> str:
     return dt.datetime.now().strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-
-
-def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def git_info(path: Path) -> tuple[str | None, bool, str]:
@@ -53,8 +47,6 @@ def git_info(path: Path) -> tuple[str | None, bool, str]:
 
 def secret_values() -> dict[str, str]:
     """Secret-looking variables of this environment whose values are long enough to be real secrets."""
-    from jobgen.experiment.config import SECRET_RE
-
     return {k: v for k, v in os.environ.items() if SECRET_RE.search(k) and len(v) >= 8}
 
 
@@ -271,87 +263,3 @@ def update_jobs(
             if name in updates and (if_job_id is None or entry.get("job_id") == if_job_id.get(name)):
                 entry.update(updates[name])
     return doc
-
-
-def is_run_dir(path: Path) -> bool:
-    return (path / MANIFEST).is_file()
-
-
-def runs_of(experiment_dir: Path) -> list[Path]:
-    """Run directories of one experiment, oldest first (run ids sort by time)."""
-    if not experiment_dir.is_dir():
-        return []
-    return sorted(p for p in experiment_dir.iterdir() if _RUN_ID.fullmatch(p.name) and is_run_dir(p))
-
-
-def find_runs(refs: list[str], output_root: Path) -> list[Path]:
-    """Resolve what a user typed to run directories: a run path, an experiment name, path or file.
-
-    An experiment (by name, folder or .toml file) means its latest run; no refs means the latest
-    run of any experiment under the output root.
-    """
-    if not refs:
-        latest = [runs[-1] for d in _experiment_dirs(output_root) if (runs := runs_of(d))]
-        if not latest:
-            raise RunNotFound(f"no runs under {output_root}; submit one, or pass --output-root")
-        return [max(latest, key=lambda p: p.name)]
-    return [_find_one(ref, output_root) for ref in refs]
-
-
-def _find_one(ref: str, output_root: Path) -> Path:
-    path = Path(ref)
-    if is_run_dir(path):
-        return path.resolve()
-    name, runs = _experiment_runs(ref, output_root)
-    if runs:
-        return runs[-1].resolve()
-    if _RUN_ID.match(ref):  # a bare run id, as `jobgen runs` lists and shell completion offers
-        found = [d / ref for d in _experiment_dirs(output_root) if is_run_dir(d / ref)]
-        if len(found) == 1:
-            return found[0].resolve()
-    raise RunNotFound(f"no run found for {name!r} under {output_root} (experiments with runs: {_known(output_root)})")
-
-
-def list_runs(refs: list[str], output_root: Path) -> list[Path]:
-    """Every run of the experiments named (names, folders or .toml files; none: all), oldest first."""
-    runs = []
-    for ref in refs:
-        _, found = _experiment_runs(ref, output_root)
-        if not found:
-            raise RunNotFound(f"no runs of {ref!r} under {output_root} (experiments with runs: {_known(output_root)})")
-        runs += found
-    if not refs:
-        runs = [run for folder in _experiment_dirs(output_root) for run in runs_of(folder)]
-    return sorted(runs, key=lambda p: p.name)
-
-
-def every_run_of(run_dirs: list[Path]) -> list[Path]:
-    """All runs of the experiments these runs belong to (for --all-runs), each once, in order."""
-    return list(dict.fromkeys(run for run_dir in run_dirs for run in runs_of(run_dir.parent)))
-
-
-def _experiment_runs(ref: str, output_root: Path) -> tuple[str, list[Path]]:
-    """(experiment name, its runs oldest first) for what a user typed: a name, a folder or a .toml file."""
-    path = Path(ref)
-    name = _experiment_name(path) if path.suffix == ".toml" and path.is_file() else ref
-    for folder in ([path] if path.is_dir() else []) + [output_root / name]:
-        runs = runs_of(folder)
-        if runs:
-            return name, runs
-    return name, []
-
-
-def _known(output_root: Path) -> str:
-    return ", ".join(d.name for d in _experiment_dirs(output_root)) or "none"
-
-
-def _experiment_name(path: Path) -> str:
-    from jobgen.experiment.config import load
-
-    return load(path).name
-
-
-def _experiment_dirs(output_root: Path) -> list[Path]:
-    if not output_root.is_dir():
-        return []
-    return sorted(p for p in output_root.iterdir() if p.is_dir() and not p.name.startswith("."))

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from jobgen.cli import main
-from jobgen.results.status import JobInfo, chain_info
-from jobgen.states import State
+from jobgen.results.state import chain_info
+from jobgen.states import JobInfo, State
 from tests.core.test_bad_input import with_lines
 from tests.core.test_sbatch_fake import fake_slurm  # noqa: F401 - a fixture
 

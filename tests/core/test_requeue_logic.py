@@ -10,8 +10,8 @@ import pytest
 
 from jobgen.cli import main
 from jobgen.commands import requeue as requeue_mod
-from jobgen.results.status import JobInfo
-from jobgen.states import State
+from jobgen.run.model import Run
+from jobgen.states import JobInfo, State
 from tests.stub_tools import install_stubs
 
 SWEEP = """
@@ -54,21 +54,31 @@ def stubs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _run(runner, tmp_path: Path, stubs: Path, monkeypatch, states: list[State], *names: str,
-         requeue: bool = False, forgotten: str = ""):  # fmt: skip
+         requeue: bool = False, forgotten: str = "", no_result: bool = False):  # fmt: skip
     """Submit a 4-job sweep to the stub sbatch, make Slurm report `states`, then `jobgen requeue`."""
     exp = tmp_path / "rq.toml"
     exp.write_text(SWEEP.format(requeue=str(requeue).lower()))
     root = tmp_path / "runs"
     assert runner.invoke(main, ["--output-root", str(root), "submit", str(exp)]).exit_code == 0
     (stubs / "argv").unlink()
+    (run_dir,) = [p for p in (root / "rq").iterdir() if p.is_dir()]
+    for i, state in enumerate(states):
+        if state is State.COMPLETED and not no_result:  # a job that completed wrote its result
+            (run_dir / "jobs" / f"seed-{i + 1}" / "result.json").write_text('{"schema": 1}')
     by_id = {str(1001 + i): JobInfo(state) for i, state in enumerate(states)}
-    monkeypatch.setattr("jobgen.results.status.query", lambda ids: {i: by_id[i] for i in ids if i in by_id})
+    monkeypatch.setattr("jobgen.backends._slurm.query", lambda ids: {i: by_id[i] for i in ids if i in by_id})
     monkeypatch.setenv("FORGOTTEN", forgotten)
     result = runner.invoke(main, ["--output-root", str(root), "requeue", "rq", *names])
-    (run_dir,) = [p for p in (root / "rq").iterdir() if p.is_dir()]
     argv = (stubs / "argv").read_text().splitlines() if (stubs / "argv").exists() else []
     jobs = json.loads((run_dir / "manifest.json").read_text())["jobs"]
     return result, argv, jobs, run_dir
+
+
+def test_a_job_that_exited_0_without_its_result_is_requeued(runner, tmp_path, stubs, monkeypatch):
+    states = [State.COMPLETED, State.COMPLETED, State.RUNNING, State.RUNNING]
+    result, argv, jobs, _ = _run(runner, tmp_path, stubs, monkeypatch, states, no_result=True)
+    assert result.exit_code == 0, result.output
+    assert "seed-1 (FAILED" in result.output and argv == ["scontrol requeue 1001", "scontrol requeue 1002"]
 
 
 def test_default_picks_only_jobs_that_ended_without_success(runner, tmp_path, stubs, monkeypatch):
@@ -135,8 +145,8 @@ def test_local_and_dry_runs_are_refused(runner, tmp_path, monkeypatch):
     assert runner.invoke(main, ["--output-root", str(root), "submit", str(exp), "--dry-run"]).exit_code == 0
     result = runner.invoke(main, ["--output-root", str(root), "requeue", "rq"])
     assert result.exit_code == 1 and "dry run" in result.output
-    manifest = {"backend": "local", "jobs": []}
-    monkeypatch.setattr(requeue_mod, "run_status", lambda run_dir: (manifest, []))
+    local = Run(tmp_path, {"backend": "local", "jobs": []}, [])
+    monkeypatch.setattr(requeue_mod, "read_runs", lambda run_dirs, **how: [local])
     with pytest.raises(requeue_mod.JobgenError, match="local backend"):
         requeue_mod.requeue(tmp_path, [])
 
@@ -148,7 +158,10 @@ def test_an_array_task_slurm_forgot_goes_in_again_as_a_one_task_array(runner, tm
     assert runner.invoke(main, ["--output-root", str(root), "submit", str(exp), "--array"]).exit_code == 0
     (stubs / "argv").unlink()
     states = {"1001_0": State.COMPLETED, "1001_1": State.FAILED, "1001_2": State.COMPLETED, "1001_3": State.FAILED}
-    monkeypatch.setattr("jobgen.results.status.query", lambda ids: {i: JobInfo(states[i]) for i in ids if i in states})
+    (run_dir,) = (root / "rq").iterdir()
+    for done in ("seed-1", "seed-3"):  # the tasks that completed wrote their results
+        (run_dir / "jobs" / done / "result.json").write_text('{"schema": 1}')
+    monkeypatch.setattr("jobgen.backends._slurm.query", lambda ids: {i: JobInfo(states[i]) for i in ids if i in states})
     monkeypatch.setenv("FORGOTTEN", "1001_3")
     result = runner.invoke(main, ["--output-root", str(root), "requeue", "rq"])
     assert result.exit_code == 0, result.output

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from jobgen.results import status as track
+from jobgen.backends import _slurm as track
 from jobgen.results.logs import label
+from jobgen.results.status import progress
+from jobgen.run.model import RunJob
 from jobgen.states import State, from_slurm
 
 
@@ -45,28 +47,24 @@ def test_without_accounting_falls_back_to_squeue_then_scontrol(bin_dir: Path):
     _tool(
         bin_dir,
         "squeue",
-        'case "$*" in *21*) echo "21|RUNNING|0:07|1|n2|2026-01-01T00:00:00";; '
-        '*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1;; esac\n',
+        # Asked once for every job it holds (-t all), not once per id.
+        'echo "$*" >> "$(dirname "$0")/squeue.calls"; echo "21|RUNNING|0:07|1|n2|2026-01-01T00:00:00"\n',
     )
     _tool(
         bin_dir,
         "scontrol",
-        'case "$*" in *22*) echo "JobId=22 JobState=TIMEOUT RunTime=00:01:12 NumNodes=1 '
-        'NodeList=n3 ExitCode=0:0 StartTime=2026-01-01T00:00:00 EndTime=2026-01-01T00:01:12";; *) exit 1;; esac\n',
+        'echo "$*" >> "$(dirname "$0")/scontrol.calls"; echo "JobId=22 JobState=TIMEOUT RunTime=00:01:12 NumNodes=1 '
+        'NodeList=n3 ExitCode=0:0 StartTime=2026-01-01T00:00:00 EndTime=2026-01-01T00:01:12"; '
+        'echo "JobId=31 ArrayJobId=30 ArrayTaskId=1 JobState=RUNNING RunTime=00:00:09 NumNodes=1 NodeList=n1"\n',
     )
-    info = track.query(["21", "22", "23"])
+    info = track.query(["21", "22", "23", "30_1"])
     assert info["21"].state is State.RUNNING and info["21"].source == "squeue"
     assert info["22"].state is State.TIMEOUT and info["22"].source == "scontrol"
+    assert info["30_1"].state is State.RUNNING  # an array task, by <array id>_<task>
     assert "23" not in info
-
-
-def test_forgotten_job_is_judged_by_its_files(tmp_path: Path):
-    job = {"name": "a", "dir": "jobs/a", "state": "RUNNING"}
-    (tmp_path / "jobs" / "a").mkdir(parents=True)
-    assert track.from_files(tmp_path, job).state is State.UNKNOWN
-    (tmp_path / "jobs" / "a" / "result.json").write_text('{"schema": 1}')
-    assert track.from_files(tmp_path, job).state is State.COMPLETED
-    assert track.from_files(tmp_path, {**job, "state": "FAILED"}).state is State.FAILED
+    # One process per tool for the whole list, never one per job.
+    assert (bin_dir / "squeue.calls").read_text().splitlines() == ["-h -r -t all -o %i|%T|%M|%D|%N|%S"]
+    assert (bin_dir / "scontrol.calls").read_text().splitlines() == ["show job -o"]
 
 
 def test_expand_array_ids():
@@ -128,5 +126,8 @@ def test_each_backend_says_where_its_logs_are(tmp_path: Path, backend: str, out:
 ])  # fmt: skip
 def test_progress_column(tmp_path: Path, doc: str | None, state: State, shown: str):
     if doc is not None:
-        (tmp_path / "progress.json").write_text(doc)
-    assert track.progress(tmp_path, state) == shown
+        (tmp_path / "jobs" / "a").mkdir(parents=True)
+        (tmp_path / "jobs" / "a" / "progress.json").write_text(doc)
+    job = RunJob.from_entry(tmp_path, {"name": "a", "state": state.value})
+    job.state = state
+    assert progress(job) == shown

@@ -40,12 +40,12 @@ def manifest(run_dir: Path) -> dict:
 
 def wait_states(run_dir: Path, wanted, timeout: float, poll: float = 2.0) -> dict[str, State]:
     """Poll jobgen's own status logic until `wanted(states)` holds; fail with the last states."""
-    from jobgen.results.status import run_status
+    from jobgen.results.state import read_runs
 
     deadline = time.monotonic() + timeout
     while True:
-        _, rows = run_status(run_dir)
-        states = {job["name"]: info.state for job, info in rows}
+        (run,) = read_runs([run_dir])
+        states = {job.name: job.state for job in run.jobs}
         if wanted(states):
             return states
         if time.monotonic() > deadline:

@@ -182,7 +182,7 @@ FAULTS = [
     (
         "missing-result",
         FakeJob("j", state="COMPLETED", result=None),
-        State.COMPLETED,
+        State.FAILED,  # exit 0 without its result is never COMPLETED: its work is lost
         "without writing",
         None,
     ),

@@ -1,0 +1,53 @@
+"""Facts every stage of jobgen shares, each written once: the standard library only, imported by all.
+
+Below everything else (experiment, build, run, backends, results, commands): nothing here imports
+another jobgen module, so any of them can use these without an import circle.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+# A job or experiment name becomes a folder and part of Slurm's job name.
+MAX_NAME = 100
+# A run folder's name: <YYYYmmdd-HHMMSS>-<4 hex digits> (jobgen.run.store.new_run_id).
+RUN_ID_RE = re.compile(r"\d{8}-\d{6}-[0-9a-f]{4}")
+# The schema number of each record jobgen and the training write (docs/contracts.md).
+MANIFEST_SCHEMA = 1
+SPEC_SCHEMA = 1
+RESULT_SCHEMA = 1
+SCHEMAS = {"manifest.json": MANIFEST_SCHEMA, "spec.json": SPEC_SCHEMA, "result.json": RESULT_SCHEMA}
+# Variables whose values are secrets: they never land in scripts, records or logs.
+SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+
+
+def now_iso() -> str:
+    """This moment in UTC, to the second, as every record stores times."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def signal_name(text: str) -> str:
+    """A signal as Slurm's options want it: 'sigusr2', 'SIGUSR2' and 'USR2' are all 'USR2'."""
+    return text.upper().removeprefix("SIG")
+
+
+def submit_tag(run_id: str, name: str) -> str:
+    """What jobgen puts in a job's --comment: when sbatch's reply is lost, the job is found by it."""
+    return f"jobgen:{run_id}:{name}"
+
+
+def time_minutes(text: str) -> int:
+    """Minutes of a Slurm time limit (already validated): M, M:S, H:M:S, D-H, D-H:M, D-H:M:S."""
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return 365 * 24 * 60
+    days, _, rest = text.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+    elif len(parts) == 3:
+        hours, minutes, seconds = parts
+    else:
+        hours, (minutes, seconds) = 0, (parts + [0])[:2]
+    total = (int(days or 0) * 24 + hours) * 60 + minutes
+    return max(1, total + (1 if seconds else 0))

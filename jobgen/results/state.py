@@ -1,0 +1,181 @@
+"""The one rule for a job's state: what `status`, `summary`, `report`, `runs` and `requeue` all show.
+
+A job's state comes from four pieces of evidence, in this order of trust:
+
+1. a dry run or a job never submitted stays what it was recorded as;
+2. the scheduler's answer, while it says the job is queued or running: that is current;
+3. the result: a job that wrote its result.json finished its work, however its process ended after
+   that (a crash at exit, a kill by `srun --kill-on-bad-exit`, a time limit during teardown);
+4. without a result, how it ended: the scheduler's final answer, else the last state recorded,
+   else what its log says (a time limit, an out-of-memory kill, an exception), else UNKNOWN.
+
+A job that ended without its result is never COMPLETED: when Slurm (or the local backend's exit
+status) says COMPLETED and there is no result.json, the job is FAILED.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from jobgen import backends
+from jobgen.errors import JobgenError
+from jobgen.results import logs
+from jobgen.results.diagnose import CAUSE_STATES, LAST_LINE, Cause, find_cause
+from jobgen.run import store
+from jobgen.run.model import Run, RunJob
+from jobgen.states import FINAL_STATES, JobInfo, State
+
+NEVER_RAN = frozenset({State.DRY_RUN, State.NOT_SUBMITTED})
+# A job recorded in one of these states is not asked about again (unless --refresh): it has ended for
+# good. Slurm requeues preempted and node-failed jobs by itself, so those are asked again.
+SETTLED = FINAL_STATES - {State.PREEMPTED, State.NODE_FAIL}
+
+
+def read_runs(run_dirs: Sequence[Path], *, live: bool = True, refresh: bool = False, record: bool = True) -> list[Run]:
+    """Load runs, ask each scheduler once about their live jobs, and decide every job's state.
+
+    `record` writes the states that changed back to each manifest (the next command asks Slurm less)."""
+    runs = [Run.load(run_dir) for run_dir in run_dirs]
+    settle(runs, live=live, refresh=refresh, record=record)
+    return runs
+
+
+def read_some(run_dirs: Sequence[Path], **how: bool) -> list[Run | Path]:
+    """Like read_runs, for commands that report on several runs: a run whose manifest cannot be read stays
+    a folder (its rows say why) instead of stopping the command."""
+    loaded: list[Run | Path] = []
+    for run_dir in run_dirs:
+        try:
+            loaded.append(Run.load(run_dir))
+        except JobgenError:
+            loaded.append(run_dir)
+    settle([r for r in loaded if isinstance(r, Run)], **how)
+    return loaded
+
+
+def settle(runs: Sequence[Run], *, live: bool = True, refresh: bool = False, record: bool = True) -> None:
+    """Decide the state of every job of these (loaded) runs; see read_runs."""
+    if live:
+        ask_schedulers(runs, refresh)
+    for run in runs:
+        for job in run.jobs:
+            said = job.live.state if job.live else None
+            if needs_cause(job.recorded, said, job.finished):
+                job.cause = find_cause(logs.files(run.backend, job.job_dir), run.run_dir)
+            job.state = job_state(job.recorded, said, job.finished, job.cause, asked=live or job.live is not None)
+        if record:
+            record_states(run)
+
+
+def ask_schedulers(runs: Sequence[Run], refresh: bool = False) -> None:
+    """One question per backend for every job of these runs that may still change (all with `refresh`)."""
+    asking: dict[str, list[RunJob]] = {}
+    for run in runs:
+        for job in run.jobs:
+            if job.ids and (refresh or not (job.recorded in SETTLED or job.finished)):
+                asking.setdefault(run.backend, []).append(job)
+    for backend, jobs in asking.items():
+        found = backends.get(backend).states([i for job in jobs for i in job.ids])
+        for job in jobs:
+            job.live = (
+                chain_info(list(job.segments), found, job.finished) if job.segments else found.get(job.job_id or "")
+            )
+
+
+def record_states(run: Run) -> None:
+    """Write the states (and Slurm's start and end times) that changed back to the run's manifest."""
+    updates = {}
+    for job in run.jobs:
+        fields = {"state": job.state.value}
+        if job.live and job.live.start:
+            fields["started_at"] = job.live.start
+        if job.live and job.live.end:
+            fields["ended_at"] = job.live.end
+        if any(job.entry.get(k) != v for k, v in fields.items()):
+            updates[job.name] = fields
+    if updates:
+        ids = {job.name: job.job_id for job in run.jobs}
+        run.manifest = store.update_jobs(run.run_dir, updates, if_job_id=ids)
+        for job in run.jobs:
+            job.entry.update(updates.get(job.name, {}))
+
+
+def needs_cause(recorded: State, live: State | None, finished: bool) -> bool:
+    """Whether the logs can change the state: no result, and neither Slurm nor the record says how it ended."""
+    if finished or recorded in NEVER_RAN or (live is not None and not live.is_final and live is not State.UNKNOWN):
+        return False
+    said = live if live not in (None, State.UNKNOWN) else recorded
+    return said is State.COMPLETED or not said.is_final
+
+
+def job_state(
+    recorded: State, live: State | None, finished: bool, cause: Cause | None = None, asked: bool = True
+) -> State:
+    """The state to show. `live`: the scheduler's answer (None: it has none); `finished`: a result exists;
+    `cause`: what the logs say, asked only where needs_cause() says they matter; `asked`: whether the
+    scheduler was asked at all (a summary of copied runs, without Slurm, shows the last state known)."""
+    if recorded in NEVER_RAN:
+        return recorded
+    if live is State.UNKNOWN:
+        live = None  # an answer that says nothing must not hide what the files say
+    if live is not None and not live.is_final:
+        return live
+    if finished:
+        return State.COMPLETED
+    said = live if live is not None else recorded
+    diagnosed = CAUSE_STATES.get(cause.kind, State.FAILED) if cause is not None and cause.kind != LAST_LINE else None
+    if said is State.COMPLETED:
+        return diagnosed or State.FAILED  # ended without its result
+    if said.is_final:
+        return said
+    if diagnosed or not asked:
+        return diagnosed or recorded
+    return State.UNKNOWN  # last seen queued or running, and the scheduler no longer knows it
+
+
+def chain_info(segments: list[str], found: dict[str, JobInfo], finished: bool) -> JobInfo | None:
+    """One job from its segments (slurm.chain): running while one runs, pending while one waits, completed
+    once the training wrote its result (later segments then stop at once); else how the last one ended."""
+    infos = [found.get(jid) for jid in segments]
+    if not any(infos):
+        return None
+    states = [i.state.value if i else "?" for i in infos]
+    ran = [n for n, i in enumerate(infos) if i and i.start and i.state is not State.PENDING]
+    current = next((n for n, i in enumerate(infos) if i and i.state is State.RUNNING), ran[-1] if ran else 0)
+    base = infos[current] or next(i for i in infos if i)
+    if finished:
+        state = State.COMPLETED
+    elif any(i and i.state is State.RUNNING for i in infos):
+        state = State.RUNNING
+    elif any(i and not i.state.is_final for i in infos):
+        state = State.PENDING
+    else:
+        state = base.state
+    extra = {"segments": states, "segment": current + 1}
+    return JobInfo(
+        state,
+        _total_elapsed([i.elapsed for i in infos if i]),
+        base.nodes,
+        base.nodelist,
+        base.exit_code,
+        infos[0].start if infos[0] else "",
+        base.end if state.is_final else "",
+        base.source,
+        extra,
+    )
+
+
+def _total_elapsed(values: list[str]) -> str:
+    """Slurm's elapsed times ([D-]HH:MM:SS, MM:SS) added up, in the same form."""
+    total = 0
+    for value in values:
+        days, _, clock = value.rpartition("-")
+        parts = [int(p) for p in clock.split(":") if p.isdigit()]
+        if not parts:
+            continue
+        seconds = sum(p * 60**i for i, p in enumerate(reversed(parts)))
+        total += seconds + int(days or 0) * 86400
+    whole_days, rest = divmod(total, 86400)
+    shown = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{whole_days}-{shown}" if whole_days else shown

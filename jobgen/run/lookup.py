@@ -1,0 +1,96 @@
+"""Which run folders a user means: a run path, a run id, an experiment name, folder or .toml file.
+
+Commands that read runs resolve what was typed here, then load each run once (jobgen.run.model.Run).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jobgen.errors import RunNotFound
+from jobgen.facts import RUN_ID_RE
+from jobgen.run.store import MANIFEST
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / MANIFEST).is_file()
+
+
+def runs_of(experiment_dir: Path) -> list[Path]:
+    """Run directories of one experiment, oldest first (run ids sort by time)."""
+    if not experiment_dir.is_dir():
+        return []
+    return sorted(p for p in experiment_dir.iterdir() if RUN_ID_RE.fullmatch(p.name) and is_run_dir(p))
+
+
+def find_runs(refs: list[str], output_root: Path) -> list[Path]:
+    """Resolve what a user typed to run directories: a run path, an experiment name, path or file.
+
+    An experiment (by name, folder or .toml file) means its latest run; no refs means the latest
+    run of any experiment under the output root.
+    """
+    if not refs:
+        latest = [runs[-1] for d in _experiment_dirs(output_root) if (runs := runs_of(d))]
+        if not latest:
+            raise RunNotFound(f"no runs under {output_root}; submit one, or pass --output-root")
+        return [max(latest, key=lambda p: p.name)]
+    return [_find_one(ref, output_root) for ref in refs]
+
+
+def _find_one(ref: str, output_root: Path) -> Path:
+    path = Path(ref)
+    if is_run_dir(path):
+        return path.resolve()
+    name, runs = _experiment_runs(ref, output_root)
+    if runs:
+        return runs[-1].resolve()
+    if RUN_ID_RE.match(ref):  # a bare run id, as `jobgen runs` lists and shell completion offers
+        found = [d / ref for d in _experiment_dirs(output_root) if is_run_dir(d / ref)]
+        if len(found) == 1:
+            return found[0].resolve()
+    raise RunNotFound(f"no run found for {name!r} under {output_root} (experiments with runs: {_known(output_root)})")
+
+
+def list_runs(refs: list[str], output_root: Path) -> list[Path]:
+    """Every run of the experiments named (names, folders or .toml files; none: all), oldest first."""
+    runs = []
+    for ref in refs:
+        _, found = _experiment_runs(ref, output_root)
+        if not found:
+            raise RunNotFound(f"no runs of {ref!r} under {output_root} (experiments with runs: {_known(output_root)})")
+        runs += found
+    if not refs:
+        runs = [run for folder in _experiment_dirs(output_root) for run in runs_of(folder)]
+    return sorted(runs, key=lambda p: p.name)
+
+
+def every_run_of(run_dirs: list[Path]) -> list[Path]:
+    """All runs of the experiments these runs belong to (for --all-runs), each once, in order."""
+    return list(dict.fromkeys(run for run_dir in run_dirs for run in runs_of(run_dir.parent)))
+
+
+def _experiment_runs(ref: str, output_root: Path) -> tuple[str, list[Path]]:
+    """(experiment name, its runs oldest first) for what a user typed: a name, a folder or a .toml file."""
+    path = Path(ref)
+    name = _experiment_name(path) if path.suffix == ".toml" and path.is_file() else ref
+    for folder in ([path] if path.is_dir() else []) + [output_root / name]:
+        runs = runs_of(folder)
+        if runs:
+            return name, runs
+    return name, []
+
+
+def _known(output_root: Path) -> str:
+    return ", ".join(d.name for d in _experiment_dirs(output_root)) or "none"
+
+
+def _experiment_name(path: Path) -> str:
+    from jobgen.experiment.config import load
+
+    return load(path).name
+
+
+def _experiment_dirs(output_root: Path) -> list[Path]:
+    if not output_root.is_dir():
+        return []
+    return sorted(p for p in output_root.iterdir() if p.is_dir() and not p.name.startswith("."))

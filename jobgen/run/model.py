@@ -1,0 +1,187 @@
+"""The read model of a run: a `Run` and its `RunJob`s, loaded once per command, typed.
+
+Every reading command (status, runs, logs, summary, report, requeue, clean, sync, cancel) takes a
+`Run` instead of reading manifest.json itself: the manifest is parsed and checked once, each job's
+records are read once (`RunJob.raw`), and the scheduler is asked once for all live jobs of all the
+runs a command reads (`jobgen.results.state.read_runs`). Writes still go through `jobgen.run.store`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jobgen.errors import JobgenError
+from jobgen.run import store
+from jobgen.run.damage import JOB_FILES, json_problem, metrics_problem, parse_json
+from jobgen.states import JobInfo, State, parse
+
+
+@dataclass
+class RunJob:
+    """One job of a run: its manifest entry as typed fields, its records read at most once each."""
+
+    run_dir: Path
+    entry: dict[str, Any]  # the manifest entry as written (the store updates it by name)
+    name: str
+    dir: str
+    recorded: State  # the last state jobgen recorded
+    job_id: str | None = None
+    segments: tuple[str, ...] = ()  # a chained job (slurm.chain): each segment's id
+    previous_job_ids: tuple[str, ...] = ()
+    array: str | None = None
+    array_index: int | None = None
+    # Filled in by jobgen.results.state.read_runs: what the scheduler says, and the one state rule's verdict.
+    live: JobInfo | None = None
+    state: State = State.UNKNOWN
+    cause: Any = None  # jobgen.results.diagnose.Cause, when the logs were asked why the job stopped
+    _files: dict[str, bytes | None | OSError] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_entry(cls, run_dir: Path, entry: dict[str, Any]) -> RunJob:
+        name = str(entry.get("name"))
+        return cls(
+            run_dir=run_dir,
+            entry=entry,
+            name=name,
+            dir=str(entry.get("dir") or f"jobs/{name}"),
+            recorded=parse(str(entry.get("state") or "UNKNOWN")),
+            job_id=str(entry["job_id"]) if entry.get("job_id") else None,
+            segments=tuple(str(s) for s in entry.get("segments") or ()),
+            previous_job_ids=tuple(str(s) for s in entry.get("previous_job_ids") or ()),
+            array=entry.get("array") or None,
+            array_index=entry.get("array_index"),
+            state=parse(str(entry.get("state") or "UNKNOWN")),
+        )
+
+    @property
+    def job_dir(self) -> Path:
+        return self.run_dir / self.dir
+
+    @property
+    def ids(self) -> list[str]:
+        """Its Slurm ids: the segments of a chain, else its one id (none before it is submitted)."""
+        return list(self.segments or ([self.job_id] if self.job_id else []))
+
+    @property
+    def sweep(self) -> dict[str, Any]:
+        return dict(self.entry.get("sweep") or {})
+
+    def raw(self, name: str) -> bytes | None:
+        """The bytes of one of the job's files (None: it does not exist), read once; OSError if unreadable."""
+        if name not in self._files:
+            try:
+                self._files[name] = (self.job_dir / name).read_bytes()
+            except FileNotFoundError:
+                self._files[name] = None
+            except OSError as exc:
+                self._files[name] = exc
+        value = self._files[name]
+        if isinstance(value, OSError):
+            raise value
+        return value
+
+    def json(self, name: str) -> tuple[Any, str | None]:
+        """(document, None), (None, None) when absent, or (None, what is wrong with it)."""
+        try:
+            raw = self.raw(name)
+        except OSError as exc:
+            return None, f"unreadable ({exc.strerror or exc})"
+        return (None, None) if raw is None else parse_json(raw)
+
+    @property
+    def finished(self) -> bool:
+        """The job wrote a result: the training writes result.json last and atomically, so any result.json
+        (even of another schema, or damaged since) says it got to its end. Whether the numbers in it can
+        be used is the summary's question (its row says why not)."""
+        try:
+            return self.raw("result.json") is not None
+        except OSError:
+            return True  # there, but unreadable
+
+    def progress(self) -> tuple[int, int, int, int] | None:
+        """(epoch, epochs, batch, batches) from progress.json, which the training rewrites as it goes."""
+        doc, _ = self.json("progress.json")
+        try:
+            return tuple(int(doc[k]) for k in ("epoch", "epochs", "batch", "batches"))  # type: ignore[return-value]
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def spec(self) -> dict[str, Any]:
+        doc, _ = self.json("spec.json")
+        return doc if isinstance(doc, dict) else {}
+
+    def problems(self) -> list[str]:
+        """One line per damaged record (its folder gone, or a file that cannot be read), named under the run."""
+        if not self.job_dir.is_dir():
+            return [f"{self.dir}/: the job's folder is missing (deleted?); it is reported from the manifest alone"]
+        out = []
+        for name in JOB_FILES:
+            if name == "metrics.csv":
+                problem = metrics_problem(self.job_dir / name)
+            else:
+                doc, problem = self.json(name)
+                problem = json_problem(self.job_dir / name, doc, problem)
+            if problem:
+                out.append(f"{self.dir}/{name}: {problem}; ignored")
+        return out
+
+
+@dataclass
+class Run:
+    """One run folder: its manifest, checked, and its jobs in manifest order."""
+
+    run_dir: Path
+    manifest: dict[str, Any]
+    jobs: list[RunJob]
+
+    @classmethod
+    def load(cls, run_dir: Path) -> Run:
+        """The run at `run_dir`; a missing or damaged manifest is a one-line error naming the file."""
+        manifest = store.load_manifest(run_dir)
+        return cls(Path(run_dir), manifest, [RunJob.from_entry(Path(run_dir), e) for e in manifest["jobs"]])
+
+    @property
+    def run_id(self) -> str:
+        return str(self.manifest.get("run_id") or self.run_dir.name)
+
+    @property
+    def experiment(self) -> str:
+        return str(self.manifest.get("experiment") or self.run_dir.parent.name)
+
+    @property
+    def backend(self) -> str:
+        return str(self.manifest["backend"])
+
+    @property
+    def dry_run(self) -> bool:
+        return bool(self.manifest.get("dry_run"))
+
+    @property
+    def arrays(self) -> list[dict[str, Any]]:
+        return list(self.manifest.get("arrays") or [])
+
+    def pick(self, names: Sequence[str]) -> list[RunJob]:
+        """The jobs named (all when none is), in manifest order; an unknown name is a one-line error."""
+        known = {job.name for job in self.jobs}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise JobgenError(f"no job {unknown[0]!r} in {self.run_dir}; jobs: {', '.join(sorted(known))}")
+        return [job for job in self.jobs if not names or job.name in names]
+
+    def find(self, ref: str | None) -> RunJob:
+        """One job by name or by one of its Slurm ids; with no ref, the run's only job."""
+        if ref is None:
+            if len(self.jobs) == 1:
+                return self.jobs[0]
+            raise JobgenError(f"this run has {len(self.jobs)} jobs; name one: {', '.join(j.name for j in self.jobs)}")
+        for job in self.jobs:
+            if ref in (job.name, job.job_id, *job.previous_job_ids):
+                return job
+        raise JobgenError(f"no job {ref!r} in this run; jobs: {', '.join(j.name for j in self.jobs)}")
+
+    def requeue_settings(self, job: RunJob) -> dict[str, Any]:
+        settings = job.spec().get("requeue")
+        return settings if isinstance(settings, dict) else {}

@@ -1,0 +1,115 @@
+"""The one rule for a job's state (jobgen.results.state): a table of (recorded, Slurm's answer, result,
+log cause) -> state, and `status` and `summary` showing the same state for the same run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jobgen.cli import main
+from jobgen.results.diagnose import LAST_LINE, Cause
+from jobgen.results.state import job_state, needs_cause
+from jobgen.states import State
+
+S = State
+TIME_LIMIT = Cause("time_limit", "DUE TO TIME LIMIT", "raise slurm.time", "slurm-1.out")
+HOST_OOM = Cause("host_oom", "oom-kill", "raise slurm.mem", "slurm-1.out")
+EXCEPTION = Cause("exception", "ValueError: x", "fix it", "slurm-1.out")
+LAST = Cause(LAST_LINE, "epoch 1", "read the log", "slurm-1.out")
+
+CASES = [
+    # recorded, live, finished, cause -> shown
+    (S.DRY_RUN, None, False, None, S.DRY_RUN),
+    (S.NOT_SUBMITTED, None, False, None, S.NOT_SUBMITTED),
+    (S.SUBMITTED, S.PENDING, False, None, S.PENDING),
+    (S.PENDING, S.RUNNING, False, TIME_LIMIT, S.RUNNING),  # a live answer that it runs is current
+    (S.RUNNING, S.RUNNING, True, None, S.RUNNING),  # result written, still tearing down
+    (S.RUNNING, S.REQUEUED, False, None, S.REQUEUED),
+    (S.RUNNING, S.COMPLETED, True, None, S.COMPLETED),
+    (S.RUNNING, S.FAILED, True, None, S.COMPLETED),  # crashed on the way out: its work is done
+    (S.RUNNING, S.CANCELLED, True, None, S.COMPLETED),
+    (S.RUNNING, S.COMPLETED, False, None, S.FAILED),  # exit 0 without its result is never COMPLETED
+    (S.RUNNING, S.COMPLETED, False, HOST_OOM, S.OUT_OF_MEMORY),
+    (S.RUNNING, S.FAILED, False, TIME_LIMIT, S.FAILED),  # Slurm's final word stands
+    (S.RUNNING, S.TIMEOUT, False, None, S.TIMEOUT),
+    (S.RUNNING, S.UNKNOWN, False, TIME_LIMIT, S.TIMEOUT),  # an answer that says nothing is no answer
+    (S.RUNNING, None, False, TIME_LIMIT, S.TIMEOUT),  # the disagreement of issue 15: one answer now
+    (S.RUNNING, None, False, EXCEPTION, S.FAILED),
+    (S.RUNNING, None, False, LAST, S.UNKNOWN),  # a last log line is no diagnosis
+    (S.RUNNING, None, False, None, S.UNKNOWN),
+    (S.RUNNING, None, True, None, S.COMPLETED),
+    (S.PENDING, None, True, None, S.COMPLETED),
+    (S.COMPLETED, None, True, None, S.COMPLETED),
+    (S.COMPLETED, None, False, None, S.FAILED),  # the local backend's exit 0, no result
+    (S.FAILED, None, False, TIME_LIMIT, S.FAILED),
+    (S.FAILED, None, True, None, S.COMPLETED),
+    (S.CANCELLED, None, False, None, S.CANCELLED),
+    (S.PREEMPTED, None, False, None, S.PREEMPTED),
+    (S.UNKNOWN, None, False, None, S.UNKNOWN),
+]
+
+
+# Without asking the scheduler at all (a summary of runs copied off the cluster): the last state known.
+NOT_ASKED = [
+    (S.RUNNING, None, False, None, S.RUNNING),
+    (S.SUBMITTED, None, False, None, S.SUBMITTED),
+    (S.RUNNING, None, False, TIME_LIMIT, S.TIMEOUT),
+    (S.RUNNING, None, True, None, S.COMPLETED),
+    (S.COMPLETED, None, False, None, S.FAILED),
+]
+
+
+@pytest.mark.parametrize(("recorded", "live", "finished", "cause", "shown"), NOT_ASKED)
+def test_the_state_rule_without_the_scheduler(recorded, live, finished, cause, shown):
+    assert job_state(recorded, live, finished, cause, asked=False) is shown
+
+
+@pytest.mark.parametrize(("recorded", "live", "finished", "cause", "shown"), CASES)
+def test_the_state_rule(recorded: State, live: State | None, finished: bool, cause: Cause | None, shown: State):
+    assert job_state(recorded, live, finished, cause) is shown
+    if not needs_cause(recorded, live, finished):
+        # Where the logs are not asked, they must not matter.
+        assert job_state(recorded, live, finished, None) is shown
+
+
+def _run_with(tmp_path: Path, runner, recorded: str, log: str | None, result: bool) -> Path:
+    exp = tmp_path / "one.toml"
+    exp.write_text('[launch]\nbackend = "sbatch"\n[data]\ndataset = "synthetic"\n')
+    root = tmp_path / "runs"
+    assert runner.invoke(main, ["--output-root", str(root), "submit", str(exp), "--dry-run"]).exit_code == 0
+    (run_dir,) = (root / "one").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest["dry_run"] = False
+    manifest["jobs"][0].update(state=recorded, job_id="99999")
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    job_dir = run_dir / manifest["jobs"][0]["dir"]
+    if log:
+        (job_dir / "slurm-99999.out").write_text(log)
+    if result:
+        (job_dir / "result.json").write_text(json.dumps({"schema": 1}))
+    return run_dir
+
+
+@pytest.mark.parametrize(
+    ("recorded", "log", "result", "shown"),
+    [
+        ("RUNNING", "epoch 1\nslurmstepd: error: *** JOB 99999 ON n1 CANCELLED AT x DUE TO TIME LIMIT ***\n", False,
+         "TIMEOUT"),
+        ("RUNNING", None, False, "UNKNOWN"),
+        ("COMPLETED", "training done\n", False, "FAILED"),
+        ("FAILED", "Traceback\n", True, "COMPLETED"),
+        ("RUNNING", "Traceback (most recent call last):\nValueError: bad\n", False, "FAILED"),
+    ],
+)  # fmt: skip
+def test_status_and_summary_agree(tmp_path: Path, runner, monkeypatch, recorded, log, result, shown):
+    monkeypatch.setattr("jobgen.backends._slurm.query", lambda ids: {})  # Slurm has forgotten the job
+    run_dir = _run_with(tmp_path, runner, recorded, log, result)
+    status = runner.invoke(main, ["status", str(run_dir)])
+    assert status.exit_code == 0, status.output
+    header, row = status.output.splitlines()[1:3]
+    shown_by_status = row[header.index("state") :].split()[0]
+    summary = runner.invoke(main, ["summary", str(run_dir), "--format", "json"])
+    assert summary.exit_code == 0, summary.output
+    assert shown_by_status == shown and json.loads(summary.output)["rows"][0]["state"] == shown
