@@ -45,7 +45,10 @@ def requeue(run_dir: Path, names: list[str]) -> list[Outcome]:
     the first queued again, and leaves them alone.
     """
     with record.run_lock(run_dir):
-        return _requeue(run_dir, names)
+        try:
+            return _requeue(run_dir, names)
+        finally:
+            record.compact(run_dir)
 
 
 def _requeue(run_dir: Path, names: list[str]) -> list[Outcome]:

@@ -195,6 +195,8 @@ def submit_pending(run_dir: Path, on_submit: Callable[[dict[str, Any]], None] | 
                 raise
             raise JobgenError(f"{exc.message}; then run: jobgen submit --resume {run_dir} (a job already queued is "
                               "found, not submitted twice)") from None  # fmt: skip
+        finally:
+            record.compact(run_dir)  # the journal of this submission, folded into manifest.json once
         return record.load_manifest(run_dir)
 
 

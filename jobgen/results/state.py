@@ -96,7 +96,7 @@ def record_states(run: Run) -> None:
             updates[job.name] = fields
     if updates:
         ids = {job.name: job.job_id for job in run.jobs}
-        run.manifest = store.update_jobs(run.run_dir, updates, if_job_id=ids)
+        store.update_jobs(run.run_dir, updates, if_job_id=ids)
         for job in run.jobs:
             job.entry.update(updates.get(job.name, {}))
 

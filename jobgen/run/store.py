@@ -179,19 +179,173 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def load_manifest(run_dir: Path) -> dict[str, Any]:
-    """The run's manifest, checked: a damaged or foreign one is an error that names the file."""
-    from jobgen.run.damage import read_json
-
+    """The run's manifest with its journal replayed, checked: a damaged or foreign one is an error that
+    names the file."""
     path = Path(run_dir) / MANIFEST
     if not path.is_file():
         raise RunNotFound(f"{run_dir}: no {MANIFEST}; not a jobgen run directory")
-    doc, problem = read_json(path)
+    for _ in range(10):
+        doc, seen = _read_manifest(path)
+        journal = journal_path(Path(run_dir), doc)
+        lines = _journal_lines(journal)
+        if lines is None and _identity(path) != seen:
+            continue  # folded into a new manifest while we read the old one: read again
+        for number, change in enumerate(lines or [], start=1):
+            problem = _apply(doc, change)
+            if problem:
+                raise JobgenError(f"{journal}: damaged: line {number} {problem}; jobgen cannot read this run "
+                                  "(restore it from a copy, or remove the run)")  # fmt: skip
+        return doc
+    raise JobgenError(f"{path} keeps changing while it is read; try again")
+
+
+def _read_manifest(path: Path) -> tuple[dict[str, Any], tuple[int, int]]:
+    from jobgen.run.damage import parse_json
+
+    try:
+        with open(path, "rb") as fh:
+            raw, stat = fh.read(), os.fstat(fh.fileno())
+    except OSError as exc:
+        raise JobgenError(f"{path}: unreadable ({exc.strerror or exc})") from None
+    doc, problem = parse_json(raw)
     problem = problem or manifest_problem(doc)
     if problem:
         raise JobgenError(f"{path}: damaged: {problem}; jobgen cannot read this run (restore the file from a copy, "
                           "or remove the run)")  # fmt: skip
     assert isinstance(doc, dict)  # manifest_problem() said so
-    return doc
+    return doc, (stat.st_ino, stat.st_mtime_ns)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns
+
+
+# --- the journal: a job's record written in O(1) ----------------------------------------------------------
+#
+# Between two rewrites of manifest.json, every change to a job (about to be submitted, its id, its state)
+# is one line appended to `.journal-<generation>.jsonl` (the generation is the manifest's "journal"),
+# fsync'ed under the manifest lock before the command goes on: recording job 10,000 costs what job 10 did,
+# and the at-most-once note is on disk before sbatch runs. Readers replay it over the manifest in order.
+# Compaction writes the replayed manifest under the next generation, then deletes the old journal (a
+# reader that finds its journal gone and the manifest replaced reads again). A last line cut short by a
+# crash is ignored; a damaged line before it is an error naming the file.
+
+JOURNAL = ".journal-{}.jsonl"
+COMPACT_BYTES = 256 * 1024  # past this (and past the manifest's own size), a write folds the journal in
+_generations: dict[Path, tuple[tuple[int, int] | None, int]] = {}  # run folder -> (manifest identity, generation)
+
+
+def journal_path(run_dir: Path, doc: dict[str, Any]) -> Path:
+    generation = doc.get("journal")
+    return run_dir / JOURNAL.format(generation if isinstance(generation, int) else 0)
+
+
+def _journal_lines(path: Path) -> list[Any] | None:
+    """The journal's changes, in order (None: there is no journal file)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise JobgenError(f"{path}: unreadable ({exc.strerror or exc})") from None
+    lines = raw.split(b"\n")
+    out: list[Any] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            if number == len(lines):  # no newline after it: an append cut short, not yet a record
+                break
+            raise JobgenError(f"{path}: damaged: line {number} is not JSON; jobgen cannot read this run "
+                              "(restore it from a copy, or remove the run)") from None  # fmt: skip
+    return out
+
+
+def _apply(doc: dict[str, Any], change: Any) -> str | None:
+    """Merge one journal line into the manifest; what is wrong with the line, if anything."""
+    if not isinstance(change, dict) or not isinstance(change.get("updates"), dict):
+        return "is not a change of jobs"
+    if_job_id = change.get("if_job_id")
+    for entry in doc.get(str(change.get("key") or "jobs")) or []:
+        fields = change["updates"].get(entry["name"])
+        if isinstance(fields, dict) and (
+            not isinstance(if_job_id, dict) or entry.get("job_id") == if_job_id.get(entry["name"])
+        ):
+            entry.update(fields)
+    return None
+
+
+def _generation(run_dir: Path) -> int:
+    """The manifest's journal generation, read again only when the manifest file was replaced."""
+    seen = _identity(run_dir / MANIFEST)
+    cached = _generations.get(run_dir)
+    if cached is None or cached[0] != seen or seen is None:
+        doc, seen = _read_manifest(run_dir / MANIFEST)
+        generation = doc.get("journal")
+        cached = (seen, generation if isinstance(generation, int) else 0)
+        _generations[run_dir] = cached
+    return cached[1]
+
+
+def update_jobs(
+    run_dir: Path, updates: dict[str, dict[str, Any]], key: str = "jobs", if_job_id: dict[str, str | None] | None = None
+) -> None:
+    """Merge fields into the named entries of manifest[key] (jobs, or arrays): one line appended to the
+    run's journal, on disk when this returns.
+
+    `if_job_id` (name -> the job id the update is about) skips entries whose id changed meanwhile: a
+    status read before a requeue must not write the old job's state over the new one's.
+    """
+    run_dir = Path(run_dir)
+    line = json.dumps({"key": key, "updates": updates, "if_job_id": if_job_id}, separators=(",", ":")) + "\n"
+    with _locked(run_dir / ".manifest.lock"):
+        path = run_dir / JOURNAL.format(_generation(run_dir))
+        try:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(line)
+                fh.flush()
+                os.fsync(fh.fileno())
+                size = fh.tell()
+        except OSError as exc:  # the manifest and the journal's earlier lines stay whole
+            raise JobgenError(f"cannot update {path}: {exc.strerror or exc}; free space first") from None
+        if size > max(COMPACT_BYTES, _size(run_dir / MANIFEST)):
+            _compact(run_dir)
+
+
+def compact(run_dir: Path) -> None:
+    """Fold the journal into manifest.json (at the end of a submission; writes fold it in now and then).
+    Best effort: the journal stays the record until it is folded, so a failure here loses nothing."""
+    if not any(Path(run_dir).glob(JOURNAL.format("*"))):
+        return
+    with contextlib.suppress(JobgenError), _locked(Path(run_dir) / ".manifest.lock"):
+        _compact(Path(run_dir))
+
+
+def _compact(run_dir: Path) -> None:
+    doc = load_manifest(run_dir)
+    old = journal_path(run_dir, doc)
+    if not old.exists():
+        return
+    doc["journal"] = int(doc.get("journal") or 0) + 1
+    try:
+        atomic_write(run_dir / MANIFEST, dumps(doc))
+    except OSError:
+        return  # a full disk: the old manifest and its journal stay whole and say everything; fold them later
+    with contextlib.suppress(OSError):
+        old.unlink()
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def manifest_problem(doc: Any) -> str | None:
@@ -218,19 +372,6 @@ def _plain_relative(rel: Any) -> bool:
 
 
 @contextlib.contextmanager
-def locked_manifest(run_dir: Path) -> Iterator[dict[str, Any]]:
-    """Read-modify-write the manifest under an exclusive lock (submit and status may race)."""
-    with _locked(Path(run_dir) / ".manifest.lock"):
-        doc = load_manifest(run_dir)
-        yield doc
-        try:
-            atomic_write(Path(run_dir) / MANIFEST, dumps(doc))
-        except OSError as exc:  # the old manifest stays whole: the write goes to a temporary file first
-            raise JobgenError(f"cannot update {Path(run_dir) / MANIFEST}: {exc.strerror or exc}; "
-                              "free space first") from None  # fmt: skip
-
-
-@contextlib.contextmanager
 def run_lock(run_dir: Path) -> Iterator[None]:
     """Held while jobs of a run are submitted or requeued: two `submit --resume` or `requeue` of one run at
     once take turns, and the second sees what the first queued (the manifest lock is held only per write)."""
@@ -241,25 +382,12 @@ def run_lock(run_dir: Path) -> Iterator[None]:
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     try:
-        lock = open(path, "a")  # closed by the `with` below, once the body ran
+        # Opened for reading only: a lock is no writer, so it does not keep the file system busy.
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
     except OSError as exc:
         raise JobgenError(f"cannot lock {path}: {exc.strerror or exc}; is the run folder writable by you?") from None
-    with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
-
-
-def update_jobs(
-    run_dir: Path, updates: dict[str, dict[str, Any]], key: str = "jobs", if_job_id: dict[str, str | None] | None = None
-) -> dict[str, Any]:
-    """Merge fields into the named entries of manifest[key] (jobs, or arrays); returns the new manifest.
-
-    `if_job_id` (name -> the job id the update is about) skips entries whose id changed meanwhile: a
-    status read before a requeue must not write the old job's state over the new one's.
-    """
-    with locked_manifest(run_dir) as doc:
-        for entry in doc.get(key, []):
-            name = entry["name"]
-            if name in updates and (if_job_id is None or entry.get("job_id") == if_job_id.get(name)):
-                entry.update(updates[name])
-    return doc
+    finally:
+        os.close(fd)

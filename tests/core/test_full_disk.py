@@ -13,14 +13,17 @@ from pathlib import Path
 import pytest
 
 from jobgen.cli import main
+from jobgen.run.store import compact, load_manifest
 
 EXP = '[experiment]\nname = "full"\n[data]\ndataset = "imdb"\n[sweep.grid]\n"train.seed" = [1, 2]\n'
-# sbatch queues the job (id|comment, as squeue shows it) and, once $FILL is set, fills the disk after.
+# sbatch queues the job (id|comment, as squeue shows it); once $FILL is set it fills the disk after,
+# once $READ_ONLY is set it makes that file system read-only after (no write at all succeeds then).
 SBATCH = """#!/bin/bash
 n=$(( $(cat "$STATE/calls" 2>/dev/null || echo 0) + 1 ))
 echo "$n" > "$STATE/calls"
 echo "$(( 1000 + n ))|$(sed -n 's/^#SBATCH --comment=//p' "${@: -1}")" >> "$STATE/queue"
 if [ -n "$FILL" ]; then cat /dev/zero > "$FILL/filler" 2>/dev/null; fi
+if [ -n "$READ_ONLY" ]; then mount -o remount,ro "$READ_ONLY"; fi
 echo "$(( 1000 + n ))"
 """
 SQUEUE = '#!/bin/bash\ncat "$STATE/queue" 2>/dev/null\n'
@@ -84,28 +87,52 @@ def test_no_room_for_the_run(runner, tmp_path: Path, mount, slurm: Path, options
     assert not (slurm / "calls").exists()  # nothing submitted
 
 
-def test_disk_fills_after_a_job_is_queued(runner, tmp_path: Path, mount, slurm: Path, monkeypatch):
-    root = mount("small", "size=2m")
-    runs = root / "runs"
-    assert (
-        runner.invoke(main, ["--output-root", str(runs), "submit", str(tmp_path / "full.toml"), "--dry-run"]).exit_code
-        == 0
-    )
+def _dry_then_clear(runner, tmp_path: Path, runs: Path) -> None:
+    # A dry run first, so the lazy imports and caches are warm; then the disk starts empty of runs.
+    result = runner.invoke(main, ["--output-root", str(runs), "submit", str(tmp_path / "full.toml"), "--dry-run"])
+    assert result.exit_code == 0, result.output
     for run in list((runs / "full").iterdir()):
         subprocess.run(["rm", "-rf", str(run)], check=True)
+
+
+def test_disk_fills_after_a_job_is_queued(runner, tmp_path: Path, mount, slurm: Path, monkeypatch):
+    """Each job's record is one short line appended to the run's journal: it still fits once the disk
+    is full, so no job is lost, none is submitted twice, and the run reads whole."""
+    root = mount("small", "size=2m")
+    runs = root / "runs"
+    _dry_then_clear(runner, tmp_path, runs)
     monkeypatch.setenv("FILL", str(root))
+    result = runner.invoke(main, ["--output-root", str(runs), "submit", str(tmp_path / "full.toml")])
+    (run_dir,) = (runs / "full").iterdir()
+    assert result.exit_code == 0, result.output
+    jobs = load_manifest(run_dir)["jobs"]  # manifest.json could not be rewritten: its journal says the rest
+    assert [j["job_id"] for j in jobs] == ["1001", "1002"]
+    assert (slurm / "calls").read_text().strip() == "2"
+    # The disk was full indeed: manifest.json itself could not be rewritten.
+    assert [j["job_id"] for j in json.loads((run_dir / "manifest.json").read_text())["jobs"]] == [None, None]
+    (root / "filler").unlink()
+    monkeypatch.delenv("FILL")
+    compact(run_dir)  # once there is room, the journal folds into manifest.json
+    assert [j["job_id"] for j in json.loads((run_dir / "manifest.json").read_text())["jobs"]] == ["1001", "1002"]
+
+
+def test_no_write_succeeds_after_a_job_is_queued(runner, tmp_path: Path, mount, slurm: Path, monkeypatch):
+    root = mount("small", "size=2m")
+    runs = root / "runs"
+    _dry_then_clear(runner, tmp_path, runs)
+    monkeypatch.setenv("READ_ONLY", str(root))
     result = runner.invoke(main, ["--output-root", str(runs), "submit", str(tmp_path / "full.toml")])
     (run_dir,) = (runs / "full").iterdir()
     assert result.output.startswith(f"run: {run_dir}\n"), result.output  # said first, then the one-line error
     line = _one_line_error(result, skip=1)
-    assert "No space left" in line and "manifest.json" in line and f"submit --resume {run_dir}" in line, line
-    jobs = json.loads((run_dir / "manifest.json").read_text())["jobs"]  # still whole
+    assert "Read-only" in line and ".journal-" in line and f"submit --resume {run_dir}" in line, line
+    jobs = load_manifest(run_dir)["jobs"]  # still whole
     assert jobs[0]["job_id"] is None and jobs[0]["submit_tried_at"], jobs[0]  # queued, not recorded
 
-    (root / "filler").unlink()
-    monkeypatch.delenv("FILL")
+    subprocess.run(["mount", "-o", "remount,rw", str(root)], check=True)
+    monkeypatch.delenv("READ_ONLY")
     result = runner.invoke(main, ["--output-root", str(runs), "submit", "--resume", str(run_dir)])
     assert result.exit_code == 0, result.output
-    jobs = json.loads((run_dir / "manifest.json").read_text())["jobs"]
+    jobs = json.loads((run_dir / "manifest.json").read_text())["jobs"]  # compacted at the end of the submission
     assert [j["job_id"] for j in jobs] == ["1001", "1002"] and jobs[0]["found_on_cluster"]
     assert (slurm / "calls").read_text().strip() == "2"  # the first job was not submitted twice
