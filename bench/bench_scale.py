@@ -44,21 +44,29 @@ def shim(folder: Path) -> Path:
     for tool in TOOLS:
         real = shutil.which(tool)
         assert real, f"{tool} is not installed: start the test cluster (tests/cluster/up.sh)"
-        (folder / tool).write_text(f'#!/bin/sh\necho {tool} >> "{folder}/calls"\nexec {real} "$@"\n')
+        # Jobs inherit PATH too: each line names the process that ran the tool, so only jobgen's count.
+        (folder / tool).write_text(f'#!/bin/sh\necho "{tool} $PPID" >> "{folder}/calls"\nexec {real} "$@"\n')
         (folder / tool).chmod(0o755)
     return folder
 
 
+LAST_PID = [0]
+
+
 def calls(folder: Path) -> int:
+    """How many Slurm processes the last jobgen command started (not its jobs)."""
     path = folder / "calls"
-    n = len(path.read_text().splitlines()) if path.exists() else 0
+    lines = path.read_text().splitlines() if path.exists() else []
     path.unlink(missing_ok=True)
-    return n
+    return sum(line.split()[-1] == str(LAST_PID[0]) for line in lines)
 
 
 def jobgen(args: list[str], env: dict[str, str]) -> float:
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "jobgen.cli", *args], env=env, check=True, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-m", "jobgen.cli", *args], env=env, stdout=subprocess.DEVNULL)
+    LAST_PID[0] = proc.pid
+    if proc.wait() != 0:
+        raise SystemExit(f"jobgen {' '.join(args)} failed")
     return time.perf_counter() - started
 
 
@@ -69,11 +77,12 @@ def bare_sbatch(n: int) -> float:
     return time.perf_counter() - started
 
 
-def wait_ended(env: dict[str, str], timeout: float) -> None:
+def wait_ended(name: str, timeout: float) -> None:
+    """Until no job of this experiment is queued or running (other users' jobs may be)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        out = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, env=env).stdout
-        if not out.strip():
+        out = subprocess.run(["squeue", "-h", "-r", "-o", "%j"], capture_output=True, text=True).stdout
+        if not any(line.startswith(f"{name}.") for line in out.splitlines()):
             return
         time.sleep(2)
     raise SystemExit(f"jobs still queued after {timeout:.0f} s")
@@ -90,7 +99,7 @@ def measure(n: int, array: bool, root: Path, counter: Path) -> dict[str, float]:
     out["submit_calls"] = calls(counter)
     out["status_queued_s"] = jobgen(["--output-root", str(root / "runs"), "status", exp.stem], env)
     out["status_queued_calls"] = calls(counter)
-    wait_ended(env, 60 + n * 0.1)
+    wait_ended(exp.stem, 120 + n * 0.2)
     out["status_ended_s"] = jobgen(["--output-root", str(root / "runs"), "status", exp.stem], env)
     out["status_ended_calls"] = calls(counter)
     out["status_again_s"] = jobgen(["--output-root", str(root / "runs"), "status", exp.stem], env)

@@ -7,6 +7,7 @@ manifest that says exactly which jobs are queued, and `jobgen submit --resume RU
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import re
 from collections.abc import Callable
@@ -209,20 +210,44 @@ def _submit_all(
     found: dict[str, list[str]],
     on_submit: Callable[[dict[str, Any]], None] | None,
 ) -> None:
-    for entry in pending:
-        ids = sorted(found.get(entry["name"]) or [], key=_id_order)
-        if ids:  # queued by the earlier try: keep it, submit nothing
-            fields = {"job_id": ids[0].split("_")[0] if key == "arrays" else ids[0], "state": State.SUBMITTED.value,
-                      "submitted_at": entry["submit_tried_at"], "found_on_cluster": True}  # fmt: skip
-            if int(entry.get("chain") or 1) > 1:
-                fields["segments"] = ids  # the segments queued before the answer was lost
-        else:
-            # Written before sbatch runs: if its answer never comes, the next try knows to look.
-            record.update_jobs(run_dir, {entry["name"]: {"submit_tried_at": now_iso()}}, key=key)
-            fields = _submit_one(run_dir, backend, entry, manifest, key)
-        _record_submitted(run_dir, entry, fields, key)
-        if on_submit:
-            on_submit(entry)
+    # One note for all, on disk before the first sbatch runs: if an answer never comes (a crash, a lost
+    # reply), the next try knows to look for these jobs on the cluster before it submits them again.
+    fresh = {e["name"]: {"submit_tried_at": now_iso()} for e in pending if not found.get(e["name"])}
+    if fresh:
+        record.update_jobs(run_dir, fresh, key=key)
+    for n, entry in enumerate(pending):
+        entry.update(fresh.get(entry["name"], {}))
+        try:
+            _submit_entry(run_dir, backend, manifest, key, entry, found, on_submit)
+        except BaseException:
+            # The jobs after this one were never handed to sbatch: nothing to look for next time.
+            untried = {e["name"]: {"submit_tried_at": None} for e in pending[n + 1 :] if e["name"] in fresh}
+            if untried:
+                with contextlib.suppress(JobgenError):  # if even that fails, resume asks Slurm: still safe
+                    record.update_jobs(run_dir, untried, key=key)
+            raise
+
+
+def _submit_entry(
+    run_dir: Path,
+    backend: Scheduler,
+    manifest: dict[str, Any],
+    key: str,
+    entry: dict[str, Any],
+    found: dict[str, list[str]],
+    on_submit: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    ids = sorted(found.get(entry["name"]) or [], key=_id_order)
+    if ids:  # queued by the earlier try: keep it, submit nothing
+        fields = {"job_id": ids[0].split("_")[0] if key == "arrays" else ids[0], "state": State.SUBMITTED.value,
+                  "submitted_at": entry["submit_tried_at"], "found_on_cluster": True}  # fmt: skip
+        if int(entry.get("chain") or 1) > 1:
+            fields["segments"] = ids  # the segments queued before the answer was lost
+    else:
+        fields = _submit_one(run_dir, backend, entry, manifest, key)
+    _record_submitted(run_dir, entry, fields, key)
+    if on_submit:
+        on_submit(entry)
 
 
 def _submit_one(
@@ -244,11 +269,13 @@ def _submit_one(
 
 def _record_submitted(run_dir: Path, entry: dict[str, Any], fields: dict[str, Any], key: str) -> None:
     entry.update(fields)
-    record.update_jobs(run_dir, {entry["name"]: {**fields, "error": None}}, key=key)
+    # Not fsync'ed: a crash of jobgen leaves it in the page cache, and after a crash of the machine the
+    # note written before sbatch finds the job by its tag.
+    record.update_jobs(run_dir, {entry["name"]: {**fields, "error": None}}, key=key, durable=False)
     if key == "arrays":
         tasks = {name: {**fields, "job_id": f"{fields['job_id']}_{i}", "error": None}
                  for i, name in enumerate(entry["tasks"])}  # fmt: skip
-        record.update_jobs(run_dir, tasks)
+        record.update_jobs(run_dir, tasks, durable=False)
 
 
 def _id_order(job_id: str) -> tuple[int, ...]:

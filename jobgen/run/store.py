@@ -294,10 +294,14 @@ def _generation(run_dir: Path) -> int:
 
 
 def update_jobs(
-    run_dir: Path, updates: dict[str, dict[str, Any]], key: str = "jobs", if_job_id: dict[str, str | None] | None = None
+    run_dir: Path,
+    updates: dict[str, dict[str, Any]],
+    key: str = "jobs",
+    if_job_id: dict[str, str | None] | None = None,
+    durable: bool = True,
 ) -> None:
     """Merge fields into the named entries of manifest[key] (jobs, or arrays): one line appended to the
-    run's journal, on disk when this returns.
+    run's journal, on disk when this returns (`durable`: fsync'ed, so it outlives a crash of the machine).
 
     `if_job_id` (name -> the job id the update is about) skips entries whose id changed meanwhile: a
     status read before a requeue must not write the old job's state over the new one's.
@@ -310,7 +314,8 @@ def update_jobs(
             with open(path, "a", encoding="utf-8") as fh:
                 fh.write(line)
                 fh.flush()
-                os.fsync(fh.fileno())
+                if durable:
+                    os.fsync(fh.fileno())
                 size = fh.tell()
         except OSError as exc:  # the manifest and the journal's earlier lines stay whole
             raise JobgenError(f"cannot update {path}: {exc.strerror or exc}; free space first") from None
