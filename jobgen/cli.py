@@ -131,10 +131,18 @@ def submit(
     if test_only:
         chosen = sub.load_experiment(experiment, backend, list(sets)).launch.backend
         if not backends.get(chosen).can_test_only:
-            raise JobgenError(f"--test-only checks sbatch scripts; {experiment} uses the {chosen} backend "
-                              "(add --backend sbatch)")  # fmt: skip
-    prepared = sub.prepare(experiment, _root(ctx), backend=backend, dry_run=dry_run, sets=list(sets), array=array,
-                           array_parallelism=array_parallelism)  # fmt: skip
+            raise JobgenError(
+                f"--test-only checks sbatch scripts; {experiment} uses the {chosen} backend (add --backend sbatch)"
+            )
+    prepared = sub.prepare(
+        experiment,
+        _root(ctx),
+        backend=backend,
+        dry_run=dry_run,
+        sets=list(sets),
+        array=array,
+        array_parallelism=array_parallelism,
+    )
     if dry_run:
         click.echo("\n".join(sub.show(prepared.run_dir, prepared.manifest, show)))
         click.echo(f"dry run: {len(prepared.jobs)} job(s) written, nothing submitted")

@@ -28,16 +28,20 @@ def run_refs(ctx: click.Context, param: click.Parameter, incomplete: str) -> lis
         experiments = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     except OSError:
         experiments = []
-    items = [CompletionItem(p.name, help="experiment: its latest run") for p in experiments
-             if p.name.startswith(incomplete)]  # fmt: skip
+    items = [
+        CompletionItem(p.name, help="experiment: its latest run") for p in experiments if p.name.startswith(incomplete)
+    ]
     runs = []
     for folder in experiments:
         try:
             runs += [(p.name, folder.name) for p in folder.iterdir() if RUN_ID_RE.fullmatch(p.name)]
         except OSError:
             continue
-    items += [CompletionItem(run_id, help=f"run of {experiment}") for run_id, experiment in sorted(runs, reverse=True)
-              if run_id.startswith(incomplete)]  # fmt: skip
+    items += [
+        CompletionItem(run_id, help=f"run of {experiment}")
+        for run_id, experiment in sorted(runs, reverse=True)
+        if run_id.startswith(incomplete)
+    ]
     if not items or os.sep in incomplete:
         items.append(CompletionItem(incomplete, type="dir"))  # a run folder given as a path
     return items

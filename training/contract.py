@@ -267,3 +267,11 @@ def resolve_partition(sizes: list[int | float] | tuple[int | float, ...], rows: 
     val, test = (int(f * rows) for f in sizes[1:])
     train = rows - val - test if abs(sum(sizes) - 1) <= 1e-9 else int(sizes[0] * rows)
     return train, val, test
+
+
+def accelerate_mixed_precision(precision: str, accelerator: str) -> str:
+    """`accelerate launch --mixed_precision` for a precision: what the engine will run (fp16 autocast is
+    GPU-only, so 16-mixed on CPU runs bf16)."""
+    if precision == "16-mixed":
+        return "bf16" if accelerator == "cpu" else "fp16"
+    return "bf16" if precision == "bf16-mixed" else "no"

@@ -76,8 +76,10 @@ class Scheduler:
 
     def requeue_refusal(self, run_dir: Path) -> str | None:
         """Why `jobgen requeue` cannot work for this scheduler's runs (None: it can)."""
-        return (f"{run_dir} ran with the {self.name} backend, which cannot requeue "
-                "(submit the experiment again to repeat it)")  # fmt: skip
+        return (
+            f"{run_dir} ran with the {self.name} backend, which cannot requeue "
+            "(submit the experiment again to repeat it)"
+        )
 
     def requeue(self, job_id: str, what: str) -> None:
         """Put an ended (or running) job back in the queue under the same id."""

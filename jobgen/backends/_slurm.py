@@ -57,16 +57,19 @@ class SlurmScheduler(Scheduler):
             job_id, _, comment = line.partition("|")
             add(tags.get(comment.split(" ", 1)[0]), job_id.strip())
         start = dt.datetime.fromisoformat(since).astimezone() - dt.timedelta(hours=1)
-        acct = slurm.ask(["sacct", "-n", "-P", "-X", "--format=JobID,Comment,SubmitLine",
-                          "-S", start.strftime("%Y-%m-%dT%H:%M:%S")])  # fmt: skip
+        acct = slurm.ask(
+            ["sacct", "-n", "-P", "-X", "--format=JobID,Comment,SubmitLine", "-S", start.strftime("%Y-%m-%dT%H:%M:%S")]
+        )
         for line in acct.splitlines() if acct is not None else []:
             job_id, _, rest = line.partition("|")
             comment, _, submit_line = rest.partition("|")
             script = next((path for path in scripts if submit_line.endswith(path)), None)
             add(tags.get(comment.split(" ", 1)[0]) or scripts.get(script or ""), job_id.strip())
         if queue is None and acct is None:
-            raise SubmitError("cannot tell which jobs Slurm already holds (squeue and sacct did not answer); "
-                              "nothing was submitted again: run the command again once Slurm answers")  # fmt: skip
+            raise SubmitError(
+                "cannot tell which jobs Slurm already holds (squeue and sacct did not answer); "
+                "nothing was submitted again: run the command again once Slurm answers"
+            )
         return found
 
     def max_array_size(self) -> int:

@@ -21,8 +21,14 @@ SUBMIT_TIMEOUT_S = float(os.environ.get("JOBGEN_SBATCH_TIMEOUT") or 60)
 QUERY_TIMEOUT_S = 30
 
 # What Slurm's clients print when the controller did not answer (as opposed to refusing).
-UNREACHABLE = ("Unable to contact slurm controller", "did not answer", "Socket timed out", "Connection refused",
-               "Transport endpoint", "Zero Bytes were transmitted")  # fmt: skip
+UNREACHABLE = (
+    "Unable to contact slurm controller",
+    "did not answer",
+    "Socket timed out",
+    "Connection refused",
+    "Transport endpoint",
+    "Zero Bytes were transmitted",
+)
 _JOB_ID = re.compile(r"(\d+)(?:;\S+)?")
 
 
@@ -35,8 +41,14 @@ def call(command: list[str], *, timeout: float, what: str) -> subprocess.Complet
         )
     # In its own session, so that a tool that hangs is stopped with everything it started (a wrapper's
     # children would otherwise keep its pipes open, and us waiting).
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                          text=True, start_new_session=True) as proc:  # fmt: skip
+    with subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    ) as proc:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -42,13 +42,17 @@ class Local(Scheduler):
         return {"state": state.value, "submitted_at": started, "ended_at": now_iso(), "exit_code": code}
 
     def requeue_refusal(self, run_dir: Path) -> str | None:
-        return (f"{run_dir} ran with the local backend; requeue is for Slurm runs "
-                "(run the experiment again to repeat a local run)")  # fmt: skip
+        return (
+            f"{run_dir} ran with the local backend; requeue is for Slurm runs "
+            "(run the experiment again to repeat a local run)"
+        )
 
     def shape_problems(self, exp: Experiment) -> list[str]:
         if exp.slurm.nodes > 1:
-            return [f"launch.backend = 'local' runs on this machine but slurm.nodes = {exp.slurm.nodes}; "
-                    "use 1 node or sbatch"]  # fmt: skip
+            return [
+                f"launch.backend = 'local' runs on this machine but slurm.nodes = {exp.slurm.nodes}; "
+                "use 1 node or sbatch"
+            ]
         return []
 
 

@@ -25,8 +25,11 @@ class Sbatch(SlurmScheduler):
         return ["sbatch", "--parsable", str(script)]
 
     def submit(self, run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
-        return {"job_id": slurm.submit(job["submit_command"], f"submitting {job['name']}"),
-                "state": State.SUBMITTED.value, "submitted_at": now_iso()}  # fmt: skip
+        return {
+            "job_id": slurm.submit(job["submit_command"], f"submitting {job['name']}"),
+            "state": State.SUBMITTED.value,
+            "submitted_at": now_iso(),
+        }
 
     def submit_chain(self, run_dir: Path, job: dict[str, Any], segments: int) -> dict[str, Any]:
         """Submit one job as `segments` copies of its script, each queued to start when the one before it

@@ -35,8 +35,16 @@ class Submitit(SlurmScheduler):
     def submit_command(self, script: Path) -> list[str]:
         """What submitit will run in every task (after sourcing `script`), for the record."""
         spec = script.parent / "spec.json"
-        return ["submitit", f"--folder={script.parent / 'submitit'}", "python", "-u", "-m", "training",
-                "--spec", str(spec)]  # fmt: skip
+        return [
+            "submitit",
+            f"--folder={script.parent / 'submitit'}",
+            "python",
+            "-u",
+            "-m",
+            "training",
+            "--spec",
+            str(spec),
+        ]
 
     def submit(self, run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -57,8 +65,12 @@ class Submitit(SlurmScheduler):
         except Exception as exc:  # submitit wraps sbatch's failure in its own types
             raise SubmitError(f"submitit: {' '.join(str(exc).split())}") from None
         script = folder / f"{submitted.job_id}_submission.sh"
-        return {"job_id": str(submitted.job_id), "state": State.SUBMITTED.value, "submitted_at": now_iso(),
-                "submitit_script": str(script.relative_to(run_dir)) if script.exists() else None}  # fmt: skip
+        return {
+            "job_id": str(submitted.job_id),
+            "state": State.SUBMITTED.value,
+            "submitted_at": now_iso(),
+            "submitit_script": str(script.relative_to(run_dir)) if script.exists() else None,
+        }
 
     def shape_problems(self, exp: Experiment) -> list[str]:
         problems = super().shape_problems(exp)

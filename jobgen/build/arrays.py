@@ -49,13 +49,27 @@ def render_arrays(
         name = f"array-{k}"
         spec = f"0-{len(part) - 1}" + (f"%{parallelism}" if parallelism else "")
         log = str(run.run_dir / "arrays").replace("%", "%%")
-        opts = [("job-name", f"{experiment}.{name}"), *shared, ("array", spec),
-                ("output", f"{log}/slurm-%A_%a.out"), ("error", f"{log}/slurm-%A_%a.err"),
-                ("comment", with_tag(submit_tag(run.run_id, name), comment))]  # fmt: skip
-        text = environment().get_template("array.sbatch.j2").render(
-            version=run.version, experiment_file=str(experiment_file), array_name=name, run_id=run.run_id,
-            git_sha=run.git_sha, git_dirty=run.git_dirty, sbatch=opts,
-            scripts=[str(run.run_dir / s) for s in scripts[start : start + chunk]],
-        )  # fmt: skip
+        opts = [
+            ("job-name", f"{experiment}.{name}"),
+            *shared,
+            ("array", spec),
+            ("output", f"{log}/slurm-%A_%a.out"),
+            ("error", f"{log}/slurm-%A_%a.err"),
+            ("comment", with_tag(submit_tag(run.run_id, name), comment)),
+        ]
+        text = (
+            environment()
+            .get_template("array.sbatch.j2")
+            .render(
+                version=run.version,
+                experiment_file=str(experiment_file),
+                array_name=name,
+                run_id=run.run_id,
+                git_sha=run.git_sha,
+                git_dirty=run.git_dirty,
+                sbatch=opts,
+                scripts=[str(run.run_dir / s) for s in scripts[start : start + chunk]],
+            )
+        )
         out.append({"name": name, "script": f"arrays/{name}.sbatch", "text": text, "tasks": [j.name for j in part]})
     return out

@@ -22,6 +22,7 @@ from jobgen.build.plan import Job
 from jobgen.errors import TemplateError, one_line
 from jobgen.experiment.config import ENV_NAME_RE, as_dict, control_char
 from jobgen.facts import signal_name, submit_tag
+from training import contract
 
 _SBATCH_PLAIN = re.compile(r"[A-Za-z0-9_./:@%,=+-]+")
 _FLAG = re.compile(r"[A-Za-z][A-Za-z0-9-]*")
@@ -77,8 +78,9 @@ def environment(user_dir: Path | None = None) -> jinja2.Environment:
 def _refuse_control(value: Any, where: str) -> str:
     text = str(value)
     if control_char(text):
-        raise TemplateError(f"refusing to write {text!r} {where}: it holds a control character; "
-                            "write the value on one line")  # fmt: skip
+        raise TemplateError(
+            f"refusing to write {text!r} {where}: it holds a control character; write the value on one line"
+        )
     return text
 
 
@@ -192,17 +194,10 @@ def job_context(job: Job, run: RunInfo) -> dict[str, Any]:
         "signal": signal,
         "relay": relay,
         "launcher": exp.launch.launcher,
-        "mixed_precision": accelerate_precision(exp.train.precision, exp.train.accelerator),
+        "mixed_precision": contract.accelerate_mixed_precision(exp.train.precision, exp.train.accelerator),
         "chain": exp.slurm.chain,
         "strict": True,
     }
-
-
-def accelerate_precision(precision: str, accelerator: str) -> str:
-    """`accelerate launch --mixed_precision`: what the engine will run (fp16 autocast is GPU-only)."""
-    if precision == "16-mixed":
-        return "bf16" if accelerator == "cpu" else "fp16"
-    return "bf16" if precision == "bf16-mixed" else "no"
 
 
 def with_tag(tag: str, comment: Any) -> str:

@@ -33,8 +33,9 @@ def prefetch(path: str | Path, output_root: Path | None, sets: list[str]) -> tup
     jobs = plan(exp)
     missing = [m for m in ("torch", "transformers", "datasets") if importlib.util.find_spec(m) is None]
     if missing:
-        raise JobgenError(f"prefetch runs the training data step here and needs {', '.join(missing)}: "
-                          "pip install 'jobgen[train]'")  # fmt: skip
+        raise JobgenError(
+            f"prefetch runs the training data step here and needs {', '.join(missing)}: pip install 'jobgen[train]'"
+        )
     root = output_root_of(exp, output_root)
     env = {k: v for k, v in os.environ.items() if k not in OFFLINE_VARS}
     done: set[str] = set()
@@ -43,8 +44,9 @@ def prefetch(path: str | Path, output_root: Path | None, sets: list[str]) -> tup
         run = RunInfo(run_id="prefetch", run_dir=Path(tmp))
         for job in jobs:
             spec = build_spec(job, run, cache_dir_for(job, root))
-            key = json.dumps([spec["train"]["model"], spec["data"], spec["train"]["seed"], spec["cache_dir"]],
-                             sort_keys=True)  # fmt: skip
+            key = json.dumps(
+                [spec["train"]["model"], spec["data"], spec["train"]["seed"], spec["cache_dir"]], sort_keys=True
+            )
             if key in done:
                 continue
             done.add(key)

@@ -25,8 +25,9 @@ from jobgen.run import store as record
 from jobgen.run.model import Run
 from jobgen.states import State
 
-UNSUCCESSFUL = frozenset({State.FAILED, State.CANCELLED, State.TIMEOUT, State.OUT_OF_MEMORY, State.NODE_FAIL,
-                          State.PREEMPTED, State.UNKNOWN})  # fmt: skip
+UNSUCCESSFUL = frozenset(
+    {State.FAILED, State.CANCELLED, State.TIMEOUT, State.OUT_OF_MEMORY, State.NODE_FAIL, State.PREEMPTED, State.UNKNOWN}
+)
 
 
 @dataclass
@@ -137,8 +138,11 @@ def _resubmit(
             new = extra.pop("job_id")
             extra.pop("state", None)
     except SubmitError as exc:
-        raise SubmitError(f"{exc.message}; run jobgen requeue again: a job Slurm took without saying so is found "
-                          "then, not submitted twice", maybe_queued=exc.maybe_queued) from None  # fmt: skip
+        raise SubmitError(
+            f"{exc.message}; run jobgen requeue again: a job Slurm took without saying so is found "
+            "then, not submitted twice",
+            maybe_queued=exc.maybe_queued,
+        ) from None
     _record(run_dir, job, new, extra)
     return Outcome(name, new, state, "resubmitted", f"Slurm would not requeue job {old} ({why}); submitted again")
 
@@ -160,9 +164,17 @@ def _earlier_resubmission(
 
 
 def _record(run_dir: Path, job: dict[str, Any], job_id: str, extra: dict[str, Any] | None = None) -> None:
-    fields: dict[str, Any] = {"state": State.REQUEUED.value, "requeued_at": now_iso(),
-                              "requeues": int(job.get("requeues") or 0) + 1, "error": None}  # fmt: skip
+    fields: dict[str, Any] = {
+        "state": State.REQUEUED.value,
+        "requeued_at": now_iso(),
+        "requeues": int(job.get("requeues") or 0) + 1,
+        "error": None,
+    }
     if job_id != job["job_id"]:
-        fields |= {"job_id": job_id, "previous_job_ids": [*job.get("previous_job_ids", []), job["job_id"]],
-                   "submitted_at": now_iso(), **(extra or {})}  # fmt: skip
+        fields |= {
+            "job_id": job_id,
+            "previous_job_ids": [*job.get("previous_job_ids", []), job["job_id"]],
+            "submitted_at": now_iso(),
+            **(extra or {}),
+        }
     record.update_jobs(run_dir, {job["name"]: fields})

@@ -102,8 +102,9 @@ def _render(
         entries.append(_entry(job, rel, script_rel, scheduler.submit_command(run.run_dir / script_rel), dry_run))
         if exp.slurm.chain > 1:
             entries[-1]["chain"] = exp.slurm.chain
-    manifest = record.manifest_doc(run_id, exp.name, exp.path, exp.launch.backend, dry_run, sha, dirty, entries,
-                                   exp.experiment.description)  # fmt: skip
+    manifest = record.manifest_doc(
+        run_id, exp.name, exp.path, exp.launch.backend, dry_run, sha, dirty, entries, exp.experiment.description
+    )
     if sets:
         manifest["overrides"] = list(sets)
     if exp.launch.array:
@@ -135,8 +136,15 @@ def _arrays(
         for index, name in enumerate(array["tasks"]):
             by_name[name].update(array=array["name"], array_index=index, submit_command=None)
         state = State.DRY_RUN if dry_run else State.NOT_SUBMITTED
-        out.append({**array, "submit_command": scheduler.submit_command(run.run_dir / array["script"]),
-                    "job_id": None, "state": state.value, "error": None})  # fmt: skip
+        out.append(
+            {
+                **array,
+                "submit_command": scheduler.submit_command(run.run_dir / array["script"]),
+                "job_id": None,
+                "state": state.value,
+                "error": None,
+            }
+        )
     return out
 
 
@@ -194,8 +202,10 @@ def submit_pending(run_dir: Path, on_submit: Callable[[dict[str, Any]], None] | 
         except JobgenError as exc:
             if isinstance(exc, SubmitError):
                 raise
-            raise JobgenError(f"{exc.message}; then run: jobgen submit --resume {run_dir} (a job already queued is "
-                              "found, not submitted twice)") from None  # fmt: skip
+            raise JobgenError(
+                f"{exc.message}; then run: jobgen submit --resume {run_dir} (a job already queued is "
+                "found, not submitted twice)"
+            ) from None
         finally:
             record.compact(run_dir)  # the journal of this submission, folded into manifest.json once
         return record.load_manifest(run_dir)
@@ -239,8 +249,12 @@ def _submit_entry(
 ) -> None:
     ids = sorted(found.get(entry["name"]) or [], key=_id_order)
     if ids:  # queued by the earlier try: keep it, submit nothing
-        fields = {"job_id": ids[0].split("_")[0] if key == "arrays" else ids[0], "state": State.SUBMITTED.value,
-                  "submitted_at": entry["submit_tried_at"], "found_on_cluster": True}  # fmt: skip
+        fields = {
+            "job_id": ids[0].split("_")[0] if key == "arrays" else ids[0],
+            "state": State.SUBMITTED.value,
+            "submitted_at": entry["submit_tried_at"],
+            "found_on_cluster": True,
+        }
         if int(entry.get("chain") or 1) > 1:
             fields["segments"] = ids  # the segments queued before the answer was lost
     else:
@@ -273,8 +287,10 @@ def _record_submitted(run_dir: Path, entry: dict[str, Any], fields: dict[str, An
     # note written before sbatch finds the job by its tag.
     record.update_jobs(run_dir, {entry["name"]: {**fields, "error": None}}, key=key, durable=False)
     if key == "arrays":
-        tasks = {name: {**fields, "job_id": f"{fields['job_id']}_{i}", "error": None}
-                 for i, name in enumerate(entry["tasks"])}  # fmt: skip
+        tasks = {
+            name: {**fields, "job_id": f"{fields['job_id']}_{i}", "error": None}
+            for i, name in enumerate(entry["tasks"])
+        }
         record.update_jobs(run_dir, tasks, durable=False)
 
 

@@ -62,13 +62,26 @@ wait-all-nodes wckey wrap x11
 """.split()
 )
 MANAGED_FLAGS = {
-    "nodes": "slurm.nodes", "N": "slurm.nodes", "ntasks-per-node": "slurm.ntasks_per_node",
-    "gpus-per-node": "slurm.gpus_per_node", "cpus-per-task": "slurm.cpus_per_task", "mem": "slurm.mem",
-    "time": "slurm.time", "partition": "slurm.partition", "account": "slurm.account", "qos": "slurm.qos",
-    "constraint": "slurm.constraint", "exclusive": "slurm.exclusive", "requeue": "slurm.requeue",
-    "signal": "slurm.signal", "output": "(the run directory)", "error": "(the run directory)",
-    "job-name": "experiment.name", "array": "launch.array", "wrap": "(nothing: jobgen writes the script)",
-}  # fmt: skip
+    "nodes": "slurm.nodes",
+    "N": "slurm.nodes",
+    "ntasks-per-node": "slurm.ntasks_per_node",
+    "gpus-per-node": "slurm.gpus_per_node",
+    "cpus-per-task": "slurm.cpus_per_task",
+    "mem": "slurm.mem",
+    "time": "slurm.time",
+    "partition": "slurm.partition",
+    "account": "slurm.account",
+    "qos": "slurm.qos",
+    "constraint": "slurm.constraint",
+    "exclusive": "slurm.exclusive",
+    "requeue": "slurm.requeue",
+    "signal": "slurm.signal",
+    "output": "(the run directory)",
+    "error": "(the run directory)",
+    "job-name": "experiment.name",
+    "array": "launch.array",
+    "wrap": "(nothing: jobgen writes the script)",
+}
 
 
 @dataclass(frozen=True)
@@ -144,8 +157,10 @@ def _check_stem(path: Path, ctx: _Context) -> None:
     """Without experiment.name the file's stem names the run folder and the Slurm jobs: check it as a name."""
     problem = _check_name(path.stem) if path.stem else "it is empty"
     if problem:
-        raise ConfigError(f"{ctx.display}: the file name cannot name the experiment ({problem}); "
-                          "rename the file or set experiment.name")  # fmt: skip
+        raise ConfigError(
+            f"{ctx.display}: the file name cannot name the experiment ({problem}); "
+            "rename the file or set experiment.name"
+        )
 
 
 def control_char(value: Any) -> str | None:
@@ -260,8 +275,10 @@ def _build_section(name: str, cls: type, values: dict[str, Any], ctx: _Context) 
         value = _coerce(value, hints[key], dotted, ctx)
         char = control_char(value)
         if char:
-            ctx.fail(dotted, f"contains the control character {char!r}; write the value on one line, "
-                             "without control characters")  # fmt: skip
+            ctx.fail(
+                dotted,
+                f"contains the control character {char!r}; write the value on one line, without control characters",
+            )
         _check_value(value, fields[key].metadata, dotted, ctx)
         kwargs[key] = value
     return cls(**kwargs)
@@ -408,10 +425,17 @@ def _check_sweep_key(key: str) -> str | None:
 
 
 _KIND_CHECKS: dict[str, Callable[[Any], str | None]] = {
-    "time": _check_time, "mem": _check_mem, "word": _check_word, "words": _check_words,
-    "name": _check_name, "constraint": _check_constraint, "signal": _check_signal,
-    "extra": _check_extra, "grid": _check_grid, "points": _check_points,
-}  # fmt: skip
+    "time": _check_time,
+    "mem": _check_mem,
+    "word": _check_word,
+    "words": _check_words,
+    "name": _check_name,
+    "constraint": _check_constraint,
+    "signal": _check_signal,
+    "extra": _check_extra,
+    "grid": _check_grid,
+    "points": _check_points,
+}
 # Kinds of the [train] and [data] keys are checked by training/contract.py itself.
 
 

@@ -13,8 +13,24 @@ from dataclasses import dataclass
 from html import escape
 
 # Colour-blind-safe (Okabe-Ito, then Tableau); cycles for larger sweeps.
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000",
-           "#4E79A7", "#F28E2B", "#59A14F", "#E15759", "#B07AA1", "#76B7B2", "#EDC948", "#9C755F")  # fmt: skip
+PALETTE = (
+    "#0072B2",
+    "#E69F00",
+    "#009E73",
+    "#D55E00",
+    "#CC79A7",
+    "#56B4E9",
+    "#F0E442",
+    "#000000",
+    "#4E79A7",
+    "#F28E2B",
+    "#59A14F",
+    "#E15759",
+    "#B07AA1",
+    "#76B7B2",
+    "#EDC948",
+    "#9C755F",
+)
 
 WIDTH, HEIGHT = 600, 320
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 34, 46

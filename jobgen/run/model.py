@@ -20,7 +20,6 @@ from jobgen.run import store
 from jobgen.run.damage import JOB_FILES, json_problem, metrics_problem, parse_json
 from jobgen.states import JobInfo, State, parse
 
-
 _NAMES = {name: Path(name) for name in JOB_FILES}
 
 

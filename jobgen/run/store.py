@@ -72,8 +72,9 @@ def reserve_run(output_root: Path, experiment: str, run_id: str) -> Path | None:
     except (FileExistsError, FileNotFoundError):  # taken, or its experiment folder was just released
         return None
     except OSError as exc:
-        raise JobgenError(f"cannot create a run under {folder}: {exc.strerror}; "
-                          "free space or choose another --output-root") from None  # fmt: skip
+        raise JobgenError(
+            f"cannot create a run under {folder}: {exc.strerror}; free space or choose another --output-root"
+        ) from None
     return folder / run_id
 
 
@@ -101,8 +102,9 @@ def write_run(run_dir: Path, files: dict[str, str | bytes], copy_dirs: dict[str,
         tmp = Path(tempfile.mkdtemp(prefix=f".incomplete-{run_dir.name}-", dir=run_dir.parent))
     except OSError as exc:
         release_run(run_dir)
-        raise JobgenError(f"cannot write the run {run_dir}: {exc.strerror}; free space or choose another "
-                          "--output-root") from None  # fmt: skip
+        raise JobgenError(
+            f"cannot write the run {run_dir}: {exc.strerror}; free space or choose another --output-root"
+        ) from None
     made: set[Path] = set()
     try:
         for rel, content in files.items():
@@ -122,8 +124,10 @@ def write_run(run_dir: Path, files: dict[str, str | bytes], copy_dirs: dict[str,
         shutil.rmtree(tmp, ignore_errors=True)
         release_run(run_dir)
         if isinstance(exc, OSError):
-            raise JobgenError(f"cannot write the run {run_dir}: {exc.strerror or exc}; nothing was submitted; "
-                              "free space or choose another --output-root") from None  # fmt: skip
+            raise JobgenError(
+                f"cannot write the run {run_dir}: {exc.strerror or exc}; nothing was submitted; "
+                "free space or choose another --output-root"
+            ) from None
         raise
     return run_dir
 
@@ -157,7 +161,7 @@ def manifest_doc(
         "jobgen_version": __version__,
         "git": {"sha": git_sha, "dirty": git_dirty},
         "jobs": jobs,
-    }  # fmt: skip
+    }
 
 
 def dumps(doc: Any) -> str:
@@ -193,8 +197,10 @@ def load_manifest(run_dir: Path) -> dict[str, Any]:
         for number, change in enumerate(lines or [], start=1):
             problem = _apply(doc, change)
             if problem:
-                raise JobgenError(f"{journal}: damaged: line {number} {problem}; jobgen cannot read this run "
-                                  "(restore it from a copy, or remove the run)")  # fmt: skip
+                raise JobgenError(
+                    f"{journal}: damaged: line {number} {problem}; jobgen cannot read this run "
+                    "(restore it from a copy, or remove the run)"
+                )
         return doc
     raise JobgenError(f"{path} keeps changing while it is read; try again")
 
@@ -210,8 +216,9 @@ def _read_manifest(path: Path) -> tuple[dict[str, Any], tuple[int, int]]:
     doc, problem = parse_json(raw)
     problem = problem or manifest_problem(doc)
     if problem:
-        raise JobgenError(f"{path}: damaged: {problem}; jobgen cannot read this run (restore the file from a copy, "
-                          "or remove the run)")  # fmt: skip
+        raise JobgenError(
+            f"{path}: damaged: {problem}; jobgen cannot read this run (restore the file from a copy, or remove the run)"
+        )
     assert isinstance(doc, dict)  # manifest_problem() said so
     return doc, (stat.st_ino, stat.st_mtime_ns)
 
@@ -262,8 +269,10 @@ def _journal_lines(path: Path) -> list[Any] | None:
         except ValueError:
             if number == len(lines):  # no newline after it: an append cut short, not yet a record
                 break
-            raise JobgenError(f"{path}: damaged: line {number} is not JSON; jobgen cannot read this run "
-                              "(restore it from a copy, or remove the run)") from None  # fmt: skip
+            raise JobgenError(
+                f"{path}: damaged: line {number} is not JSON; jobgen cannot read this run "
+                "(restore it from a copy, or remove the run)"
+            ) from None
     return out
 
 
