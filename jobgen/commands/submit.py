@@ -331,4 +331,5 @@ def cancel(run: Run, names: list[str]) -> list[RunJob]:
         # A chained job is all its segments: cancelling only the running one would start the next.
         backends.get(run.backend).cancel([i for job in chosen for i in job.ids])
         record.update_jobs(run.run_dir, {job.name: {"cancel_requested_at": now_iso()} for job in chosen})
+        record.compact(run.run_dir)
     return chosen

@@ -96,7 +96,8 @@ def record_states(run: Run) -> None:
             updates[job.name] = fields
     if updates:
         ids = {job.name: job.job_id for job in run.jobs}
-        store.update_jobs(run.run_dir, updates, if_job_id=ids)
+        store.update_jobs(run.run_dir, updates, if_job_id=ids, durable=False)
+        store.compact(run.run_dir)  # manifest.json is whole again when the command ends
         for job in run.jobs:
             job.entry.update(updates.get(job.name, {}))
 
