@@ -57,15 +57,17 @@ def run(spec: Spec, spec_path: Path | None = None) -> int:
     except BaseException as exc:
         _end_after_failure(exc)
         raise
-    if not stats.interrupted:
-        stats.finish()
-        if rank == 0:
-            # First, before anything that can crash on the way out (process-group teardown, trackers,
-            # interpreter exit): every collective of the run is done, so the result is final, and a
-            # step that dies after this point has lost no work (templates/_result_guard.j2).
-            path = write_result(spec, build_result(spec, stats, requeue.requeue_count()))
-            print(f"training: wrote {path}", flush=True)
-    common.end_process_group()
+    try:
+        if not stats.interrupted:
+            stats.finish()
+            if rank == 0:
+                # First, before anything that can crash on the way out (process-group teardown, trackers,
+                # interpreter exit): every collective of the run is done, so the result is final, and a
+                # step that dies after this point has lost no work (templates/_result_guard.j2).
+                path = write_result(spec, build_result(spec, stats, requeue.requeue_count()))
+                print(f"training: wrote {path}", flush=True)
+    finally:
+        common.end_process_group()  # the other ranks wait in its barrier, even if writing failed
     trackers.finish("KILLED" if stats.interrupted else "FINISHED")
     if stats.interrupted:
         requeue.leave_for_requeue(rank, spec.checkpoint_dir)
