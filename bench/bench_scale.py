@@ -91,8 +91,15 @@ def wait_ended(name: str, timeout: float) -> None:
 def measure(n: int, array: bool, root: Path, counter: Path) -> dict[str, float]:
     kind = "a" if array else "s"
     exp = root / f"scale{n}{kind}.toml"
-    exp.write_text(EXPERIMENT.format(n=n, kind=kind, template=REPO / "bench" / "true.sbatch.j2",
-                                     array=str(array).lower(), seeds=", ".join(str(i) for i in range(n))))
+    exp.write_text(
+        EXPERIMENT.format(
+            n=n,
+            kind=kind,
+            template=REPO / "bench" / "true.sbatch.j2",
+            array=str(array).lower(),
+            seeds=", ".join(str(i) for i in range(n)),
+        )
+    )
     env = {**os.environ, "PATH": f"{counter}:{os.environ['PATH']}"}
     out = {"jobs": n}
     out["submit_s"] = jobgen(["--output-root", str(root / "runs"), "submit", str(exp)], env)

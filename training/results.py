@@ -7,6 +7,7 @@ import io
 import json
 import os
 import resource
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -218,6 +219,32 @@ def write_result(spec: Spec, result: dict[str, Any]) -> Path:
     path = spec.job_dir / "result.json"
     atomic_write(path, json.dumps(result, indent=2) + "\n")
     return path
+
+
+def result_stamp(job_dir: Path) -> tuple[int, int] | None:
+    """(inode, mtime) of the job's result.json, None while it has none. atomic_write always puts a new
+    file in place, so a stamp that changed across a launch says that launch wrote the result."""
+    try:
+        found = (job_dir / "result.json").stat()
+    except OSError:
+        return None
+    return found.st_ino, found.st_mtime_ns
+
+
+def finished_anyway(job_dir: Path, before: tuple[int, int] | None, status: int) -> bool:
+    """A launch that exited non-zero after writing its result: the training finished, and what died
+    did so on the way out (teardown, interpreter exit). Said in the log; the caller reports success.
+    The twin of templates/_result_guard.j2, for launches training itself makes (training/ranks.py)."""
+    now = result_stamp(job_dir)
+    if status == 0 or now is None or now == before:
+        return False
+    print(
+        f"training: the ranks wrote {job_dir / 'result.json'}, then exited with status {status} on the way "
+        "out; the job counts as completed",
+        file=sys.stderr,
+        flush=True,
+    )
+    return True
 
 
 def graphs_compiled() -> int:

@@ -1,10 +1,12 @@
-"""One job, start to end: read the spec, prepare data once, run the engine, write result.json."""
+"""One job, start to end: read the spec, prepare data once, run the engine, write result.json, and only
+then tear down the process group (engines/common.py) and close the trackers."""
 
 from __future__ import annotations
 
 import importlib
 import json
 import os
+import sys
 import warnings
 from pathlib import Path
 
@@ -45,20 +47,47 @@ def run(spec: Spec, spec_path: Path | None = None) -> int:
         prepared = data.prepare(spec)
     _say_ready(spec, prepared)
     engine = importlib.import_module(ENGINE_MODULES[spec.train.engine])
+    from training.engines import common
+
+    if spec.train.world_size > 1:
+        common.before_process_group()
     trackers.start(spec)
     try:
-        rank = engine.run(spec, prepared, stats, watcher)
-    except BaseException:
-        trackers.finish("FAILED")
+        rank = engine.run(spec, prepared, stats, watcher)  # fit and test; the process group is still up
+    except BaseException as exc:
+        _end_after_failure(exc)
         raise
+    try:
+        if not stats.interrupted:
+            stats.finish()
+            if rank == 0:
+                # First, before anything that can crash on the way out (process-group teardown, trackers,
+                # interpreter exit): every collective of the run is done, so the result is final, and a
+                # step that dies after this point has lost no work (templates/_result_guard.j2).
+                path = write_result(spec, build_result(spec, stats, requeue.requeue_count()))
+                print(f"training: wrote {path}", flush=True)
+    finally:
+        common.end_process_group()  # the other ranks wait in its barrier, even if writing failed
     trackers.finish("KILLED" if stats.interrupted else "FINISHED")
     if stats.interrupted:
         requeue.leave_for_requeue(rank, spec.checkpoint_dir)
-    stats.finish()
-    if rank == 0:
-        path = write_result(spec, build_result(spec, stats, requeue.requeue_count()))
-        print(f"training: wrote {path}", flush=True)
     return 0
+
+
+def _end_after_failure(exc: BaseException) -> None:
+    """This rank failed: tear down its part without waiting for the others, close the trackers, and
+    let the exception go on. The traceback's frames hold the engine's objects (the DDP wrapper holds
+    the process group): cleared first, so the group really goes instead of lingering into exit."""
+    import traceback
+
+    from training.engines import common
+
+    try:
+        traceback.clear_frames(exc.__traceback__)
+        common.end_process_group(orderly=False)
+    except Exception as teardown:  # never hide the failure that brought us here
+        print(f"training: teardown after failure failed: {teardown}", file=sys.stderr, flush=True)
+    trackers.finish("FAILED")
 
 
 def prepare_only(spec: Spec) -> int:

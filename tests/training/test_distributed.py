@@ -66,6 +66,8 @@ def test_two_ranks_launched_locally(
     assert any((tmp_path / "job" / "checkpoints").iterdir())
     log = (tmp_path / "job" / "entrypoint.log").read_text()
     assert "rank 1/2" in log and "rank 0/2" in log
+    # Every engine's teardown frees its process group: no backend thread lives on into exit (issue 20).
+    assert "still running after destroy_process_group" not in log, log[-3000:]
     # What each rank's strategy did: the DeepSpeed config it holds, the policy FSDP2 was given.
     expected = {
         "fsdp": "offload=none",
@@ -118,6 +120,7 @@ def test_ranks_come_from_slurm_variables(engine: str, via: str, tmp_path: Path, 
     assert codes == [0, 0], logs[0][-3000:] + logs[1][-3000:]
     for r in (0, 1):
         assert f"rank {r}/2 via {via}" in logs[r]
+        assert "still running after destroy_process_group" not in logs[r], logs[r][-3000:]
     assert "wrote" in logs[0] and "wrote" not in logs[1]  # only rank 0 writes
     import json
 

@@ -1,7 +1,10 @@
-"""Pieces the engines assemble the same way: the model (optionally compiled) and the data loaders."""
+"""Pieces the engines assemble the same way: the model (optionally compiled), the data loaders, and
+what comes before and after a process group (training.run calls those for every engine)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 from training import model as model_lib
@@ -61,9 +64,80 @@ def announce(rank: int, world: int, strategy: Any) -> None:
     print(f"training: rank {rank}/{world} via {environment}; strategy {describe(strategy)}", flush=True)
 
 
-def destroy_process_group() -> None:
-    """FSDP2 runs abort (rc 134) at exit when the process group outlives the run."""
+def before_process_group() -> None:
+    """Called before any process group exists (training.run, every engine, several ranks).
+
+    torch.distributed.nn.functional takes `group=group.WORLD` as default arguments, evaluated when it
+    is imported. DDP imports it (through torch._dynamo -> fsdp -> _shard) after init_process_group,
+    and then those defaults hold the default group for good: destroy_process_group() cannot free it,
+    and its gloo worker threads live on into interpreter exit. A worker still dropping the last
+    collective's tensors there needs the GIL, CPython ends that thread with pthread_exit, and the
+    unwinding through the worker's noexcept frames calls std::terminate: "terminate called without
+    an active exception", the rank aborts (issue 20). Imported here first, the defaults are None."""
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    if dist.is_available() and not dist.is_initialized():
+        import torch.distributed.nn  # noqa: F401
+
+
+def end_process_group(orderly: bool = True) -> None:
+    """The end of a run with a process group, the same on every rank and for every engine.
+
+    1. A barrier (`orderly`, i.e. this rank finished): no rank tears down while another still has a
+       collective in flight, and rank 0, which hosts the TCPStore at MASTER_ADDR, does not go first.
+    2. Garbage collection: the DDP wrapper (its Reducer holds the group) goes before the group, or
+       the gloo group's destructor can wait forever at exit.
+    3. destroy_process_group(): every group, in the same order on every rank; this joins the
+       backend's threads while the interpreter is fully alive.
+    Not orderly (this rank failed): no barrier, a peer may be gone; the local teardown only."""
+    import gc
+
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        gc.collect()
+        return
+    if orderly:
+        try:
+            _barrier(dist)
+        except Exception as exc:  # a peer that died after its last collective: tear down ours anyway
+            print(f"training: barrier before teardown failed: {exc}", file=sys.stderr, flush=True)
+    gc.collect()
+    dist.destroy_process_group()
+    left = backend_threads()
+    if left:
+        print(
+            f"training: warning: {', '.join(left)} still running after destroy_process_group(): something "
+            "still holds the process group, and this rank may abort at exit (issue 20)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _barrier(dist: Any) -> None:
+    if dist.get_backend() == "nccl":
+        import torch
+
+        dist.barrier(device_ids=[torch.cuda.current_device()])
+    else:
+        dist.barrier()
+
+
+BACKEND_THREADS = ("pt_gloo", "gloo_", "pt_nccl")  # thread names torch gives its backends' threads
+
+
+def backend_threads() -> list[str]:
+    """Names of this process' threads that belong to a process group backend (Linux; else none)."""
+    names = []
+    try:
+        tasks = list(Path("/proc/self/task").iterdir())
+    except OSError:
+        return []
+    for task in tasks:
+        try:
+            name = (task / "comm").read_text().strip()
+        except OSError:
+            continue
+        if name.startswith(BACKEND_THREADS):
+            names.append(name)
+    return sorted(names)

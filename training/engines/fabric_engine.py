@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 from pathlib import Path
 from typing import Any, cast
 
@@ -91,15 +90,11 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: Watcher | None) -
     fabric = _make_fabric(spec, stats)
     fabric.launch()
     common.announce(fabric.global_rank, fabric.world_size, fabric.strategy)
-    try:
-        _fit_and_test(fabric, spec, prepared, stats, watcher)
-        fabric.barrier()
-        return cast(int, fabric.global_rank)
-    finally:
-        # The DDP wrapper (its Reducer) must die before the process group it holds, or the gloo
-        # group's destructor can wait forever at exit; hence a separate function and a collect.
-        gc.collect()
-        common.destroy_process_group()
+    # The DDP wrapper (its Reducer) must die before the process group it holds, or the gloo group's
+    # destructor can wait forever at exit: a separate function, whose objects are gone once it returns.
+    # training.run then writes the result and tears the group down (common.end_process_group).
+    _fit_and_test(fabric, spec, prepared, stats, watcher)
+    return cast(int, fabric.global_rank)
 
 
 def _fit_and_test(fabric: Any, spec: Spec, prepared: Prepared, stats: Stats, watcher: Watcher | None) -> None:

@@ -425,15 +425,10 @@ def resumable_checkpoint(directory: Path) -> Path | None:
 
 def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher | None) -> int:
     os.environ.update(ranks.from_slurm())
-    try:
-        return _fit_and_test(spec, prepared, stats, watcher)
-    finally:
-        # The DDP wrapper the Trainer holds must be gone before its process group, or a gloo rank can
-        # abort at exit ("terminate called without an active exception"); hence a separate function.
-        import gc
-
-        gc.collect()
-        common.destroy_process_group()
+    # The DDP wrapper the Trainer holds must be gone before its process group: a separate function,
+    # whose objects are gone once it returns. training.run then writes the result and tears the group
+    # down (common.end_process_group).
+    return _fit_and_test(spec, prepared, stats, watcher)
 
 
 def _fit_and_test(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher | None) -> int:

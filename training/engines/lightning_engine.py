@@ -290,15 +290,12 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher |
     resume_from = requeue.newest_checkpoint(spec.checkpoint_dir, ".ckpt")
     stats.resumed = resume_from is not None
     try:
-        try:
-            trainer.fit(module, ckpt_path=str(resume_from) if resume_from else None)
-        except Preempted:
-            stats.interrupted = True
-        stats.world_size = trainer.world_size
-        stats.epochs_done = trainer.current_epoch if not stats.interrupted else len(stats.val_acc_per_epoch)
-        stats.optimizer_steps = trainer.global_step
-        if not stats.interrupted:
-            _test_best(trainer, module, best, spec, stats)
-        return trainer.global_rank
-    finally:
-        common.destroy_process_group()
+        trainer.fit(module, ckpt_path=str(resume_from) if resume_from else None)
+    except Preempted:
+        stats.interrupted = True
+    stats.world_size = trainer.world_size
+    stats.epochs_done = trainer.current_epoch if not stats.interrupted else len(stats.val_acc_per_epoch)
+    stats.optimizer_steps = trainer.global_step
+    if not stats.interrupted:
+        _test_best(trainer, module, best, spec, stats)
+    return trainer.global_rank  # training.run writes the result, then tears the group down

@@ -125,13 +125,9 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: Watcher | None) -
     stats.accelerator = resolve_accelerator(t)
     stats.precision_effective = effective_precision(t.precision, stats.accelerator)
     rank, world, device = _start_ranks(t, stats.accelerator)
-    try:
-        return _fit_and_test(spec, prepared, stats, watcher, rank, world, device)
-    finally:
-        import gc
-
-        gc.collect()  # the DDP wrapper before its process group (see fabric_engine.run)
-        common.destroy_process_group()
+    # A separate function: its model (the DDP wrapper, which holds the process group) is gone once it
+    # returns; training.run then writes the result and tears the group down (common.end_process_group).
+    return _fit_and_test(spec, prepared, stats, watcher, rank, world, device)
 
 
 def _fit_and_test(
