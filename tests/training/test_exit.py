@@ -48,6 +48,36 @@ def test_four_gloo_ranks_end_cleanly_again_and_again(tmp_path: Path) -> None:
         assert out["lingering"] == 0, out["log"][-4000:]
 
 
+# Groups that other code holds past destroy_process_group(): a default argument evaluated after the group
+# was made (as deepspeed.comm's TorchBackend.barrier, imported late by the HF Trainer), and a 2-D
+# DeviceMesh kept alive (as torch's DTensor caches keep FSDP2's), holding its own sub-groups.
+HELD_ELSEWHERE = r"""
+import os, sys
+import torch.distributed as dist
+from training import ranks
+from training.engines import common
+os.environ.update(ranks.from_slurm())
+common.before_process_group()
+dist.init_process_group("gloo")
+from torch.distributed.device_mesh import init_device_mesh
+def barrier(group=dist.group.WORLD):
+    return group
+KEPT = [init_device_mesh("cpu", (dist.get_world_size(), 1), mesh_dim_names=("dp", "tp"))["dp"]]
+dist.barrier(group=KEPT[0].get_group())
+common.end_process_group()
+print("backend threads after teardown:", len(common.backend_threads()), flush=True)
+assert barrier() is None
+"""
+
+
+@pytest.mark.timeout(180)
+def test_teardown_lets_go_of_groups_held_elsewhere(tmp_path: Path) -> None:
+    out = _bench().run_ranks(tmp_path, 2, ["-c", HELD_ELSEWHERE], timeout=150)
+    assert out["codes"] == [0, 0], out["log"][-4000:]
+    assert out["log"].count("backend threads after teardown: 0") == 2, out["log"][-4000:]
+    assert "still running after destroy_process_group" not in out["log"]
+
+
 # A rank whose process-group teardown aborts, as issue 20's did; the run itself is the real entrypoint.
 ABORTING_TEARDOWN = r"""
 import os, sys

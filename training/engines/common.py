@@ -88,7 +88,8 @@ def end_process_group(orderly: bool = True) -> None:
     2. Garbage collection: the DDP wrapper (its Reducer holds the group) goes before the group, or
        the gloo group's destructor can wait forever at exit.
     3. destroy_process_group(): every group, in the same order on every rank; this joins the
-       backend's threads while the interpreter is fully alive.
+       backend's threads while the interpreter is fully alive. Groups that other code still holds
+       (default arguments, DeviceMeshes in torch's caches) are let go of first if threads remain.
     Not orderly (this rank failed): no barrier, a peer may be gone; the local teardown only."""
     import gc
 
@@ -104,6 +105,9 @@ def end_process_group(orderly: bool = True) -> None:
             print(f"training: barrier before teardown failed: {exc}", file=sys.stderr, flush=True)
     gc.collect()
     dist.destroy_process_group()
+    if backend_threads():
+        _release_lingering_groups(dist)
+        gc.collect()
     left = backend_threads()
     if left:
         print(
@@ -112,6 +116,36 @@ def end_process_group(orderly: bool = True) -> None:
             file=sys.stderr,
             flush=True,
         )
+
+
+def _release_lingering_groups(dist: Any) -> None:
+    """Let go of process groups that outlive destroy_process_group() in other code's hands; they are of
+    no use to anyone then, and once freed their threads are joined now instead of at interpreter exit:
+    - default arguments `group=group.WORLD`, evaluated when a module is imported after the group was
+      made (deepspeed.comm's TorchBackend.barrier under the HF Trainer; torch.distributed.nn when it
+      was not imported first): set to None, which means "the default group" to those functions;
+    - DeviceMeshes kept in torch's DTensor caches (FSDP2: sharding propagation, MeshTopoInfo, the
+      redistribute planner), each holding its groups in `_pg_registry`: emptied."""
+    import gc
+    import types
+
+    group = dist.ProcessGroup
+    try:
+        from torch.distributed.device_mesh import DeviceMesh
+    except ImportError:  # pragma: no cover - torch without distributed tensors
+        DeviceMesh = None  # noqa: N806
+    for obj in gc.get_objects():
+        kind = type(obj)
+        if kind is types.FunctionType:
+            defaults, keywords = obj.__defaults__, obj.__kwdefaults__
+            if defaults and any(isinstance(d, group) for d in defaults):
+                obj.__defaults__ = tuple(None if isinstance(d, group) else d for d in defaults)
+            if keywords and any(isinstance(v, group) for v in keywords.values()):
+                obj.__kwdefaults__ = {k: None if isinstance(v, group) else v for k, v in keywords.items()}
+        elif DeviceMesh is not None and DeviceMesh in kind.__mro__:  # no isinstance: no metaclass hooks
+            registry = getattr(obj, "_pg_registry", None)
+            if isinstance(registry, dict):
+                registry.clear()
 
 
 def _barrier(dist: Any) -> None:
