@@ -94,28 +94,56 @@ def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     # DeepSpeed JIT-builds its CPU comm extension (~40 s); a directory of our own keeps the build
-    # between tests and runs (a shared ~/.cache one gets rebuilt whenever another user's flags differ).
+    # between tests and runs (a shared ~/.cache one gets rebuilt whenever another user's flags differ):
+    # the one scripts/test.sh exports (under ~/.cache/jobgen-test, kept between sessions, where a fresh
+    # clone's .pytest_cache is empty), else one in .pytest_cache.
     # One thread per process: two ranks on two cores must not oversubscribe them.
     env.update(
         OFFLINE,
         PYTHONPYCACHEPREFIX=str(PYCACHE),
         PYTHONPATH=str(REPO),
         OMP_NUM_THREADS="1",
-        TORCH_EXTENSIONS_DIR=str(REPO / ".pytest_cache" / "torch-extensions"),
+        TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR") or str(REPO / ".pytest_cache" / "torch-extensions"),
         **(extra or {}),
     )
     return env
 
 
+# Entrypoints this test started. Each runs in a session of its own, with the ranks it launches: when
+# the test fails or times out (pytest-timeout), `_no_rank_outlives_its_test` kills the whole group, so
+# no orphaned rank goes on training (on a 2-core machine it would slow every test after it).
+_STARTED: list[subprocess.Popen] = []
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # the whole group has ended
+    proc.wait()
+
+
+@pytest.fixture(autouse=True)
+def _no_rank_outlives_its_test() -> Any:
+    yield
+    while _STARTED:
+        _kill_group(_STARTED.pop())
+
+
 def start(spec: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
     handle = open(log, "w")  # noqa: SIM115 - closed by the process' end (kept for the test's diagnostics)
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "training", "--spec", str(spec)],
         cwd=REPO,
         env=env,
         stdout=handle,
         stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
+    _STARTED.append(proc)
+    return proc
 
 
 def run_entrypoint(spec: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:
@@ -125,7 +153,7 @@ def run_entrypoint(spec: Path, env: dict[str, str], timeout: float) -> dict[str,
     try:
         rc = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        _kill_group(proc)  # with the ranks it started
         raise AssertionError(f"entrypoint timed out; log:\n{log.read_text()[-4000:]}") from None
     assert rc == 0, f"rc={rc}; log:\n{log.read_text()[-6000:]}"
     return json.loads((spec.parent / "result.json").read_text())
