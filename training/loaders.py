@@ -14,8 +14,10 @@ negative number for such a repeat.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
+import signal
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -201,7 +203,23 @@ def make_loader(ds: Any, spec: Spec, tokenizer: Any, train: bool, rank: int = 0,
         num_workers=t.num_workers,
         collate_fn=Collator(tokenizer, d.padding, d.max_length, bucket),
         persistent_workers=t.num_workers > 0,
+        worker_init_fn=_spare_workers(spec) if t.num_workers > 0 and spec.requeue.enabled else None,
     )
+
+
+def _spare_workers(spec: Spec) -> Any:
+    from training.requeue import signum
+
+    return functools.partial(_ignore_signals, (signal.SIGTERM, signum(spec.requeue.signal)))
+
+
+def _ignore_signals(numbers: tuple[int, ...], worker_id: int) -> None:
+    """In each DataLoader worker: Slurm signals every process of a step, workers too. A worker would die
+    of SIGTERM (torch's handler there spares only its parent's) or of the warning signal's default
+    action, and its rank fail ("DataLoader worker ... killed by signal") before it checkpoints. The
+    rank stops its workers itself when it leaves."""
+    for number in numbers:
+        signal.signal(number, signal.SIG_IGN)
 
 
 def model_inputs(batch: dict[str, Any]) -> dict[str, Any]:

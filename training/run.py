@@ -35,7 +35,7 @@ def run(spec: Spec, spec_path: Path | None = None) -> int:
     watcher = None
     if spec.requeue.enabled:
         watcher = requeue.Watcher()
-        watcher.install(spec.requeue.signal)
+        watcher.install_all(spec.requeue.signal)  # the warning signal, and SIGTERM (preemption)
     from datasets.utils.logging import disable_progress_bar
 
     from training import data
@@ -48,6 +48,11 @@ def run(spec: Spec, spec_path: Path | None = None) -> int:
     trackers.start(spec)
     try:
         rank = engine.run(spec, prepared, stats, watcher)
+    except SystemExit as exc:
+        trackers.finish("FAILED")
+        # A library that ends the run with a clean exit (Lightning on SIGTERM) must not leave a job without
+        # its result looking COMPLETED.
+        raise SystemExit(exc.code or 1) from None
     except BaseException:
         trackers.finish("FAILED")
         raise
