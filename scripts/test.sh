@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
-# The whole test suite, real Slurm included: install ./.venv (dev extras), start the test cluster
-# (tests/cluster/up.sh: slurmctld + 3 slurmd nodes + accounting; needs root) and Chromium
-# (scripts/browser.sh), run pytest, stop the cluster. Extra arguments go to pytest.
+# The whole test suite, real Slurm included: install ./.venv (dev extras), start the test clusters
+# (tests/cluster/up.sh: slurmctld + 3 slurmd nodes each; needs root) and Chromium (scripts/browser.sh),
+# run pytest on $JOBGEN_TEST_WORKERS pytest-xdist workers (default 2), stop the clusters. Extra
+# arguments go to pytest.
+#
+# Each worker has two clusters of its own, one with accounting and one without (tests/slurm_cluster.py:
+# names, nets and directories derive from JOBGEN_CLUSTER_NAME/_NET/_DIR, defaults jobgen, 10.77.77,
+# /tmp/jobgen-cluster; worker 0's accounting cluster is that default one). The Slurm tests that mostly
+# wait (time limits, requeues, sacct) run on one worker while the other trains (tests/conftest.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+workers="${JOBGEN_TEST_WORKERS:-2}"
 bash scripts/bootstrap.sh
 bash scripts/lint.sh        # ruff check, ruff format --check, mypy --strict jobgen (as pre-commit does)
 bash scripts/browser.sh     # Chromium, for the report's headless-browser test
-bash tests/cluster/up.sh --accounting
-trap 'bash tests/cluster/down.sh >/dev/null 2>&1 || true' EXIT
+bash tests/cluster/up.sh --accounting   # the first cluster alone: it installs Slurm when missing
+trap '.venv/bin/python -m tests.slurm_cluster down --workers "$workers" >/dev/null 2>&1 || true' EXIT
+.venv/bin/python -m tests.slurm_cluster up --workers "$workers"
 # shellcheck disable=SC1091
 source "${JOBGEN_CLUSTER_DIR:-/tmp/jobgen-cluster}/env.sh"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 # A cache of compiled extensions and tokenized data that survives between test sessions.
 export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/jobgen-test/torch_extensions}"
-.venv/bin/python -m pytest -q -ra -p no:cacheprovider --durations=15 "$@"
+parallel=()
+[ "$workers" -le 1 ] || parallel=(-n "$workers" --dist loadgroup)
+.venv/bin/python -m pytest -q -ra -p no:cacheprovider --durations=15 "${parallel[@]}" "$@"

@@ -13,6 +13,50 @@ sys.path.insert(0, str(REPO))  # tests/ helpers import as `tests.x`
 
 pytest_plugins = ["tests.conftest_slurm"] if (REPO / "tests" / "conftest_slurm.py").exists() else []
 
+# Tests on the real cluster that spend their time waiting for Slurm (time limits, requeues after the
+# credential lifetime, sacct, status --watch), not computing. Under pytest-xdist with --dist loadgroup
+# (scripts/test.sh) they form one group that runs, one test after the other, on one worker with its
+# own clusters while the other worker trains; the other tests go one at a time to whichever worker is
+# free. The groups are set here, by path, not with xdist_group marks: pytest-xdist 3.8 marks a group
+# by rewriting item._nodeid, which pytest 9 no longer reads, so its marks group nothing.
+WAITING_ON_SLURM = (
+    "tests/test_cluster.py",
+    "tests/slurm/test_states.py",
+    "tests/slurm/test_chain.py",
+    "tests/slurm/test_requeue_command.py",
+    "tests/slurm/test_concurrency.py",
+    "tests/slurm/test_at_most_once.py",
+    "tests/slurm/test_controller.py",
+    "tests/slurm/test_arrays.py",
+)
+# Modules whose tests share a module-scoped fixture (one training run): one worker, so it runs once.
+ONE_WORKER_MODULES = ("tests/training/test_hf_trainer_fsdp.py",)
+
+
+def xdist_group(nodeid: str) -> str:
+    """The unit of work pytest-xdist hands to one worker: a group name, or the test's own id."""
+    path = nodeid.split("::", 1)[0]
+    if path in WAITING_ON_SLURM:
+        return "waiting-on-slurm"
+    if path in ONE_WORKER_MODULES:
+        return path
+    return nodeid
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """--dist loadgroup with the groups above (xdist's own loadgroup, for any xdist_group marks, first)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class Scheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope: str = super()._split_scope(nodeid)
+            return xdist_group(nodeid) if scope == nodeid else scope
+
+    return Scheduling(config, log)
+
 
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, request: pytest.FixtureRequest) -> None:

@@ -1,10 +1,13 @@
 """pytest fixtures for the real Slurm test cluster; registered in tests/conftest.py (pytest_plugins).
 
-- ``slurm_cluster`` (session): starts the cluster once, in accounting mode; returns a SlurmCluster.
-- ``slurm_env`` (function): the cluster in accounting mode (checked per test, restarted only when
-  needed) and a fresh copy of the client environment (SLURM_CONF, ...) for subprocesses.
-- ``slurm_no_accounting`` (function): switches the cluster to no-accounting mode for one test and back
-  to accounting mode afterwards; returns the client environment.
+- ``slurm_cluster`` (session): starts this process's accounting cluster once; returns a SlurmCluster.
+- ``slurm_env`` (function): that cluster (checked per test, restarted only when needed) and a fresh
+  copy of the client environment (SLURM_CONF, ...) for subprocesses.
+- ``slurm_no_accounting`` (function): this process's cluster without accounting (a cluster of its own,
+  started when first needed: no mode switch, nothing restarted under other tests); returns the client
+  environment.
+
+Each xdist worker has its own pair of clusters (tests/slurm_cluster.py ``cluster_spec``).
 
 Where the cluster cannot run (not root, or JOBGEN_SKIP_SLURM=1) the tests skip with the reason. With
 CI=true they fail instead: CI must never pass by skipping the cluster.
@@ -13,7 +16,6 @@ CI=true they fail instead: CI must never pass by skipping the cluster.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,7 +56,7 @@ def _why_not_runnable() -> str | None:
 
 def _start(accounting: bool) -> dict[str, str]:
     try:
-        return cluster.ensure_mode(accounting=accounting)
+        return cluster.ensure(cluster.cluster_spec(accounting))
     except cluster.ClusterError as exc:
         # A cluster that cannot start is a failure everywhere, not a skip: the scripts are the product.
         pytest.fail(str(exc), pytrace=False)
@@ -68,19 +70,16 @@ def slurm_cluster() -> SlurmCluster:
             pytest.fail(f"Slurm test cluster unavailable in CI (CI=true): {reason}", pytrace=False)
         pytest.skip(f"Slurm test cluster unavailable: {reason}")
     env = _start(accounting=True)
-    return SlurmCluster(dir=cluster.cluster_dir(), env=env)
+    return SlurmCluster(dir=cluster.cluster_spec(accounting=True).dir, env=env)
 
 
 @pytest.fixture
 def slurm_env(slurm_cluster: SlurmCluster) -> dict[str, str]:
-    # Cheap when nothing changed (reads the mode file, pings slurmctld); brings the cluster back in
-    # accounting mode if an earlier test switched it or it died.
+    # Cheap when nothing changed (reads the mode file, pings slurmctld); starts the cluster again if
+    # it died.
     return _start(accounting=True)
 
 
 @pytest.fixture
-def slurm_no_accounting(slurm_cluster: SlurmCluster) -> Iterator[dict[str, str]]:
-    try:
-        yield _start(accounting=False)
-    finally:
-        _start(accounting=True)
+def slurm_no_accounting(slurm_cluster: SlurmCluster) -> dict[str, str]:
+    return _start(accounting=False)

@@ -4,7 +4,9 @@
 #   tests/cluster/controller.sh stop|start
 set -euo pipefail
 D="${JOBGEN_CLUSTER_DIR:-/tmp/jobgen-cluster}"
-CTL_NS=jobgen-ctl
+# The controller's namespace: NAME-ctl for the cluster named in $D/cluster.state (up.sh writes it).
+NAME="$(sed -n 's/^name=//p' "$D/cluster.state" 2>/dev/null || true)"
+CTL_NS="${NAME:-jobgen}-ctl"
 CONF="$D/etc/slurm.conf"
 HOSTS="$D/etc/hosts"
 PID_FILE="$D/run/slurmctld.pid"

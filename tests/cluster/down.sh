@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Stop jobgen's Slurm test cluster (tests/cluster/up.sh) and remove its namespaces and bridge.
 #
-#   tests/cluster/down.sh
+#   tests/cluster/down.sh                    # the default cluster (/tmp/jobgen-cluster)
+#   JOBGEN_CLUSTER_NAME=NAME JOBGEN_CLUSTER_DIR=DIR tests/cluster/down.sh   # another one
 #
 # Order: cancel jobs; stop the daemons by their recorded pids; kill whatever is still left inside the
 # cluster's own network namespaces (slurmstepd, job tasks); delete the namespaces and the bridge.
@@ -10,9 +11,19 @@
 set -euo pipefail
 
 D="${JOBGEN_CLUSTER_DIR:-/tmp/jobgen-cluster}"
-# The names up.sh uses; cluster.state records them too, in case the defaults ever change.
-BRIDGE=jobgen-br
-NAMESPACES=(jobgen-ctl jobgen-n1 jobgen-n2 jobgen-n3)
+# The names up.sh uses for the cluster named $JOBGEN_CLUSTER_NAME (default jobgen); the cluster.state
+# that up.sh left in $D records them too and wins: down.sh stops the cluster of that directory only.
+NAME="${JOBGEN_CLUSTER_NAME:-jobgen}"
+if ! [[ "$NAME" =~ ^[a-z][a-z0-9]{0,9}$ ]]; then
+    echo "down.sh: JOBGEN_CLUSTER_NAME must be 1-10 lowercase letters or digits, got '$NAME'" >&2
+    exit 2
+fi
+if [ "$NAME" != jobgen ] && [ -z "${JOBGEN_CLUSTER_DIR:-}" ]; then
+    echo "down.sh: JOBGEN_CLUSTER_NAME=$NAME needs its JOBGEN_CLUSTER_DIR" >&2
+    exit 2
+fi
+BRIDGE="$NAME-br"
+NAMESPACES=("$NAME-ctl" "$NAME-n1" "$NAME-n2" "$NAME-n3")
 if [ -r "$D/cluster.state" ]; then
     b="$(sed -n 's/^bridge=//p' "$D/cluster.state")"
     ns="$(sed -n 's/^namespaces=//p' "$D/cluster.state")"

@@ -7,6 +7,8 @@
 # compute nodes n1..n3, each its own slurmd in its own network, mount and UTS namespace, joined by a
 # private bridge. Every file lives under $JOBGEN_CLUSTER_DIR (default /tmp/jobgen-cluster); clients
 # need `source $JOBGEN_CLUSTER_DIR/env.sh`. See tests/cluster/README.md.
+# Several clusters can run side by side: give each its own JOBGEN_CLUSTER_NAME (namespaces
+# NAME-ctl, NAME-n1.., bridge NAME-br), JOBGEN_CLUSTER_NET and JOBGEN_CLUSTER_DIR.
 #
 # Running it again with the same mode and an unchanged config leaves a healthy cluster (and its jobs)
 # alone; another mode, a changed config, an unhealthy cluster or --restart tears it down
@@ -14,13 +16,26 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# The cluster's name: the prefix of its namespaces, bridge and veths. The default one is "jobgen"
+# (jobgen-ctl, jobgen-n1.., jobgen-br, veths jg-ctl, jg-n1..); another name needs its own net and dir.
+NAME="${JOBGEN_CLUSTER_NAME:-jobgen}"
+if ! [[ "$NAME" =~ ^[a-z][a-z0-9]{0,9}$ ]]; then
+    echo "up.sh: JOBGEN_CLUSTER_NAME must be 1-10 lowercase letters or digits, got '$NAME'" >&2
+    exit 2
+fi
+if [ "$NAME" != jobgen ] && { [ -z "${JOBGEN_CLUSTER_NET:-}" ] || [ -z "${JOBGEN_CLUSTER_DIR:-}" ]; }; then
+    echo "up.sh: JOBGEN_CLUSTER_NAME=$NAME needs its own JOBGEN_CLUSTER_NET and JOBGEN_CLUSTER_DIR" >&2
+    exit 2
+fi
 D="${JOBGEN_CLUSTER_DIR:-/tmp/jobgen-cluster}"
 # First three octets of the private bridge's /24. Nothing else on the machine may use it.
 NET="${JOBGEN_CLUSTER_NET:-10.77.77}"
 WAIT_S="${JOBGEN_CLUSTER_WAIT_S:-45}"
 NODES=(n1 n2 n3)
-BRIDGE=jobgen-br
-CTL_NS=jobgen-ctl
+BRIDGE="$NAME-br"
+CTL_NS="$NAME-ctl"
+VETH="$NAME"
+[ "$NAME" != jobgen ] || VETH=jg   # the machine's end of each namespace's veth: $VETH-ctl, $VETH-n1..
 CTL_IP="$NET.1"
 HOST_IP="$NET.254"   # the machine's own leg on the bridge, so that sbatch/sacct here reach the controller
 CTLD_PORT=6817
@@ -231,7 +246,7 @@ healthy() {
         pid_in_ns "$D/run/mariadb.pid" "$CTL_NS" || return 1
     fi
     for n in "${NODES[@]}"; do
-        pid_in_ns "$D/run/slurmd-$n.pid" "jobgen-$n" || return 1
+        pid_in_ns "$D/run/slurmd-$n.pid" "$NAME-$n" || return 1
     done
     timeout 10 scontrol ping >/dev/null 2>&1 || return 1
     local bad
@@ -314,7 +329,7 @@ done
 
 # Network: bridge (machine's leg $HOST_IP) + one veth per namespace. No default route inside: the
 # cluster's traffic stays on this bridge and on each namespace's loopback.
-printf 'bridge=%s\nnamespaces=%s\n' "$BRIDGE" "$CTL_NS ${NODES[*]/#/jobgen-}" >"$D/cluster.state"
+printf 'name=%s\nbridge=%s\nnamespaces=%s\n' "$NAME" "$BRIDGE" "$CTL_NS ${NODES[*]/#/$NAME-}" >"$D/cluster.state"
 ip link add "$BRIDGE" type bridge
 # Bridged frames need not pass the machine's iptables (net.bridge.bridge-nf-call-iptables=1 here).
 ip link set "$BRIDGE" type bridge nf_call_iptables 0 nf_call_ip6tables 0 nf_call_arptables 0 2>/dev/null || true
@@ -336,9 +351,9 @@ add_ns() { # NS IP VETH
     ip -n "$1" addr add "$2/24" dev eth0
     ip -n "$1" link set eth0 up
 }
-add_ns "$CTL_NS" "$CTL_IP" jg-ctl
+add_ns "$CTL_NS" "$CTL_IP" "$VETH-ctl"
 for n in "${NODES[@]}"; do
-    add_ns "jobgen-$n" "$(node_ip "$n")" "jg-$n"
+    add_ns "$NAME-$n" "$(node_ip "$n")" "$VETH-$n"
 done
 
 if [ "$accounting" = 1 ]; then
@@ -362,7 +377,7 @@ fi
 ns_start "$CTL_NS" ctl slurmctld -i -f "$CONF" || fail "slurmctld did not start"
 wait_for 30 slurmctld scontrol ping
 for n in "${NODES[@]}"; do
-    ns_start "jobgen-$n" "$n" slurmd -f "$CONF" -N "$n" || fail "slurmd $n did not start"
+    ns_start "$NAME-$n" "$n" slurmd -f "$CONF" -N "$n" || fail "slurmd $n did not start"
 done
 
 # Jobs submitted before the nodes are idle can sit pending with ReqNodeNotAvail.
@@ -382,6 +397,6 @@ if [ "$accounting" = 1 ]; then
     wait_for 30 "the cluster's accounting record" sh -c 'sacctmgr -n -P list cluster format=cluster | grep -qx jobgen'
 fi
 
-printf 'export SLURM_CONF=%q\nexport JOBGEN_CLUSTER_DIR=%q\n' "$CONF" "$D" >"$D/env.sh"
+printf 'export SLURM_CONF=%q\nexport JOBGEN_CLUSTER_DIR=%q\nexport JOBGEN_CLUSTER_NAME=%q\n' "$CONF" "$D" "$NAME" >"$D/env.sh"
 echo "$mode" >"$D/mode"
 print_env
