@@ -104,6 +104,10 @@ def _ask_slurm() -> str:
     target, scontrol = requeue_target(), shutil.which("scontrol")
     if not (target and scontrol):
         return "no scontrol here: nothing requeued"
+    shown = subprocess.run([scontrol, "show", "job", "-o", target], check=False, capture_output=True, text=True)
+    state = shown.stdout.split("JobState=", 1)[1].split()[0] if "JobState=" in shown.stdout else "unknown"
+    if state != "RUNNING":  # cancelled or timed out (SIGTERM too): it stays ended
+        return f"job {target} is {state}: not requeued"
     asked = subprocess.run([scontrol, "requeue", target], check=False, capture_output=True, text=True)
     return f"scontrol requeue {target} -> rc {asked.returncode} {asked.stderr.strip()}".strip()
 

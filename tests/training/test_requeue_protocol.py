@@ -44,25 +44,46 @@ def _slurm_env(monkeypatch: pytest.MonkeyPatch, **values: str) -> None:
         monkeypatch.setenv(key, value)
 
 
+# scontrol's stand-in: `show job` answers with $JOB_STATE (RUNNING unless told), `show hostnames` with n1.
+SCONTROL = textwrap.dedent(
+    """\
+    echo "scontrol $*" >>"$STATE/calls"
+    if [ "$1 $2" = "show job" ]; then echo "JobId=40 JobName=x JobState=${JOB_STATE:-RUNNING} Reason=None"; fi
+    if [ "$1 $2" = "show hostnames" ]; then echo n1; fi
+    exit 0
+    """
+)
+
+
 def test_rank0_leaves_the_requeue_to_jobgens_batch_shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    state = install_stubs(tmp_path, monkeypatch, {"scontrol": 'echo "$*" >>"$STATE/scontrol"\n'})
+    state = install_stubs(tmp_path, monkeypatch, {"scontrol": SCONTROL})
     _slurm_env(monkeypatch, SLURM_JOB_ID="40", JOBGEN_REQUEUE_BY=requeue.BY_BATCH_SHELL)
     with pytest.raises(SystemExit) as stop:
         requeue.leave_for_requeue(0, tmp_path / "ckpt")
     assert stop.value.code == requeue.EXIT_REQUEUE
     assert (tmp_path / "ckpt" / ".requeue-40-0").exists()
-    assert not (state / "scontrol").exists()  # the shell on the host does it, not the rank
+    assert not (state / "calls").exists()  # the shell on the host does it, not the rank
 
 
 def test_rank0_requeues_itself_under_another_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """submitit or a user's template: no batch shell of jobgen's; rank 0 asks Slurm, naming the task."""
-    state = install_stubs(tmp_path, monkeypatch, {"scontrol": 'echo "$*" >>"$STATE/scontrol"\n'})
+    state = install_stubs(tmp_path, monkeypatch, {"scontrol": SCONTROL})
     _slurm_env(monkeypatch, SLURM_JOB_ID="40", SLURM_ARRAY_JOB_ID="40", SLURM_ARRAY_TASK_ID="2")
     monkeypatch.delenv("JOBGEN_REQUEUE_BY", raising=False)
     with pytest.raises(SystemExit):
         requeue.leave_for_requeue(0, tmp_path / "ckpt")
-    assert (state / "scontrol").read_text() == "requeue 40_2\n"
+    assert (state / "calls").read_text().splitlines() == ["scontrol show job -o 40_2", "scontrol requeue 40_2"]
     assert "scontrol requeue 40_2 -> rc 0" in (tmp_path / "ckpt" / ".requeue-40-0").read_text()
+
+
+def test_rank0_leaves_a_cancelled_job_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """scancel sends SIGTERM too: the ranks checkpoint, but a job Slurm is ending is not requeued."""
+    state = install_stubs(tmp_path, monkeypatch, {"scontrol": SCONTROL})
+    _slurm_env(monkeypatch, SLURM_JOB_ID="40", JOB_STATE="CANCELLED")
+    with pytest.raises(SystemExit):
+        requeue.leave_for_requeue(0, tmp_path / "ckpt")
+    assert (state / "calls").read_text().splitlines() == ["scontrol show job -o 40"]
+    assert "job 40 is CANCELLED: not requeued" in (tmp_path / "ckpt" / ".requeue-40-0").read_text()
 
 
 def test_other_ranks_leave_once_rank0_marked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -111,7 +132,7 @@ SRUN = textwrap.dedent(
 )
 STUBS = {
     "srun": SRUN,
-    "scontrol": 'echo "scontrol $*" >>"$STATE/calls"\n[ "$1" = show ] && echo n1\nexit 0\n',
+    "scontrol": SCONTROL,
     "scancel": 'echo "scancel $*" >>"$STATE/calls"\n',
 }
 
@@ -161,6 +182,14 @@ def test_batch_shell_survives_a_sigterm_and_passes_it_on(job_script, tmp_path, m
     assert "scancel --signal=USR2 40" in calls, calls  # to the job's steps, not through srun
     assert calls[-1] == "scontrol requeue 40", calls
     assert "the batch shell got SIGTERM" in done.stderr
+
+
+def test_batch_shell_does_not_requeue_a_cancelled_job(job_script, tmp_path, monkeypatch) -> None:
+    script, job_dir = job_script
+    done, calls = _run(script, job_dir, tmp_path, monkeypatch, "requeue", JOB_STATE="CANCELLED")
+    assert done.returncode == 75, done.stderr
+    assert "scontrol show job -o 40" in calls and "scontrol requeue 40" not in calls, calls
+    assert "the job is CANCELLED: not requeued" in done.stderr
 
 
 @pytest.mark.parametrize(("behave", "rc"), [("ok", 0), ("noresult", 1), ("fail", 3)])
