@@ -111,19 +111,22 @@ def _send(pids: list[int], number: int) -> None:
 
 
 def left_for_requeue(cmd: list[str]) -> bool:
-    """Whether rank 0 of the training that `cmd` launches (its `--spec`) left its requeue marker."""
+    """Whether the ranks of the training that `cmd` launches (its `--spec`) left for a requeue: in a
+    Slurm job rank 0's marker for this attempt, elsewhere a checkpoint (as training.ranks judges)."""
     import json
 
     from training import requeue
 
     specs = [cmd[i + 1] for i, word in enumerate(cmd[:-1]) if word == "--spec"]
-    if not specs or "SLURM_JOB_ID" not in os.environ:
+    if not specs:
         return False
     try:
-        job_dir = Path(json.loads(Path(specs[-1]).read_text())["job_dir"])
+        checkpoints = Path(json.loads(Path(specs[-1]).read_text())["job_dir"]) / "checkpoints"
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    return requeue.marker(job_dir / "checkpoints").exists()
+    if "SLURM_JOB_ID" in os.environ:
+        return requeue.marker(checkpoints).exists()
+    return requeue.newest_checkpoint(checkpoints) is not None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,11 +25,17 @@ from training.requeue import EXIT_REQUEUE
 pytestmark = [pytest.mark.training, pytest.mark.slow, pytest.mark.timeout(300)]
 
 
-def start_group(spec: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
+# `accelerate launch` through training.relay, as templates/local.sh.j2 and _launch_accelerate.j2 run it.
+ACCELERATE = [sys.executable, "-u", "-m", "training.relay", "--signal=USR2", "--", sys.executable, "-m",
+              "accelerate.commands.launch", "--multi_gpu", "--num_machines=1", "--num_processes=2",
+              "--mixed_precision=no", "--dynamo_backend=no", "-m", "training", "--spec"]  # fmt: skip
+
+
+def start_group(spec: Path, env: dict[str, str], log: Path, launcher: list[str] | None = None) -> subprocess.Popen:
     """The entrypoint in a process group of its own, so that the test can signal all its processes."""
     handle = open(log, "w")  # noqa: SIM115 - closed by the process' end
     return subprocess.Popen(
-        [sys.executable, "-m", "training", "--spec", str(spec)],
+        [*(launcher or [sys.executable, "-m", "training", "--spec"]), str(spec)],
         cwd=REPO,
         env=env,
         stdout=handle,
@@ -45,19 +51,20 @@ def preempt(proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.parametrize(
-    ("engine", "devices", "workers"),
+    ("engine", "devices", "workers", "launcher"),
     [
-        ("torch", 1, 1),
-        ("lightning", 1, 1),
-        ("fabric", 1, 0),
-        ("hf_trainer", 1, 0),
-        ("lightning", 2, 0),
-        ("fabric", 2, 1),
-        ("torch", 2, 0),  # two ranks under torchrun, started through training.relay
+        ("torch", 1, 1, None),
+        ("lightning", 1, 1, None),
+        ("fabric", 1, 0, None),
+        ("hf_trainer", 1, 1, None),
+        ("lightning", 2, 0, None),
+        ("fabric", 2, 1, None),
+        ("torch", 2, 0, None),  # two ranks under torchrun, started through training.relay
+        ("torch", 2, 0, "accelerate"),
     ],
 )
 def test_sigterm_checkpoints_and_resume_trains_every_sample_once(
-    engine: str, devices: int, workers: int, tmp_path: Path, cache_dir: Path
+    engine: str, devices: int, workers: int, launcher: str | None, tmp_path: Path, cache_dir: Path
 ) -> None:
     job, trace = tmp_path / "job", tmp_path / "trace"
     n, batch, epochs = 1601, 16, 2  # 101 batches an epoch: on 2 ranks, 51 steps and one top-up batch
@@ -76,7 +83,8 @@ def test_sigterm_checkpoints_and_resume_trains_every_sample_once(
         requeue={"enabled": True, "signal": "USR2"},
     )
     env = subprocess_env({"JOBGEN_TRACE_ROWS": str(trace)})
-    proc = start_group(spec, env, job / "first.log")
+    command = ACCELERATE if launcher == "accelerate" else None
+    proc = start_group(spec, env, job / "first.log", command)
     deadline = time.monotonic() + 180
     while len(trained_rows(trace).get(0, [])) < 12 * batch and proc.poll() is None:
         assert time.monotonic() < deadline, (job / "first.log").read_text()[-3000:]
@@ -90,7 +98,12 @@ def test_sigterm_checkpoints_and_resume_trains_every_sample_once(
     first = trained_rows(trace)
     assert list(first) == [0] and len(first[0]) < n, "the signal must land inside epoch 0"
 
-    result = run_entrypoint(spec, env, timeout=180)
+    if command:
+        resumed = start_group(spec, env, job / "second.log", command)
+        assert resumed.wait(timeout=180) == 0, (job / "second.log").read_text()[-4000:]
+        result = json.loads((job / "result.json").read_text())
+    else:
+        result = run_entrypoint(spec, env, timeout=180)
     rows = trained_rows(trace)
     for epoch in range(epochs):
         fresh = sorted(r for r in rows[epoch] if r >= 0)
