@@ -208,18 +208,38 @@ def make_loader(ds: Any, spec: Spec, tokenizer: Any, train: bool, rank: int = 0,
 
 
 def _spare_workers(spec: Spec) -> Any:
+    import os
+
     from training.requeue import signum
 
-    return functools.partial(_ignore_signals, (signal.SIGTERM, signum(spec.requeue.signal)))
+    return functools.partial(_spare_worker, os.getpid(), signum(spec.requeue.signal))
 
 
-def _ignore_signals(numbers: tuple[int, ...], worker_id: int) -> None:
-    """In each DataLoader worker: Slurm signals every process of a step, workers too. A worker would die
-    of SIGTERM (torch's handler there spares only its parent's) or of the warning signal's default
-    action, and its rank fail ("DataLoader worker ... killed by signal") before it checkpoints. The
-    rank stops its workers itself when it leaves."""
-    for number in numbers:
-        signal.signal(number, signal.SIG_IGN)
+def _spare_worker(rank_pid: int, warning: int, worker_id: int) -> None:
+    """In each DataLoader worker (requeue on). Slurm signals every process of a step, workers too, and a
+    worker that died of it (torch's SIGTERM handler there spares only its parent's, the warning signal
+    kills by default) would fail its rank ("DataLoader worker ... killed by signal") before the
+    checkpoint. So the warning signal is ignored, and SIGTERM ends the worker only when its rank sends
+    it (torch's and multiprocessing's shutdown of the workers): a thread waits for it with the sender's
+    pid, the other threads keep it blocked."""
+    import os
+    import threading
+
+    if warning != signal.SIGTERM:
+        signal.signal(warning, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _no_op)  # not SIG_IGN: an ignored signal never reaches sigwaitinfo
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+    def wait() -> None:
+        while True:
+            if signal.sigwaitinfo({signal.SIGTERM}).si_pid == rank_pid:
+                os._exit(0)
+
+    threading.Thread(target=wait, name="jobgen-sigterm", daemon=True).start()
+
+
+def _no_op(number: int, frame: Any) -> None:
+    pass
 
 
 def model_inputs(batch: dict[str, Any]) -> dict[str, Any]:
