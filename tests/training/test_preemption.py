@@ -22,7 +22,7 @@ from tests.training.conftest import REPO, run_entrypoint, subprocess_env, write_
 from tests.training.test_resume import trained_rows
 from training.requeue import EXIT_REQUEUE
 
-pytestmark = [pytest.mark.training, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.training, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 # `accelerate launch` through training.relay, as templates/local.sh.j2 and _launch_accelerate.j2 run it.
@@ -100,10 +100,10 @@ def test_sigterm_checkpoints_and_resume_trains_every_sample_once(
 
     if command:
         resumed = start_group(spec, env, job / "second.log", command)
-        assert resumed.wait(timeout=180) == 0, (job / "second.log").read_text()[-4000:]
+        assert resumed.wait(timeout=300) == 0, (job / "second.log").read_text()[-4000:]
         result = json.loads((job / "result.json").read_text())
     else:
-        result = run_entrypoint(spec, env, timeout=180)
+        result = run_entrypoint(spec, env, timeout=300)
     rows = trained_rows(trace)
     for epoch in range(epochs):
         fresh = sorted(r for r in rows[epoch] if r >= 0)
