@@ -14,8 +14,10 @@ negative number for such a repeat.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
+import signal
 from collections.abc import Iterator, MutableMapping, Sequence
 from typing import Any, cast
 
@@ -201,7 +203,43 @@ def make_loader(ds: Any, spec: Spec, tokenizer: Any, train: bool, rank: int = 0,
         num_workers=t.num_workers,
         collate_fn=Collator(tokenizer, d.padding, d.max_length, bucket),
         persistent_workers=t.num_workers > 0,
+        worker_init_fn=_spare_workers(spec) if t.num_workers > 0 and spec.requeue.enabled else None,
     )
+
+
+def _spare_workers(spec: Spec) -> Any:
+    import os
+
+    from training.requeue import signum
+
+    return functools.partial(_spare_worker, os.getpid(), signum(spec.requeue.signal))
+
+
+def _spare_worker(rank_pid: int, warning: int, worker_id: int) -> None:
+    """In each DataLoader worker (requeue on). Slurm signals every process of a step, workers too, and a
+    worker that died of it (torch's SIGTERM handler there spares only its parent's, the warning signal
+    kills by default) would fail its rank ("DataLoader worker ... killed by signal") before the
+    checkpoint. So the warning signal is ignored, and SIGTERM ends the worker only when its rank sends
+    it (torch's and multiprocessing's shutdown of the workers): a thread waits for it with the sender's
+    pid, the other threads keep it blocked."""
+    import os
+    import threading
+
+    if warning != signal.SIGTERM:
+        signal.signal(warning, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _no_op)  # not SIG_IGN: an ignored signal never reaches sigwaitinfo
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+    def wait() -> None:
+        while True:
+            if signal.sigwaitinfo({signal.SIGTERM}).si_pid == rank_pid:
+                os._exit(0)
+
+    threading.Thread(target=wait, name="jobgen-sigterm", daemon=True).start()
+
+
+def _no_op(number: int, frame: Any) -> None:
+    pass
 
 
 def model_inputs(batch: dict[str, Any]) -> dict[str, Any]:

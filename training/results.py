@@ -234,7 +234,7 @@ def result_stamp(job_dir: Path) -> tuple[int, int] | None:
 def finished_anyway(job_dir: Path, before: tuple[int, int] | None, status: int) -> bool:
     """A launch that exited non-zero after writing its result: the training finished, and what died
     did so on the way out (teardown, interpreter exit). Said in the log; the caller reports success.
-    The twin of templates/_result_guard.j2, for launches training itself makes (training/ranks.py)."""
+    The twin of jobgen/templates/_result_guard.j2, for launches training itself makes (training/ranks.py)."""
     now = result_stamp(job_dir)
     if status == 0 or now is None or now == before:
         return False

@@ -37,7 +37,7 @@ def run(spec: Spec, spec_path: Path | None = None) -> int:
     watcher = None
     if spec.requeue.enabled:
         watcher = requeue.Watcher()
-        watcher.install(spec.requeue.signal)
+        watcher.install_all(spec.requeue.signal)  # the warning signal, and SIGTERM (preemption)
     from datasets.utils.logging import disable_progress_bar
 
     from training import data
@@ -54,6 +54,11 @@ def run(spec: Spec, spec_path: Path | None = None) -> int:
     trackers.start(spec)
     try:
         rank = engine.run(spec, prepared, stats, watcher)  # fit and test; the process group is still up
+    except SystemExit as exc:
+        _end_after_failure(exc)
+        # A library that ends the run with a clean exit (Lightning on SIGTERM) must not leave a job without
+        # its result looking COMPLETED.
+        raise SystemExit(exc.code or 1) from None
     except BaseException as exc:
         _end_after_failure(exc)
         raise
@@ -63,7 +68,7 @@ def run(spec: Spec, spec_path: Path | None = None) -> int:
             if rank == 0:
                 # First, before anything that can crash on the way out (process-group teardown, trackers,
                 # interpreter exit): every collective of the run is done, so the result is final, and a
-                # step that dies after this point has lost no work (templates/_result_guard.j2).
+                # step that dies after this point has lost no work (jobgen/templates/_result_guard.j2).
                 path = write_result(spec, build_result(spec, stats, requeue.requeue_count()))
                 print(f"training: wrote {path}", flush=True)
     finally:

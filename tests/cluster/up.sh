@@ -188,6 +188,15 @@ cat >>"$new/slurm.conf" <<EOF
 PartitionName=debug Nodes=$nodelist Default=YES MaxTime=INFINITE State=UP
 PartitionName=gpu Nodes=$nodelist MaxTime=7-00:00:00 State=UP
 EOF
+# Preemption (tests/slurm/test_preemption.py): a job in `high` preempts the jobs in `low` (tier 1 > 0)
+# that hold what it needs: Slurm sends them SIGTERM, and after GraceTime kills and requeues them.
+# debug and gpu keep the default tier, 1, as high: nothing preempts their jobs.
+cat >>"$new/slurm.conf" <<EOF
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+PartitionName=low Nodes=$nodelist MaxTime=INFINITE PriorityTier=0 GraceTime=30 State=UP
+PartitionName=high Nodes=$nodelist MaxTime=INFINITE PriorityTier=1 State=UP
+EOF
 
 # Fake GPUs: character devices (a regular file is refused, and Count= alone drains the node).
 cat >"$new/gres.conf" <<EOF

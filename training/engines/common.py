@@ -130,10 +130,13 @@ def _release_lingering_groups(dist: Any) -> None:
     import types
 
     group = dist.ProcessGroup
+    mesh: Any = None
     try:
         from torch.distributed.device_mesh import DeviceMesh
+
+        mesh = DeviceMesh
     except ImportError:  # pragma: no cover - torch without distributed tensors
-        DeviceMesh = None  # noqa: N806
+        pass
     for obj in gc.get_objects():
         kind = type(obj)
         if kind is types.FunctionType:
@@ -142,7 +145,7 @@ def _release_lingering_groups(dist: Any) -> None:
                 obj.__defaults__ = tuple(None if isinstance(d, group) else d for d in defaults)
             if keywords and any(isinstance(v, group) for v in keywords.values()):
                 obj.__kwdefaults__ = {k: None if isinstance(v, group) else v for k, v in keywords.items()}
-        elif DeviceMesh is not None and DeviceMesh in kind.__mro__:  # no isinstance: no metaclass hooks
+        elif mesh is not None and mesh in kind.__mro__:  # no isinstance: no metaclass hooks
             registry = getattr(obj, "_pg_registry", None)
             if isinstance(registry, dict):
                 registry.clear()

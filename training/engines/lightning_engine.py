@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -13,6 +14,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.strategies import DeepSpeedStrategy
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from training import requeue
 from training.contract import PRECISIONS, one_of
@@ -110,6 +112,10 @@ class Classifier(L.LightningModule):
             # Lightning restarts an interrupted epoch's data from its first batch unless the data can
             # skip what was done: the batch sampler does (Lightning calls its set_epoch).
             loader.batch_sampler.resume_at(*self.resume_at)
+            # With DataLoader workers the first batches are taken when Lightning creates the iterator,
+            # before its set_epoch: the sampler must stand at the resumed epoch and batch already.
+            epoch, done = self.resume_at
+            loader.batch_sampler.set_epoch(epoch if done < len(loader.batch_sampler) else epoch + 1)
         return loader
 
     def train_dataloader(self) -> Any:
@@ -259,6 +265,18 @@ def _trainer(spec: Spec, stats: Stats, callbacks: list[Any]) -> L.Trainer:
     )
 
 
+def _keep_our_signal_handlers(trainer: L.Trainer) -> None:
+    """With requeue on, Lightning's SignalConnector must not take SIGTERM over at each fit: its handler
+    broadcasts from inside the handler (a collective at an arbitrary point, which can pair with another
+    rank's all-reduce), and at the next batch its loops end fit with SIGTERMException, a SystemExit
+    without a code: exit 0 and no checkpoint. Ours (training.requeue) stay instead. Without requeue,
+    Lightning keeps its own (it passes SIGTERM on to the ranks it started itself) and its exit becomes
+    143 in `run`. Its auto-requeue (SIGUSR1) is off already: SLURMEnvironment(auto_requeue=False)."""
+    connector = getattr(trainer, "_signal_connector", None)
+    if connector is not None:
+        connector.register_signal_handlers = lambda: None
+
+
 def _test_best(trainer: L.Trainer, module: Classifier, best: ModelCheckpoint, spec: Spec, stats: Stats) -> None:
     found = re.search(r"best-epoch=(\d+)", Path(best.best_model_path).name) if best.best_model_path else None
     stats.tested_epoch = int(found.group(1)) if found else None
@@ -285,6 +303,8 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher |
     )
     book = Bookkeeping(spec, stats, watcher)
     trainer = _trainer(spec, stats, [best, last, book])
+    if watcher is not None:
+        _keep_our_signal_handlers(trainer)
     module = Classifier(spec, prepared, stats)
     common.record_sizes(stats, prepared)
     resume_from = requeue.newest_checkpoint(spec.checkpoint_dir, ".ckpt")
@@ -293,6 +313,10 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher |
         trainer.fit(module, ckpt_path=str(resume_from) if resume_from else None)
     except Preempted:
         stats.interrupted = True
+    except SIGTERMException:
+        # Lightning's own SIGTERM stop is a SystemExit without a code (exit 0, "COMPLETED"); the job
+        # was killed before its result: say so.
+        raise SystemExit(128 + signal.SIGTERM) from None
     stats.world_size = trainer.world_size
     stats.epochs_done = trainer.current_epoch if not stats.interrupted else len(stats.val_acc_per_epoch)
     stats.optimizer_steps = trainer.global_step
