@@ -36,8 +36,13 @@ def main() -> int:
         stubs = stub_dir(base / "stubs")
 
         @seed(args.seed)
-        @settings(max_examples=args.cases, deadline=None, database=None, phases=[Phase.generate, Phase.shrink],
-                  suppress_health_check=list(HealthCheck))  # fmt: skip
+        @settings(
+            max_examples=args.cases,
+            deadline=None,
+            database=None,
+            phases=[Phase.generate, Phase.shrink],
+            suppress_health_check=list(HealthCheck),
+        )
         @given(experiments())
         def case(exp):
             run_case(*exp, base, stubs, tally)

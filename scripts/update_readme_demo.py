@@ -21,10 +21,19 @@ def main() -> int:
     jobgen = str(Path(sys.executable).parent / "jobgen")
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "JOBGEN_OUTPUT_ROOT": tmp}
-        subprocess.run([jobgen, "submit", str(REPO / "experiments" / "local_demo.toml")], env=env, check=True,
-                       stdout=subprocess.DEVNULL)  # fmt: skip
-        table = subprocess.run([jobgen, "summary", "local_demo", "--format", "markdown"], env=env, check=True,
-                               capture_output=True, text=True).stdout.strip()  # fmt: skip
+        subprocess.run(
+            [jobgen, "submit", str(REPO / "experiments" / "local_demo.toml")],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        table = subprocess.run(
+            [jobgen, "summary", "local_demo", "--format", "markdown"],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         report = Path(tmp) / "report.html"
         subprocess.run(
             [jobgen, "report", "local_demo", "-o", str(report)], env=env, check=True, stdout=subprocess.DEVNULL
@@ -46,11 +55,27 @@ def screenshot(page: Path, png: Path) -> None:
     import shutil
 
     with tempfile.TemporaryDirectory() as profile:
-        subprocess.run([shutil.which("chromium") or "chromium", "--headless", "--no-sandbox", "--disable-gpu",
-                        "--disable-quic", "--no-first-run", "--disable-background-networking",
-                        "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-                        f"--user-data-dir={profile}", f"--screenshot={png}", "--window-size=1280,1700",
-                        page.as_uri()], check=True, capture_output=True, timeout=120)  # fmt: skip
+        subprocess.run(
+            [
+                shutil.which("chromium") or "chromium",
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--hide-scrollbars",
+                f"--user-data-dir={profile}",
+                f"--screenshot={png}",
+                "--window-size=1280,1700",
+                page.as_uri(),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
     print(f"screenshot: {png}")
 
 

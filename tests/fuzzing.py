@@ -35,16 +35,64 @@ from jobgen.experiment import schema
 MARKER = "PWNED"
 # Attacks: each would create a marker file if it ever ran.
 ATTACKS = [
-    f"$(touch {MARKER}1)", f"`touch {MARKER}2`", f";touch {MARKER}3", f"\ntouch {MARKER}4 #", f"'; touch {MARKER}5; '",
-    f'"; touch {MARKER}6; "', f"\r\ntouch {MARKER}7", f"$(touch {MARKER}8)\n", f"a\x00$(touch {MARKER}9)",
-    f'"\n#SBATCH --x\ntouch {MARKER}10\n"', f"\u2028touch {MARKER}11", f"x\\\ntouch {MARKER}12",
-]  # fmt: skip
+    f"$(touch {MARKER}1)",
+    f"`touch {MARKER}2`",
+    f";touch {MARKER}3",
+    f"\ntouch {MARKER}4 #",
+    f"'; touch {MARKER}5; '",
+    f'"; touch {MARKER}6; "',
+    f"\r\ntouch {MARKER}7",
+    f"$(touch {MARKER}8)\n",
+    f"a\x00$(touch {MARKER}9)",
+    f'"\n#SBATCH --x\ntouch {MARKER}10\n"',
+    f"\u2028touch {MARKER}11",
+    f"x\\\ntouch {MARKER}12",
+]
 # Odd values: expansions, globs, separators, invisible and line-breaking characters, size.
 ODD = [
-    "${HOME}", "$HOME", "*", "?", "[a-z]*", "~", "~/x", "-rf", "--", "\\", "\\\n", "!!", "%j %%", "\u202e", "\u200b",
-    "\u2028", "\x85", "é", "😀", "\x00", "\r", "\x1b[31m", "\t", "\x7f", "a" * 5000, "", " ", "#", "#SBATCH --x",
-    "..", "../..", "/", "=", ",", ";", "&&", "|", ">", "<", "'", '"', "{{ x }}",
-]  # fmt: skip
+    "${HOME}",
+    "$HOME",
+    "*",
+    "?",
+    "[a-z]*",
+    "~",
+    "~/x",
+    "-rf",
+    "--",
+    "\\",
+    "\\\n",
+    "!!",
+    "%j %%",
+    "\u202e",
+    "\u200b",
+    "\u2028",
+    "\x85",
+    "é",
+    "😀",
+    "\x00",
+    "\r",
+    "\x1b[31m",
+    "\t",
+    "\x7f",
+    "a" * 5000,
+    "",
+    " ",
+    "#",
+    "#SBATCH --x",
+    "..",
+    "../..",
+    "/",
+    "=",
+    ",",
+    ";",
+    "&&",
+    "|",
+    ">",
+    "<",
+    "'",
+    '"',
+    "{{ x }}",
+]
 PAYLOADS = ATTACKS + ODD
 STUBS = {
     # srun: drop its own options, run the command.
@@ -73,9 +121,11 @@ text_values = st.sampled_from([st.sampled_from(ATTACKS), st.sampled_from(ODD), h
     lambda chosen: chosen
 )
 numbers = st.one_of(
-    st.integers(-3, 8), st.integers(-(2**80), 2**80), st.sampled_from([2**63 - 1, 2**63, -(2**63), 10**30]),
+    st.integers(-3, 8),
+    st.integers(-(2**80), 2**80),
+    st.sampled_from([2**63 - 1, 2**63, -(2**63), 10**30]),
     st.floats(allow_nan=True, allow_infinity=True),
-)  # fmt: skip
+)
 scalars = st.one_of(text_values, numbers, st.booleans())
 any_value = st.recursive(
     scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(hostile_text, inner, max_size=3), max_leaves=8
@@ -104,8 +154,11 @@ def value_for(tp: Any, key: str) -> st.SearchStrategy[Any]:
         values = st.sampled_from([text_values, text_values, st.booleans(), numbers]).flatmap(lambda chosen: chosen)
         good = st.dictionaries(flags, values, min_size=1, max_size=3)
     elif key == "sweep.grid":
-        good = st.dictionaries(st.one_of(st.sampled_from(_dotted_keys()), hostile_text),
-                               st.lists(scalars, min_size=1, max_size=3), max_size=2)  # fmt: skip
+        good = st.dictionaries(
+            st.one_of(st.sampled_from(_dotted_keys()), hostile_text),
+            st.lists(scalars, min_size=1, max_size=3),
+            max_size=2,
+        )
     elif key == "sweep.points":
         point = st.dictionaries(
             st.one_of(st.sampled_from(["name", *_dotted_keys()]), hostile_text), scalars, max_size=3
@@ -132,22 +185,53 @@ def _meta(section: str, name: str) -> Any:
     return schema.field_map(schema.SECTIONS[section])[name].metadata
 
 
-FIELDS = [(s, f.name, typing.get_type_hints(cls)[f.name]) for s, cls in schema.SECTIONS.items()
-          for f in dataclasses.fields(cls) if f"{s}.{f.name}" not in SKIPPED_KEYS]  # fmt: skip
+FIELDS = [
+    (s, f.name, typing.get_type_hints(cls)[f.name])
+    for s, cls in schema.SECTIONS.items()
+    for f in dataclasses.fields(cls)
+    if f"{s}.{f.name}" not in SKIPPED_KEYS
+]
 # Keys whose values jobgen takes as free text (quoted on their way into a script, or only copied into
 # spec.json): hostile values there are accepted, and their scripts get run.
-FREE_TEXT = [(s, n, tp) for s, n, tp in FIELDS if tp is str and not _meta(s, n)["kind"] and not _meta(s, n)["choices"]
-             and f"{s}.{n}" not in ("launch.template", "experiment.output_root")] + [
-             (s, n, tp) for s, n, tp in FIELDS if f"{s}.{n}" in ("env.vars", "slurm.extra")]  # fmt: skip
-SCRIPT_KEYS = [(s, n, tp) for s, n, tp in FIELDS if f"{s}.{n}" in (
-    "env.vars", "slurm.extra", "env.venv", "env.python", "env.modules", "env.conda", "experiment.name",
-    "slurm.partition", "slurm.account", "slurm.qos", "slurm.gpu_type", "slurm.mem", "slurm.time", "slurm.constraint",
-    "slurm.signal", "slurm.requeue", "launch.array",
-)]  # fmt: skip
+FREE_TEXT = [
+    (s, n, tp)
+    for s, n, tp in FIELDS
+    if tp is str
+    and not _meta(s, n)["kind"]
+    and not _meta(s, n)["choices"]
+    and f"{s}.{n}" not in ("launch.template", "experiment.output_root")
+] + [(s, n, tp) for s, n, tp in FIELDS if f"{s}.{n}" in ("env.vars", "slurm.extra")]
+SCRIPT_KEYS = [
+    (s, n, tp)
+    for s, n, tp in FIELDS
+    if f"{s}.{n}"
+    in (
+        "env.vars",
+        "slurm.extra",
+        "env.venv",
+        "env.python",
+        "env.modules",
+        "env.conda",
+        "experiment.name",
+        "slurm.partition",
+        "slurm.account",
+        "slurm.qos",
+        "slurm.gpu_type",
+        "slurm.mem",
+        "slurm.time",
+        "slurm.constraint",
+        "slurm.signal",
+        "slurm.requeue",
+        "launch.array",
+    )
+]
 stems = st.one_of(
-    st.just("exp"), st.just("exp"), st.just("exp"), st.sampled_from(["..", ".", "-x", "a b", "x\ntouch PWNED11 #", "é", "a" * 200]),
+    st.just("exp"),
+    st.just("exp"),
+    st.just("exp"),
+    st.sampled_from(["..", ".", "-x", "a b", "x\ntouch PWNED11 #", "é", "a" * 200]),
     st.text(st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)), min_size=1, max_size=40),
-)  # fmt: skip
+)
 
 
 @st.composite
@@ -285,9 +369,17 @@ def _execute(script: Path, spec: Path, case: Path, stubs: Path) -> int:
     runnable = script.with_name(script.name + ".stubbed")
     # The local backend runs this very interpreter by its absolute path: point it at the stub.
     runnable.write_text(text.replace(shlex.quote(sys.executable), "python"), encoding="utf-8")
-    env = {"PATH": f"{stubs}:/usr/bin:/bin", "HOME": str(home), "STUB_LOG": str(log), "SLURM_JOB_ID": "4242",
-           "SLURM_JOB_NODELIST": "n1", "SLURM_CPUS_PER_TASK": "2", "SLURM_ARRAY_TASK_ID": "0",
-           "SLURM_ARRAY_JOB_ID": "4242", "LANG": "C.UTF-8"}  # fmt: skip
+    env = {
+        "PATH": f"{stubs}:/usr/bin:/bin",
+        "HOME": str(home),
+        "STUB_LOG": str(log),
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NODELIST": "n1",
+        "SLURM_CPUS_PER_TASK": "2",
+        "SLURM_ARRAY_TASK_ID": "0",
+        "SLURM_ARRAY_JOB_ID": "4242",
+        "LANG": "C.UTF-8",
+    }
     try:
         subprocess.run(["bash", str(runnable)], cwd=work, env=env, capture_output=True, timeout=20)
     finally:

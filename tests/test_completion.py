@@ -16,8 +16,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _complete(words: str, cwd: Path, root: Path | None = None) -> list[tuple[str, str]]:
     """(type, value) pairs that bash would be offered for the last word of `words`."""
-    env = {**os.environ, "_JOBGEN_COMPLETE": "bash_complete", "COMP_WORDS": words,
-           "COMP_CWORD": str(len(words.split(" ")) - 1), "PYTHONPATH": str(REPO)}  # fmt: skip
+    env = {
+        **os.environ,
+        "_JOBGEN_COMPLETE": "bash_complete",
+        "COMP_WORDS": words,
+        "COMP_CWORD": str(len(words.split(" ")) - 1),
+        "PYTHONPATH": str(REPO),
+    }
     if root is not None:
         env["JOBGEN_OUTPUT_ROOT"] = str(root)
     code = "import sys; from jobgen.cli import main; sys.argv[0] = 'jobgen'; main()"
@@ -48,7 +53,9 @@ def test_run_ids_and_experiment_names_complete(tmp_path: Path, runner) -> None:
     values = [v for _, v in _complete("jobgen status ", tmp_path, root)]
     assert values == ["other", "sweep", "20261201-010000-cd34", "20261201-000000-ab12", "20261130-000000-ef56"]
     assert [v for _, v in _complete("jobgen summary sweep 202612", tmp_path, root)] == [
-        "20261201-010000-cd34", "20261201-000000-ab12"]  # fmt: skip
+        "20261201-010000-cd34",
+        "20261201-000000-ab12",
+    ]
     # What completion offers, the commands take: a bare run id names its run.
     done = runner.invoke(main, ["--output-root", str(root), "status", "20261201-000000-ab12"])
     assert done.exit_code == 0 and "sweep/20261201-000000-ab12" in done.output, done.output

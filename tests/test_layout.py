@@ -169,6 +169,9 @@ def test_only_the_backends_run_slurm_tools() -> None:
 
 def test_every_package_is_shipped() -> None:
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    on_disk = {".".join(p.parent.relative_to(REPO).parts) for top in ("jobgen", "training")
-               for p in (REPO / top).rglob("__init__.py")}  # fmt: skip
+    on_disk = {
+        ".".join(p.parent.relative_to(REPO).parts)
+        for top in ("jobgen", "training")
+        for p in (REPO / top).rglob("__init__.py")
+    }
     assert on_disk <= listed, f"packages a wheel would leave out: {sorted(on_disk - listed)}"

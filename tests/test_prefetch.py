@@ -38,8 +38,9 @@ def test_prefetch_then_the_job_reads_the_cache(tmp_path: Path):
     exp.write_text(EXPERIMENT)
     root = tmp_path / "runs"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([JOBGEN, "--output-root", str(root), "prefetch", str(exp)], capture_output=True,
-                          text=True, env=env, timeout=240)  # fmt: skip
+    done = subprocess.run(
+        [JOBGEN, "--output-root", str(root), "prefetch", str(exp)], capture_output=True, text=True, env=env, timeout=240
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     # Two jobs differ only in lr: one data preparation serves both.
     assert (
@@ -48,8 +49,13 @@ def test_prefetch_then_the_job_reads_the_cache(tmp_path: Path):
     )
     assert any((root / ".cache" / "tokenized").iterdir())
     assert not (root / "pf").exists()  # prefetching records no run
-    job = subprocess.run([JOBGEN, "--output-root", str(root), "submit", str(exp), "--set", "train.epochs=1"],
-                         capture_output=True, text=True, env=env, timeout=240)  # fmt: skip
+    job = subprocess.run(
+        [JOBGEN, "--output-root", str(root), "submit", str(exp), "--set", "train.epochs=1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
     assert job.returncode == 0, job.stdout + job.stderr
     assert job.stdout.count("(from the cache)") == 2 and "(tokenized now)" not in job.stdout, job.stdout
 

@@ -142,15 +142,20 @@ def test_report_renders_in_a_real_browser(tmp_path: Path, runner) -> None:
     js = {
         "rows": "document.querySelectorAll('table.summary tbody tr').length",
         "charts": "[...document.querySelectorAll('svg.chart')].map(e => {const r = e.getBoundingClientRect();"
-                  " return [r.left, r.top, r.width, r.height, e.getAttribute('aria-label')]})",
-    }  # fmt: skip
+        " return [r.left, r.top, r.width, r.height, e.getAttribute('aria-label')]})",
+    }
     with Browser(width=1280, height=2400) as browser:
         page = browser.load(out, js)
     assert page.errors == []
     assert page.values["rows"] == len(JOBS)
     charts = page.values["charts"]
-    assert [c[4] for c in charts] == ["Training time vs test accuracy", "Training loss", "Training loss over time",
-                                      "Validation accuracy", "Validation accuracy over time"]  # fmt: skip
+    assert [c[4] for c in charts] == [
+        "Training time vs test accuracy",
+        "Training loss",
+        "Training loss over time",
+        "Validation accuracy",
+        "Validation accuracy over time",
+    ]
     image = Image.open(io.BytesIO(page.screenshot)).convert("RGB")
     assert image.size == (1280, 2400)
     job_colors = [tuple(int(c[i : i + 2], 16) for i in (1, 3, 5)) for c in PALETTE[:3]]

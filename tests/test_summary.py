@@ -21,13 +21,44 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Three configurations with different numbers everywhere, so a value shown in the wrong row is caught.
 CONFIGS = [
-    FakeJob("engine-torch", {"train.engine": "torch"}, engine="torch", strategy="auto", train_s=300.0,
-            samples_per_s=100.0, test_acc=0.80, best_val_acc=0.81, test_f1=0.79, queue_s=12.0, requeue_count=1),
-    FakeJob("engine-lightning", {"train.engine": "lightning"}, engine="lightning", train_s=150.0,
-            samples_per_s=200.0, test_acc=0.85, best_val_acc=0.86, test_f1=0.84, queue_s=20.0),
-    FakeJob("engine-fabric", {"train.engine": "fabric"}, engine="fabric", train_s=120.0, compile=True,
-            samples_per_s=250.0, test_acc=0.86, best_val_acc=0.87, test_f1=0.85, queue_s=7.0, peak_gpu_mb=3100.0),
-]  # fmt: skip
+    FakeJob(
+        "engine-torch",
+        {"train.engine": "torch"},
+        engine="torch",
+        strategy="auto",
+        train_s=300.0,
+        samples_per_s=100.0,
+        test_acc=0.80,
+        best_val_acc=0.81,
+        test_f1=0.79,
+        queue_s=12.0,
+        requeue_count=1,
+    ),
+    FakeJob(
+        "engine-lightning",
+        {"train.engine": "lightning"},
+        engine="lightning",
+        train_s=150.0,
+        samples_per_s=200.0,
+        test_acc=0.85,
+        best_val_acc=0.86,
+        test_f1=0.84,
+        queue_s=20.0,
+    ),
+    FakeJob(
+        "engine-fabric",
+        {"train.engine": "fabric"},
+        engine="fabric",
+        train_s=120.0,
+        compile=True,
+        samples_per_s=250.0,
+        test_acc=0.86,
+        best_val_acc=0.87,
+        test_f1=0.85,
+        queue_s=7.0,
+        peak_gpu_mb=3100.0,
+    ),
+]
 
 
 def _rows(text: str) -> dict[str, dict[str, str]]:
@@ -72,9 +103,20 @@ def test_human_formats_fill_every_column(tmp_path: Path, fmt: str) -> None:
     lines = {job.name: next(ln for ln in text.splitlines() if job.name in ln) for job in CONFIGS}
     for job in CONFIGS:
         line = lines[job.name]
-        for shown in (job.engine, job.strategy, job.precision, "1×2", "COMPLETED", duration(job.train_s),
-                      duration(job.queue_s), f"{100 * job.test_acc:.1f}", f"{100 * job.best_val_acc:.1f}",
-                      f"{100 * job.test_f1:.1f}", f"{job.samples_per_s:,.1f}", f"{job.peak_gpu_mb:,.0f} gpu"):  # fmt: skip
+        for shown in (
+            job.engine,
+            job.strategy,
+            job.precision,
+            "1×2",
+            "COMPLETED",
+            duration(job.train_s),
+            duration(job.queue_s),
+            f"{100 * job.test_acc:.1f}",
+            f"{100 * job.best_val_acc:.1f}",
+            f"{100 * job.test_f1:.1f}",
+            f"{job.samples_per_s:,.1f}",
+            f"{job.peak_gpu_mb:,.0f} gpu",
+        ):
             assert shown in line, (shown, line)
     assert "baseline" in lines["engine-torch"]
     assert f"{300 / 150:.2f}×" in lines["engine-lightning"] and f"{300 / 120:.2f}×" in lines["engine-fabric"]

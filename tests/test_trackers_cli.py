@@ -23,12 +23,15 @@ def test_loggers_reach_the_spec(tmp_path: Path, runner) -> None:
     assert spec.train.wandb_mode == "offline"
 
 
-@pytest.mark.parametrize(("line", "words"), [
-    ('loggers = ["csv", "tensorbord"]', ["train.loggers", "'tensorbord'", "did you mean 'tensorboard'"]),
-    ('loggers = "wandb"', ["train.loggers", "expected a list"]),
-    ('loggers = ["wandb", "wandb"]', ["train.loggers", "twice"]),
-    ('wandb_mode = "offlne"', ["train.wandb_mode", "did you mean 'offline'"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ('loggers = ["csv", "tensorbord"]', ["train.loggers", "'tensorbord'", "did you mean 'tensorboard'"]),
+        ('loggers = "wandb"', ["train.loggers", "expected a list"]),
+        ('loggers = ["wandb", "wandb"]', ["train.loggers", "twice"]),
+        ('wandb_mode = "offlne"', ["train.wandb_mode", "did you mean 'offline'"]),
+    ],
+)
 def test_bad_loggers_are_one_line_errors(tmp_path: Path, runner, line: str, words: list[str]) -> None:
     exp = tmp_path / "e.toml"
     exp.write_text(with_lines(train=line))

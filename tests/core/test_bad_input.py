@@ -275,11 +275,14 @@ def test_debug_shows_the_traceback(tmp_path: Path, runner):
     assert "Traceback" in result.output and "train.epochs" in result.output
 
 
-@pytest.mark.parametrize(("template", "words"), [
-    ("{{ nope }}\n", ["my.j2", "'nope' is undefined"]),
-    ("{% if %}\n", ["my.j2:1", "Expected an expression"]),
-    ('{% extends "missing.j2" %}\n', ["'missing.j2' not found"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("template", "words"),
+    [
+        ("{{ nope }}\n", ["my.j2", "'nope' is undefined"]),
+        ("{% if %}\n", ["my.j2:1", "Expected an expression"]),
+        ('{% extends "missing.j2" %}\n', ["'missing.j2' not found"]),
+    ],
+)
 def test_bad_user_template(tmp_path: Path, runner, template: str, words: list[str]):
     (tmp_path / "my.j2").write_text(template)
     path = tmp_path / "exp.toml"

@@ -17,12 +17,15 @@ from tests.core.test_bad_input import with_lines
 from tests.core.test_sbatch_fake import fake_slurm  # noqa: F401 - a fixture
 
 
-@pytest.mark.parametrize(("lines", "words"), [
-    ({"slurm": "chain = 3", "launch": 'backend = "local"'}, ["slurm.chain", "'sbatch'", "'local'"]),
-    ({"slurm": "chain = 3", "launch": "array = true"}, ["slurm.chain", "launch.array"]),
-    ({"slurm": "chain = 3\nrequeue = true"}, ["slurm.chain", "choose one"]),
-    ({"slurm": "chain = 0"}, ["slurm.chain", "positive"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("lines", "words"),
+    [
+        ({"slurm": "chain = 3", "launch": 'backend = "local"'}, ["slurm.chain", "'sbatch'", "'local'"]),
+        ({"slurm": "chain = 3", "launch": "array = true"}, ["slurm.chain", "launch.array"]),
+        ({"slurm": "chain = 3\nrequeue = true"}, ["slurm.chain", "choose one"]),
+        ({"slurm": "chain = 0"}, ["slurm.chain", "positive"]),
+    ],
+)
 def test_chains_that_cannot_work_are_refused(tmp_path: Path, runner, lines: dict, words: list[str]) -> None:
     exp = tmp_path / "e.toml"
     exp.write_text(with_lines(**lines))
@@ -66,15 +69,18 @@ def _info(state: State, start: str = "") -> JobInfo:
     return JobInfo(state, start=start, nodelist="n1" if start else "")
 
 
-@pytest.mark.parametrize(("states", "finished", "expected", "segment"), [
-    ([(State.RUNNING, "t"), (State.PENDING, ""), (State.PENDING, "")], False, State.RUNNING, 1),
-    ([(State.TIMEOUT, "t"), (State.PENDING, ""), (State.PENDING, "")], False, State.PENDING, 1),
-    ([(State.TIMEOUT, "t"), (State.RUNNING, "t"), (State.PENDING, "")], False, State.RUNNING, 2),
-    ([(State.TIMEOUT, "t"), (State.COMPLETED, "t"), (State.PENDING, "")], True, State.COMPLETED, 2),
-    ([(State.TIMEOUT, "t"), (State.TIMEOUT, "t"), (State.TIMEOUT, "t")], False, State.TIMEOUT, 3),
-    ([(State.TIMEOUT, "t"), (State.CANCELLED, "t"), (State.CANCELLED, "")], False, State.CANCELLED, 2),
-    ([(State.FAILED, "t"), (State.FAILED, "t"), (State.FAILED, "t")], False, State.FAILED, 3),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("states", "finished", "expected", "segment"),
+    [
+        ([(State.RUNNING, "t"), (State.PENDING, ""), (State.PENDING, "")], False, State.RUNNING, 1),
+        ([(State.TIMEOUT, "t"), (State.PENDING, ""), (State.PENDING, "")], False, State.PENDING, 1),
+        ([(State.TIMEOUT, "t"), (State.RUNNING, "t"), (State.PENDING, "")], False, State.RUNNING, 2),
+        ([(State.TIMEOUT, "t"), (State.COMPLETED, "t"), (State.PENDING, "")], True, State.COMPLETED, 2),
+        ([(State.TIMEOUT, "t"), (State.TIMEOUT, "t"), (State.TIMEOUT, "t")], False, State.TIMEOUT, 3),
+        ([(State.TIMEOUT, "t"), (State.CANCELLED, "t"), (State.CANCELLED, "")], False, State.CANCELLED, 2),
+        ([(State.FAILED, "t"), (State.FAILED, "t"), (State.FAILED, "t")], False, State.FAILED, 3),
+    ],
+)
 def test_segments_make_one_job(states: list, finished: bool, expected: State, segment: int) -> None:
     ids = ["1", "2", "3"]
     info = chain_info(ids, {i: _info(*s) for i, s in zip(ids, states, strict=True)}, finished)
@@ -83,8 +89,11 @@ def test_segments_make_one_job(states: list, finished: bool, expected: State, se
 
 
 def test_a_chain_adds_up_its_segments_elapsed_times() -> None:
-    infos = {"1": JobInfo(State.TIMEOUT, "01:01:21", start="t"), "2": JobInfo(State.TIMEOUT, "1-00:00:39", start="t"),
-             "3": JobInfo(State.RUNNING, "12:00", start="t")}  # fmt: skip
+    infos = {
+        "1": JobInfo(State.TIMEOUT, "01:01:21", start="t"),
+        "2": JobInfo(State.TIMEOUT, "1-00:00:39", start="t"),
+        "3": JobInfo(State.RUNNING, "12:00", start="t"),
+    }
     assert chain_info(["1", "2", "3"], infos, finished=False).elapsed == "1-01:14:00"
 
 

@@ -12,8 +12,15 @@ import pytest
 
 from jobgen.cli import main
 
-RESULT = {"schema": 1, "job": "x", "engine": "torch", "times_s": {"train": 10.0, "total": 12.0}, "test_acc": 0.9,
-          "best_val_acc": 0.9, "finished_at": "2026-11-29T20:00:00+00:00"}  # fmt: skip
+RESULT = {
+    "schema": 1,
+    "job": "x",
+    "engine": "torch",
+    "times_s": {"train": 10.0, "total": 12.0},
+    "test_acc": 0.9,
+    "best_val_acc": 0.9,
+    "finished_at": "2026-11-29T20:00:00+00:00",
+}
 METRICS = "epoch,step,split,loss,acc,f1,lr,samples_per_s,time_s\n0,10,validation,0.5,0.8,,,,\n"
 PROGRESS = {"epoch": 0, "epochs": 1, "batch": 3, "batches": 4, "step": 3}
 DAMAGE = {
@@ -33,8 +40,14 @@ COMMANDS = {
     "runs": ["runs"],
 }
 # What each command shows of the jobs it did not lose: `runs` counts them, `logs` shows one job's log.
-OTHERS = {"status": ["fine", "broken"], "logs": ["hello from hurt"], "summary": ["fine", "broken"],
-          "requeue": ["broken"], "clean": ["jobs/fine/checkpoints"], "runs": ["3 "]}  # fmt: skip
+OTHERS = {
+    "status": ["fine", "broken"],
+    "logs": ["hello from hurt"],
+    "summary": ["fine", "broken"],
+    "requeue": ["broken"],
+    "clean": ["jobs/fine/checkpoints"],
+    "runs": ["3 "],
+}
 STUB_SCONTROL = '#!/bin/bash\n[ "$1" = requeue ] && exit 0\necho "slurm_load_jobs error: Invalid job id" >&2\nexit 1\n'
 
 
@@ -50,10 +63,20 @@ def _job(run: Path, name: str, index: int, state: str, result: bool) -> dict:
     (folder / "job.sbatch").write_text("#!/bin/bash\n")
     if result:
         (folder / "result.json").write_text(json.dumps({**RESULT, "job": name}))
-    return {"name": name, "index": index, "sweep": {}, "dir": f"jobs/{name}", "spec": f"jobs/{name}/spec.json",
-            "script": f"jobs/{name}/job.sbatch", "submit_command": ["sbatch", "--parsable", "x"],
-            "job_id": str(100 + index), "array_index": None, "submitted_at": "2026-11-29T20:00:00+00:00",
-            "state": state, "error": None}  # fmt: skip
+    return {
+        "name": name,
+        "index": index,
+        "sweep": {},
+        "dir": f"jobs/{name}",
+        "spec": f"jobs/{name}/spec.json",
+        "script": f"jobs/{name}/job.sbatch",
+        "submit_command": ["sbatch", "--parsable", "x"],
+        "job_id": str(100 + index),
+        "array_index": None,
+        "submitted_at": "2026-11-29T20:00:00+00:00",
+        "state": state,
+        "error": None,
+    }
 
 
 @pytest.fixture
@@ -61,10 +84,21 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A run of three jobs: `hurt` (completed; its records get damaged), `fine` (completed, with checkpoints
     to clean) and `broken` (failed: requeue picks it). Slurm has forgotten them all (stub tools)."""
     run = tmp_path / "runs" / "exp" / "20261129-201500-ab12"
-    jobs = [_job(run, "hurt", 0, "COMPLETED", True), _job(run, "fine", 1, "COMPLETED", True),
-            _job(run, "broken", 2, "FAILED", False)]  # fmt: skip
-    manifest = {"schema": 1, "run_id": run.name, "experiment": "exp", "experiment_file": "/x/exp.toml",
-                "backend": "sbatch", "dry_run": False, "created": "2026-11-29T20:15:00+00:00", "jobs": jobs}  # fmt: skip
+    jobs = [
+        _job(run, "hurt", 0, "COMPLETED", True),
+        _job(run, "fine", 1, "COMPLETED", True),
+        _job(run, "broken", 2, "FAILED", False),
+    ]
+    manifest = {
+        "schema": 1,
+        "run_id": run.name,
+        "experiment": "exp",
+        "experiment_file": "/x/exp.toml",
+        "backend": "sbatch",
+        "dry_run": False,
+        "created": "2026-11-29T20:15:00+00:00",
+        "jobs": jobs,
+    }
     (run / "manifest.json").write_text(json.dumps(manifest, indent=2))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -88,8 +122,12 @@ def _invoke(runner, run: Path, command: str):
 
 
 # Only spec.json and result.json carry a schema version.
-CASES = [(name, damage) for name in JOB_FILES for damage in DAMAGE
-         if damage != "unknown schema" or name in ("spec.json", "result.json")]  # fmt: skip
+CASES = [
+    (name, damage)
+    for name in JOB_FILES
+    for damage in DAMAGE
+    if damage != "unknown schema" or name in ("spec.json", "result.json")
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -122,8 +160,11 @@ def test_job_folder_deleted(runner, run: Path, command: str):
         assert "warning: " in result.output and "jobs/hurt/: the job's folder is missing" in result.output
 
 
-MANIFEST_DAMAGE = {**DAMAGE, "wrong shape": lambda good: b'{"schema": 1, "backend": "sbatch", "jobs": "x"}',
-                   "path outside the run": lambda good: good.replace(b'"jobs/hurt"', b'"../../../etc"')}  # fmt: skip
+MANIFEST_DAMAGE = {
+    **DAMAGE,
+    "wrong shape": lambda good: b'{"schema": 1, "backend": "sbatch", "jobs": "x"}',
+    "path outside the run": lambda good: good.replace(b'"jobs/hurt"', b'"../../../etc"'),
+}
 
 
 @pytest.mark.parametrize("command", COMMANDS)

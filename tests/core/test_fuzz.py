@@ -21,8 +21,13 @@ def test_hostile_experiment_files(tmp_path: Path):
     stubs = stub_dir(tmp_path / "stubs")
     tally = Counts()
 
-    @settings(max_examples=CASES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
+    @settings(
+        max_examples=CASES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(experiments())
     def case(exp):
         doc, stem = exp

@@ -54,12 +54,22 @@ def test_experiment_name_with_a_control_character_is_refused(runner, tmp_path: P
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize(("key", "value"), [
-    ("slurm.partition", "debug\\n"), ("slurm.time", "01:00:00\\n"), ("slurm.mem", "4G\\n"),
-    ("env.vars", '{ A = "x\\n" }'), ("env.vars", '{ "A\\n" = "x" }'), ("slurm.extra", '{ "mail-type\\n" = "END" }'),
-    ("train.model", "m\\u0000"), ("env.python", "py\\rthon"), ("env.modules", '["cuda\\n"]'),
-    ("experiment.description", "two\\nlines"), ("data.text_field", "t\\u001b[31m"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("slurm.partition", "debug\\n"),
+        ("slurm.time", "01:00:00\\n"),
+        ("slurm.mem", "4G\\n"),
+        ("env.vars", '{ A = "x\\n" }'),
+        ("env.vars", '{ "A\\n" = "x" }'),
+        ("slurm.extra", '{ "mail-type\\n" = "END" }'),
+        ("train.model", "m\\u0000"),
+        ("env.python", "py\\rthon"),
+        ("env.modules", '["cuda\\n"]'),
+        ("experiment.description", "two\\nlines"),
+        ("data.text_field", "t\\u001b[31m"),
+    ],
+)
 def test_control_characters_are_refused_in_every_value(runner, tmp_path: Path, key: str, value: str):
     section, name = key.split(".")
     literal = value if value.startswith(("{", "[")) else f'"{value}"'
@@ -108,12 +118,20 @@ def _job(tmp_path: Path):
     return job, RunInfo(run_id="RUN", run_dir=tmp_path / "run")
 
 
-@pytest.mark.parametrize(("section", "field", "value"), [
-    ("slurm", "partition", "debug\ntouch PWNED"), ("slurm", "time", "1\n"), ("slurm", "extra", {"comment": "a\rb"}),
-    ("slurm", "extra", {"mail-type\ntouch PWNED": "END"}), ("env", "vars", {"A\ntouch PWNED": "x"}),
-    ("env", "vars", {"A": "x\0y"}), ("env", "venv", "v\n"), ("env", "python", "py\nthon"),
-    ("experiment", "name", "inj\n"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("section", "field", "value"),
+    [
+        ("slurm", "partition", "debug\ntouch PWNED"),
+        ("slurm", "time", "1\n"),
+        ("slurm", "extra", {"comment": "a\rb"}),
+        ("slurm", "extra", {"mail-type\ntouch PWNED": "END"}),
+        ("env", "vars", {"A\ntouch PWNED": "x"}),
+        ("env", "vars", {"A": "x\0y"}),
+        ("env", "venv", "v\n"),
+        ("env", "python", "py\nthon"),
+        ("experiment", "name", "inj\n"),
+    ],
+)
 def test_filters_refuse_what_they_cannot_write(tmp_path: Path, section: str, field: str, value):
     job, run = _job(tmp_path)
     exp = dataclasses.replace(job.exp, **{section: dataclasses.replace(getattr(job.exp, section), **{field: value})})

@@ -80,9 +80,13 @@ def test_hostile_values_run_no_injected_command(hostile, runner, tmp_path: Path,
     work = tmp_path / "work"
     work.mkdir()
     env = {
-        "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_LOG": str(log), "HOME": str(tmp_path),
-        "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "n1", "SLURM_CPUS_PER_TASK": "2",
-    }  # fmt: skip
+        "PATH": f"{stubs}:{os.environ['PATH']}",
+        "STUB_LOG": str(log),
+        "HOME": str(tmp_path),
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NODELIST": "n1",
+        "SLURM_CPUS_PER_TASK": "2",
+    }
     done = subprocess.run(["bash", str(script)], cwd=work, env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert not list(tmp_path.rglob("INJECTED*")), "a value escaped its quoting"

@@ -53,8 +53,17 @@ def stubs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return install_stubs(tmp_path, monkeypatch, STUBS)
 
 
-def _run(runner, tmp_path: Path, stubs: Path, monkeypatch, states: list[State], *names: str,
-         requeue: bool = False, forgotten: str = "", no_result: bool = False):  # fmt: skip
+def _run(
+    runner,
+    tmp_path: Path,
+    stubs: Path,
+    monkeypatch,
+    states: list[State],
+    *names: str,
+    requeue: bool = False,
+    forgotten: str = "",
+    no_result: bool = False,
+):
     """Submit a 4-job sweep to the stub sbatch, make Slurm report `states`, then `jobgen requeue`."""
     exp = tmp_path / "rq.toml"
     exp.write_text(SWEEP.format(requeue=str(requeue).lower()))
@@ -105,8 +114,9 @@ def test_a_job_slurm_forgot_is_submitted_again_and_keeps_its_old_id(runner, tmp_
 
 def test_named_running_job_gets_its_warning_signal_when_requeue_is_on(runner, tmp_path, stubs, monkeypatch):
     states = [State.RUNNING, State.RUNNING, State.PENDING, State.COMPLETED]
-    result, argv, jobs, _ = _run(runner, tmp_path, stubs, monkeypatch, states, "seed-1", "seed-3", "seed-4",
-                                 requeue=True)  # fmt: skip
+    result, argv, jobs, _ = _run(
+        runner, tmp_path, stubs, monkeypatch, states, "seed-1", "seed-3", "seed-4", requeue=True
+    )
     assert result.exit_code == 0, result.output
     assert argv == ["scancel --signal=USR2 1001"]  # the pending and the completed job are left alone
     lines = result.output.splitlines()
@@ -170,8 +180,12 @@ def test_an_array_task_slurm_forgot_goes_in_again_as_a_one_task_array(runner, tm
     script = run_dir / manifest["arrays"][0]["script"]
     argv = (stubs / "argv").read_text().splitlines()
     # Slurm is asked for copies an earlier requeue may have queued before the task goes in again.
-    assert argv == ["scontrol requeue 1001_1", "scontrol requeue 1001_3", "squeue -h -r -t all -o %i|%k",
-                    f"sbatch --parsable --array=3 {script}"]  # fmt: skip
+    assert argv == [
+        "scontrol requeue 1001_1",
+        "scontrol requeue 1001_3",
+        "squeue -h -r -t all -o %i|%k",
+        f"sbatch --parsable --array=3 {script}",
+    ]
     jobs = manifest["jobs"]
     assert [j["job_id"] for j in jobs] == ["1001_0", "1001_1", "1001_2", "1002_3"]
     assert jobs[3]["previous_job_ids"] == ["1001_3"]

@@ -95,14 +95,18 @@ def _run_with(tmp_path: Path, runner, recorded: str, log: str | None, result: bo
 @pytest.mark.parametrize(
     ("recorded", "log", "result", "shown"),
     [
-        ("RUNNING", "epoch 1\nslurmstepd: error: *** JOB 99999 ON n1 CANCELLED AT x DUE TO TIME LIMIT ***\n", False,
-         "TIMEOUT"),
+        (
+            "RUNNING",
+            "epoch 1\nslurmstepd: error: *** JOB 99999 ON n1 CANCELLED AT x DUE TO TIME LIMIT ***\n",
+            False,
+            "TIMEOUT",
+        ),
         ("RUNNING", None, False, "UNKNOWN"),
         ("COMPLETED", "training done\n", False, "FAILED"),
         ("FAILED", "Traceback\n", True, "COMPLETED"),
         ("RUNNING", "Traceback (most recent call last):\nValueError: bad\n", False, "FAILED"),
     ],
-)  # fmt: skip
+)
 def test_status_and_summary_agree(tmp_path: Path, runner, monkeypatch, recorded, log, result, shown):
     monkeypatch.setattr("jobgen.backends._slurm.query", lambda ids: {})  # Slurm has forgotten the job
     run_dir = _run_with(tmp_path, runner, recorded, log, result)

@@ -117,13 +117,16 @@ def test_each_backend_says_where_its_logs_are(tmp_path: Path, backend: str, out:
     assert logs.files(backend, tmp_path) == [tmp_path / n for n in [*out, *err]]
 
 
-@pytest.mark.parametrize(("doc", "state", "shown"), [
-    ('{"epoch": 1, "epochs": 3, "batch": 45, "batches": 100, "step": 145}', State.RUNNING, "epoch 2/3 45%"),
-    ('{"epoch": 0, "epochs": 3, "batch": 100, "batches": 100, "step": 100}', State.FAILED, "epoch 1/3 100%"),
-    ('{"epoch": 2, "epochs": 3, "batch": 100, "batches": 100, "step": 300}', State.COMPLETED, "done"),
-    ('{"epoch": 1, "epochs": 3, "batch": 4', State.RUNNING, "-"),  # torn by hand: never a crash
-    (None, State.PENDING, "-"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("doc", "state", "shown"),
+    [
+        ('{"epoch": 1, "epochs": 3, "batch": 45, "batches": 100, "step": 145}', State.RUNNING, "epoch 2/3 45%"),
+        ('{"epoch": 0, "epochs": 3, "batch": 100, "batches": 100, "step": 100}', State.FAILED, "epoch 1/3 100%"),
+        ('{"epoch": 2, "epochs": 3, "batch": 100, "batches": 100, "step": 300}', State.COMPLETED, "done"),
+        ('{"epoch": 1, "epochs": 3, "batch": 4', State.RUNNING, "-"),  # torn by hand: never a crash
+        (None, State.PENDING, "-"),
+    ],
+)
 def test_progress_column(tmp_path: Path, doc: str | None, state: State, shown: str):
     if doc is not None:
         (tmp_path / "jobs" / "a").mkdir(parents=True)

@@ -33,8 +33,9 @@ echo "$out"
 
 def tagged(run_dir: Path) -> Counter:
     """How many jobs Slurm holds per jobgen tag of this run (the controller's memory, then accounting)."""
-    out = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%k"], capture_output=True, text=True,
-                         check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        ["squeue", "-h", "-r", "-t", "all", "-o", "%i|%k"], capture_output=True, text=True, check=True
+    ).stdout
     prefix = f"jobgen:{run_dir.name}:"
     ids = {}
     for line in out.splitlines():

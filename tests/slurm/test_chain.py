@@ -30,10 +30,12 @@ def short_partition(slurm) -> str:
     """A partition with a 1-minute limit, made on the running cluster when it has none."""
     shown = subprocess.run(["scontrol", "show", "partition", PARTITION], capture_output=True, text=True)
     if shown.returncode != 0:
-        nodes = subprocess.run(["sinfo", "-h", "-p", "debug", "-o", "%N"], capture_output=True, text=True,
-                               check=True).stdout.strip()  # fmt: skip
-        subprocess.run(["scontrol", "create", f"PartitionName={PARTITION}", f"Nodes={nodes}", "MaxTime=1", "State=UP"],
-                       check=True)  # fmt: skip
+        nodes = subprocess.run(
+            ["sinfo", "-h", "-p", "debug", "-o", "%N"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        subprocess.run(
+            ["scontrol", "create", f"PartitionName={PARTITION}", f"Nodes={nodes}", "MaxTime=1", "State=UP"], check=True
+        )
         shown = subprocess.run(["scontrol", "show", "partition", PARTITION], capture_output=True, text=True, check=True)
     assert "MaxTime=00:01:00" in shown.stdout, shown.stdout
     return PARTITION
@@ -52,8 +54,12 @@ def _segments_once_ended(segments: list[str], timeout: float) -> dict[str, str]:
     """sacct's state of each segment, once every one has ended."""
     deadline = time.monotonic() + timeout
     while True:
-        sacct = subprocess.run(["sacct", "-n", "-P", "-X", "--format=JobID,State", "-j", ",".join(segments)],
-                               capture_output=True, text=True, check=True).stdout  # fmt: skip
+        sacct = subprocess.run(
+            ["sacct", "-n", "-P", "-X", "--format=JobID,State", "-j", ",".join(segments)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         by_id = dict(line.split("|") for line in sacct.splitlines())
         ended = all(by_id.get(i, "").split(" ")[0] in ("COMPLETED", "TIMEOUT", "FAILED", "CANCELLED") for i in segments)
         if ended or time.monotonic() > deadline:
@@ -114,6 +120,10 @@ def test_cancel_cancels_every_segment(short_partition: str, root: Path, tmp_path
     assert "1 job(s) cancelled" in out and f"cancel sent to jobs {', '.join(job['segments'])}" in out
     states = wait_states(run_dir, all_final, timeout=60)
     assert states[job["name"]] is State.CANCELLED
-    sacct = subprocess.run(["sacct", "-n", "-P", "-X", "--format=JobID,State", "-j", ",".join(job["segments"])],
-                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    sacct = subprocess.run(
+        ["sacct", "-n", "-P", "-X", "--format=JobID,State", "-j", ",".join(job["segments"])],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert [s.split("|")[1].split()[0] for s in sacct.splitlines()] == ["CANCELLED"] * 3, sacct

@@ -85,8 +85,9 @@ def test_two_requeues_at_once_start_each_job_once_while_status_watches(slurm, ro
     _start("submit", str(exp), root=root).wait(timeout=60)
     run_dir = only_run(root, "rqtwice")
     first = {j["name"]: j["job_id"] for j in manifest(run_dir)["jobs"]}
-    wait_states(run_dir, lambda s: s["flaky"] is s["pinned"] is State.FAILED and s["sleeper"] is State.RUNNING,
-                timeout=90)  # fmt: skip
+    wait_states(
+        run_dir, lambda s: s["flaky"] is s["pinned"] is State.FAILED and s["sleeper"] is State.RUNNING, timeout=90
+    )
 
     # Beside the requeues: `status --watch` (the sleeper keeps it watching until its timeout), and a reader
     # that parses the manifest as fast as it can.
@@ -129,6 +130,10 @@ def test_two_requeues_at_once_start_each_job_once_while_status_watches(slurm, ro
         reader.join()
         if watch.poll() is None:
             watch.kill()
-        subprocess.run([JOBGEN, "cancel", str(run_dir), "sleeper"], env={**os.environ, "JOBGEN_OUTPUT_ROOT": str(root)},
-                       capture_output=True, timeout=60)  # fmt: skip
+        subprocess.run(
+            [JOBGEN, "cancel", str(run_dir), "sleeper"],
+            env={**os.environ, "JOBGEN_OUTPUT_ROOT": str(root)},
+            capture_output=True,
+            timeout=60,
+        )
     assert reads[0] > 50 and not bad, (reads, bad[:3])

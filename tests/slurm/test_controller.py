@@ -43,8 +43,12 @@ def test_controller_down_midway_then_resume(slurm, root: Path, tmp_path: Path):
     wrapper.parent.mkdir()
     wrapper.write_text(WRAPPER)
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
-    env = {"PATH": f"{wrapper.parent}:{os.environ['PATH']}", "REAL_SBATCH": shutil.which("sbatch"),
-           "MARK": str(tmp_path / "stopped"), "CONTROLLER": str(CONTROLLER)}  # fmt: skip
+    env = {
+        "PATH": f"{wrapper.parent}:{os.environ['PATH']}",
+        "REAL_SBATCH": shutil.which("sbatch"),
+        "MARK": str(tmp_path / "stopped"),
+        "CONTROLLER": str(CONTROLLER),
+    }
     try:
         done = jobgen("submit", str(exp), root=root, env=env, check=False)
         assert done.returncode == 1, done.stdout + done.stderr
@@ -68,18 +72,26 @@ def test_controller_down_midway_then_resume(slurm, root: Path, tmp_path: Path):
     assert set(states.values()) == {State.COMPLETED}, _explain(ids)
     # Every job the controller holds (finished ones stay for MinJobAge): ours appear once each.
     # Ids grow, so any duplicate of this run's jobs has an id at least its first one's.
-    held = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i %j"], capture_output=True, text=True,
-                          check=True).stdout.split("\n")  # fmt: skip
+    held = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-o", "%i %j"], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
     first = min(int(i) for i in ids)
-    ours = [name for jid, _, name in (line.partition(" ") for line in held if line)
-            if int(jid) >= first and name.startswith("ctldown.")]  # fmt: skip
+    ours = [
+        name
+        for jid, _, name in (line.partition(" ") for line in held if line)
+        if int(jid) >= first and name.startswith("ctldown.")
+    ]
     assert sorted(ours) == sorted(f"ctldown.{j['name']}" for j in jobs), ours
 
 
 def _explain(ids: list[str]) -> str:
     """What Slurm says of each job, for a failure message."""
-    done = subprocess.run(["sacct", "-X", "-n", "-P", "-j", ",".join(ids), "-o", "JobID,State,ExitCode,Reason"],
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    done = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", ",".join(ids), "-o", "JobID,State,ExitCode,Reason"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     return done.stdout + done.stderr
 
 

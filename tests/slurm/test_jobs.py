@@ -36,8 +36,17 @@ def test_shipped_experiments_are_accepted_by_sbatch(slurm, root: Path, experimen
 @pytest.mark.timeout(60)
 def test_test_only_names_what_slurm_refuses(slurm, root: Path):
     experiment = experiments()[0]
-    done = jobgen("submit", str(experiment), "--test-only", "--backend", "sbatch", "--set", "slurm.partition=nope",
-                  root=root, check=False)  # fmt: skip
+    done = jobgen(
+        "submit",
+        str(experiment),
+        "--test-only",
+        "--backend",
+        "sbatch",
+        "--set",
+        "slurm.partition=nope",
+        root=root,
+        check=False,
+    )
     assert done.returncode == 1 and "REFUSED" in done.stdout
     error = done.stderr.strip().splitlines()
     assert len(error) == 1 and "sbatch --test-only refused" in error[0] and "invalid partition" in error[0].lower()

@@ -75,10 +75,26 @@ def test_preempted_mid_epoch_resumes_and_trains_each_sample_once(slurm, root: Pa
     node = _field(job_id, "NodeList")
     # The whole node, from a higher tier: Slurm must preempt the training job to start it.
     preemptor = subprocess.run(
-        ["sbatch", "--parsable", "-p", "high", "-N", "1", "-w", node, "--exclusive", "-t", "2",
-         f"--output={tmp_path}/preemptor.out", "--wrap", "sleep 5"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
+        [
+            "sbatch",
+            "--parsable",
+            "-p",
+            "high",
+            "-N",
+            "1",
+            "-w",
+            node,
+            "--exclusive",
+            "-t",
+            "2",
+            f"--output={tmp_path}/preemptor.out",
+            "--wrap",
+            "sleep 5",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     # The training leaves on its own (checkpoint, then the batch shell's requeue) well within GraceTime.
     deadline = time.monotonic() + 60
     while _field(job_id, "JobState") == "RUNNING":
@@ -157,7 +173,9 @@ def test_requeue_of_the_task_with_the_arrays_id_leaves_its_siblings_alone(slurm,
             assert "restarts 0" in log and "restarts 1" not in log, log[-2000:]
     sacct = subprocess.run(
         ["sacct", "-X", "-n", "-P", "-D", "-o", "JobID,State", "-j", array_id],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     requeued = {line.split("|")[0] for line in sacct.splitlines() if "REQUEUED" in line}
     assert requeued == {jobs[carrier]["job_id"]}, sacct

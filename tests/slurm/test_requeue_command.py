@@ -38,8 +38,16 @@ def test_requeue_failed_then_running(slurm_any, root: Path, tmp_path: Path):
     jobgen("submit", str(exp), root=root)
     run_dir = only_run(root, "rqcmd")
     before = {j["name"]: j["job_id"] for j in manifest(run_dir)["jobs"]}
-    wait_states(run_dir, lambda s: s["steady"] is State.COMPLETED and s["flaky"] is State.FAILED
-                and s["pinned"] is State.FAILED and s["sleeper"] is State.RUNNING, timeout=120)  # fmt: skip
+    wait_states(
+        run_dir,
+        lambda s: (
+            s["steady"] is State.COMPLETED
+            and s["flaky"] is State.FAILED
+            and s["pinned"] is State.FAILED
+            and s["sleeper"] is State.RUNNING
+        ),
+        timeout=120,
+    )
 
     out = jobgen("requeue", str(run_dir), root=root).stdout
     lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}

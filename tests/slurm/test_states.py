@@ -47,13 +47,22 @@ def test_every_state_shows(slurm_any, root: Path, tmp_path: Path):
     run_dir = only_run(root, "states")
     assert all(j["job_id"] for j in manifest(run_dir)["jobs"])
 
-    wait_states(run_dir, lambda s: s["ok"] is State.COMPLETED and s["fail"] is State.FAILED
-                and s["running"] is State.RUNNING and s["cancelme"] is State.RUNNING
-                and s["later"] is State.PENDING, timeout=90)  # fmt: skip
+    wait_states(
+        run_dir,
+        lambda s: (
+            s["ok"] is State.COMPLETED
+            and s["fail"] is State.FAILED
+            and s["running"] is State.RUNNING
+            and s["cancelme"] is State.RUNNING
+            and s["later"] is State.PENDING
+        ),
+        timeout=90,
+    )
     out = jobgen("cancel", str(run_dir), "cancelme", root=root).stdout
     assert "cancel sent" in out
-    states = wait_states(run_dir, lambda s: s["cancelme"] is State.CANCELLED and s["timeout"] is State.TIMEOUT,
-                         timeout=240)  # fmt: skip
+    states = wait_states(
+        run_dir, lambda s: s["cancelme"] is State.CANCELLED and s["timeout"] is State.TIMEOUT, timeout=240
+    )
     assert states["later"] is State.PENDING and states["running"] is State.RUNNING
 
     table = jobgen("status", str(run_dir), root=root).stdout

@@ -89,8 +89,12 @@ def test_engine_learns_reports_and_trains_with_dropout(
     assert result["peak_memory_mb"]["host_rss"] > 100
 
     progress = json.loads((job / "progress.json").read_text())  # what `jobgen status` shows of a running job
-    assert {k: progress[k] for k in ("epoch", "epochs", "batch", "batches")} == {"epoch": 1, "epochs": 2, "batch": 50,
-                                                                                "batches": 50}  # fmt: skip
+    assert {k: progress[k] for k in ("epoch", "epochs", "batch", "batches")} == {
+        "epoch": 1,
+        "epochs": 2,
+        "batch": 50,
+        "batches": 50,
+    }
     assert progress["step"] == result["optimizer_steps"]
 
     rows = list(csv.DictReader((job / "metrics.csv").open()))

@@ -26,9 +26,25 @@ pytestmark = [pytest.mark.training, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 # `accelerate launch` through training.relay, as templates/local.sh.j2 and _launch_accelerate.j2 run it.
-ACCELERATE = [sys.executable, "-u", "-m", "training.relay", "--signal=USR2", "--", sys.executable, "-m",
-              "accelerate.commands.launch", "--multi_gpu", "--num_machines=1", "--num_processes=2",
-              "--mixed_precision=no", "--dynamo_backend=no", "-m", "training", "--spec"]  # fmt: skip
+ACCELERATE = [
+    sys.executable,
+    "-u",
+    "-m",
+    "training.relay",
+    "--signal=USR2",
+    "--",
+    sys.executable,
+    "-m",
+    "accelerate.commands.launch",
+    "--multi_gpu",
+    "--num_machines=1",
+    "--num_processes=2",
+    "--mixed_precision=no",
+    "--dynamo_backend=no",
+    "-m",
+    "training",
+    "--spec",
+]
 
 
 def start_group(spec: Path, env: dict[str, str], log: Path, launcher: list[str] | None = None) -> subprocess.Popen:

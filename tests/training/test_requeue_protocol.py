@@ -157,8 +157,15 @@ def job_script(tmp_path: Path, runner, monkeypatch: pytest.MonkeyPatch) -> tuple
 
 def _run(script: Path, job_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behave: str, **env: str):
     state = install_stubs(tmp_path, monkeypatch, STUBS)
-    full = {**os.environ, "BEHAVE": behave, "JOB_DIR": str(job_dir), "SLURM_JOB_ID": "40",
-            "SLURM_JOB_NODELIST": "n1", "SLURM_CPUS_PER_TASK": "1", **env}  # fmt: skip
+    full = {
+        **os.environ,
+        "BEHAVE": behave,
+        "JOB_DIR": str(job_dir),
+        "SLURM_JOB_ID": "40",
+        "SLURM_JOB_NODELIST": "n1",
+        "SLURM_CPUS_PER_TASK": "1",
+        **env,
+    }
     done = subprocess.run(["bash", str(script)], env=full, capture_output=True, text=True, timeout=60)
     calls = (state / "calls").read_text().splitlines() if (state / "calls").exists() else []
     return done, calls
