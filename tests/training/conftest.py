@@ -109,19 +109,34 @@ def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-# Entrypoints this test started. Each runs in a session of its own, with the ranks it launches: when
-# the test fails or times out (pytest-timeout), `_no_rank_outlives_its_test` kills the whole group, so
-# no orphaned rank goes on training (on a 2-core machine it would slow every test after it).
+# Entrypoints this test started. When the test fails or times out (run_entrypoint's timeout or
+# pytest-timeout), `_no_rank_outlives_its_test` kills each one with every process under it, so no
+# orphaned rank goes on training (on a 2-core machine it slows every test after it). The tree is walked
+# first: torchrun, which the entrypoint runs for several local devices, starts each rank in a session
+# of its own, so a signal to the entrypoint's process group would miss them.
 _STARTED: list[subprocess.Popen] = []
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_tree(proc: subprocess.Popen) -> None:
     import signal
 
+    import psutil
+
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        tree = [psutil.Process(proc.pid)]
+        tree += tree[0].children(recursive=True)
+    except psutil.NoSuchProcess:
+        tree = []
+    for member in tree:
+        try:
+            member.kill()
+        except psutil.NoSuchProcess:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # what of its own group outlived a parent that had ended
     except (ProcessLookupError, PermissionError):
-        pass  # the whole group has ended
+        pass
+    psutil.wait_procs(tree, timeout=10)
     proc.wait()
 
 
@@ -129,7 +144,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def _no_rank_outlives_its_test() -> Any:
     yield
     while _STARTED:
-        _kill_group(_STARTED.pop())
+        _kill_tree(_STARTED.pop())
 
 
 def start(spec: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
@@ -153,7 +168,7 @@ def run_entrypoint(spec: Path, env: dict[str, str], timeout: float) -> dict[str,
     try:
         rc = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _kill_group(proc)  # with the ranks it started
+        _kill_tree(proc)  # with the ranks it started
         raise AssertionError(f"entrypoint timed out; log:\n{log.read_text()[-4000:]}") from None
     assert rc == 0, f"rc={rc}; log:\n{log.read_text()[-6000:]}"
     return json.loads((spec.parent / "result.json").read_text())
