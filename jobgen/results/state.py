@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from jobgen import backends
 from jobgen.errors import JobgenError
@@ -87,11 +88,17 @@ def record_states(run: Run) -> None:
     """Write the states (and Slurm's start and end times) that changed back to the run's manifest."""
     updates = {}
     for job in run.jobs:
-        fields = {"state": job.state.value}
-        if job.live and job.live.start:
-            fields["started_at"] = job.live.start
-        if job.live and job.live.end:
-            fields["ended_at"] = job.live.end
+        fields: dict[str, Any] = {"state": job.state.value}
+        if job.live:
+            # What Slurm said, kept: a job recorded as ended is not asked again, and status still shows it.
+            said = {
+                "started_at": job.live.start,
+                "ended_at": job.live.end,
+                "elapsed": job.live.elapsed,
+                "nodelist": job.live.nodelist,
+                "exit_code": job.live.exit_code,
+            }
+            fields |= {k: v for k, v in said.items() if v}
         if any(job.entry.get(k) != v for k, v in fields.items()):
             updates[job.name] = fields
     if updates:

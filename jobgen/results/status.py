@@ -37,9 +37,9 @@ def status_table(run: Run) -> tuple[list[str], list[list[str]], bool]:
                 sweep,
                 ",".join(job.ids) or "-",
                 job.state.value,
-                (info.elapsed if info else "") or "-",
-                (info.nodelist or info.nodes if info else "") or "-",
-                (info.exit_code if info else "") or "-",
+                (info.elapsed if info else "") or str(job.entry.get("elapsed") or "-"),
+                (info.nodelist or info.nodes if info else "") or str(job.entry.get("nodelist") or "-"),
+                (info.exit_code if info else "") or _recorded_exit(job.entry.get("exit_code")),
                 where,
                 source,
             ]
@@ -69,6 +69,11 @@ def runs_table(run_dirs: Sequence[Path], root: Path, refresh: bool) -> tuple[lis
         states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
         out.append([_name(row.run_dir, root), _created(row), row.backend, str(len(row.jobs)), states])
     return ["run", "created", "backend", "jobs", "states" if refresh else "states (last known)"], out
+
+
+def _recorded_exit(code: object) -> str:
+    """The exit code last recorded: Slurm's "3:0", or the local backend's integer (0 included)."""
+    return "-" if code is None or code == "" else str(code)
 
 
 def _name(run_dir: Path, root: Path) -> str:
