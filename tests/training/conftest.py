@@ -127,6 +127,15 @@ def _kill_tree(proc: subprocess.Popen) -> None:
         tree += tree[0].children(recursive=True)
     except psutil.NoSuchProcess:
         tree = []
+    # A rank killed while it JIT-builds DeepSpeed's extension leaves torch's build lock behind (a file
+    # named "lock" in the build folder, where ninja runs), and every later build waits on it for ever.
+    builds = set()
+    for member in tree:
+        try:
+            if member.name() == "ninja":
+                builds.add(Path(member.cwd()))
+        except psutil.Error:
+            pass
     for member in tree:
         try:
             member.kill()
@@ -138,6 +147,8 @@ def _kill_tree(proc: subprocess.Popen) -> None:
         pass
     psutil.wait_procs(tree, timeout=10)
     proc.wait()
+    for build in builds:
+        (build / "lock").unlink(missing_ok=True)
 
 
 @pytest.fixture(autouse=True)
