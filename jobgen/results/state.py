@@ -4,9 +4,13 @@ A job's state comes from four pieces of evidence, in this order of trust:
 
 1. a dry run or a job never submitted stays what it was recorded as;
 2. the scheduler's answer, while it says the job is queued or running: that is current;
-3. the result: a job that wrote its result.json finished its work, however its process ended after
-   that (a crash at exit, a kill by `srun --kill-on-bad-exit`, a time limit during teardown);
-4. without a result, how it ended: the scheduler's final answer, else the last state recorded,
+3. its final answer, when it is other than COMPLETED: jobgen's batch script already ends a step that
+   died after writing this attempt's result (a crash at exit, a rank killed by `srun
+   --kill-on-bad-exit`) with 0 (jobgen/templates/_result_guard.j2), so a FAILED job with a result.json
+   holds an older attempt's result;
+4. a result: a job that wrote its result.json (and that Slurm calls COMPLETED, or no longer knows)
+   finished its work;
+5. without a result, how it ended: the scheduler's final answer, else the last state recorded,
    else what its log says (a time limit, an out-of-memory kill, an exception), else UNKNOWN.
 
 A job that ended without its result is never COMPLETED: when Slurm (or the local backend's exit
@@ -62,9 +66,10 @@ def settle(runs: Sequence[Run], *, live: bool = True, refresh: bool = False, rec
     for run in runs:
         for job in run.jobs:
             said = job.live.state if job.live else None
-            if needs_cause(job.recorded, said, job.finished):
+            finished = job.finished
+            if needs_cause(job.recorded, said, finished):
                 job.cause = find_cause(logs.files(run.backend, job.job_dir), run.run_dir)
-            job.state = job_state(job.recorded, said, job.finished, job.cause, asked=live or job.live is not None)
+            job.state = job_state(job.recorded, said, finished, job.cause, asked=live or job.live is not None)
         if record:
             record_states(run)
 
@@ -74,7 +79,8 @@ def ask_schedulers(runs: Sequence[Run], refresh: bool = False) -> None:
     asking: dict[str, list[RunJob]] = {}
     for run in runs:
         for job in run.jobs:
-            if job.ids and (refresh or not (job.recorded in SETTLED or job.finished)):
+            # A chain is always asked: its segments are what status shows of it.
+            if job.ids and (refresh or job.segments or job.recorded not in SETTLED):
                 asking.setdefault(run.backend, []).append(job)
     for backend, jobs in asking.items():
         found = backends.get(backend).states([i for job in jobs for i in job.ids])
@@ -128,6 +134,11 @@ def job_state(
     if live is State.UNKNOWN:
         live = None  # an answer that says nothing must not hide what the files say
     if live is not None and not live.is_final:
+        return live
+    if live is not None and live is not State.COMPLETED:
+        # Slurm's final word: jobgen's batch script already turned a step that died after writing this
+        # attempt's result into exit 0 (jobgen/templates/_result_guard.j2), and a result.json older than
+        # this attempt says nothing of how it ended.
         return live
     if finished:
         return State.COMPLETED

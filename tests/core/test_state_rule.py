@@ -28,8 +28,10 @@ CASES = [
     (S.RUNNING, S.RUNNING, True, None, S.RUNNING),  # result written, still tearing down
     (S.RUNNING, S.REQUEUED, False, None, S.REQUEUED),
     (S.RUNNING, S.COMPLETED, True, None, S.COMPLETED),
-    (S.RUNNING, S.FAILED, True, None, S.COMPLETED),  # crashed on the way out: its work is done
-    (S.RUNNING, S.CANCELLED, True, None, S.COMPLETED),
+    # Slurm's final word stands: jobgen's batch script already made a step that died after writing its
+    # result end with 0 (COMPLETED); a FAILED one with a result.json has an older attempt's result.
+    (S.RUNNING, S.FAILED, True, None, S.FAILED),
+    (S.RUNNING, S.CANCELLED, True, None, S.CANCELLED),
     (S.RUNNING, S.COMPLETED, False, None, S.FAILED),  # exit 0 without its result is never COMPLETED
     (S.RUNNING, S.COMPLETED, False, HOST_OOM, S.OUT_OF_MEMORY),
     (S.RUNNING, S.FAILED, False, TIME_LIMIT, S.FAILED),  # Slurm's final word stands
