@@ -129,8 +129,27 @@ def test_human_formats_fill_every_column(tmp_path: Path, fmt: str) -> None:
 def test_narrow_terminal_stacks_two_tables_and_loses_no_column(tmp_path: Path) -> None:
     text = summarize([write_run(tmp_path, "exp", CONFIGS)], width=120)
     torch_lines = [ln for ln in text.splitlines() if ln.startswith("engine-torch")]
-    assert len(torch_lines) == 2  # what the job is, then how it did
-    assert "auto" in torch_lines[0] and "baseline" in torch_lines[1] and "5m00s" in torch_lines[1]
+    assert len(torch_lines) == 2  # packed in order: the first table as wide as fits, then the rest
+    assert "auto" in torch_lines[0] and "5m00s" in torch_lines[0] and "baseline" in torch_lines[1]
+
+
+@pytest.mark.parametrize("width", [40, 58, 80, 100, 120, 160, 250])
+def test_every_table_fits_the_screen_and_no_cell_is_folded(tmp_path: Path, width: int) -> None:
+    """On any screen, each stacked table fits, and every cell reads whole on its config's line: a
+    number folded over two lines ("289." then "6") reads as two numbers."""
+    from jobgen.results.collect import collect
+    from jobgen.results.summary import apply_baseline, build_lines, cells
+
+    run = write_run(tmp_path, "exp", CONFIGS)
+    text = summarize([run], width=width)
+    lines = build_lines(collect([run]))
+    apply_baseline(lines, None)
+    table = text.split("\n• ", 1)[0]  # the notes under the tables wrap as prose
+    assert max(len(line) for line in table.splitlines()) <= width
+    for line in lines:
+        shown = " ".join(ln for ln in table.splitlines() if ln.startswith(line.label + " "))
+        for header, value in zip(HEADERS[:-1], cells(line)[:-1], strict=True):
+            assert value in shown, (width, header, value, table)
 
 
 def test_markdown_is_a_pipe_table(tmp_path: Path) -> None:

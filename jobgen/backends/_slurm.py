@@ -139,7 +139,8 @@ def query(job_ids: list[str]) -> dict[str, JobInfo]:
         found |= _sacct(ids[start : start + SACCT_CHUNK])
     wanted = set(ids)
     for ask in (_squeue, _scontrol):
-        missing = wanted - found.keys()
+        # squeue has no exit code: an ended job it lists is asked of scontrol too (no accounting)
+        missing = wanted - {jid for jid, info in found.items() if info.exit_code or not info.state.is_final}
         if not missing:
             break
         found |= {jid: info for jid, info in ask().items() if jid in missing}

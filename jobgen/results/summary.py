@@ -311,7 +311,8 @@ def render_table(lines: list[Line], color: bool = False, width: int | None = Non
             table.add_column(TERMINAL_HEADERS.get(HEADERS[i], HEADERS[i]), **_column_style(HEADERS[i]))
         for line, values in zip(lines, rows, strict=True):
             texts = {i: Text(values[i]) for i in shown}  # Text, not markup: "[rank1]:" is not a tag
-            texts[STATE].stylize(STATE_STYLES.get(line.state, "red"))
+            if STATE in texts:
+                texts[STATE].stylize(STATE_STYLES.get(line.state, "red"))
             table.add_row(*texts.values(), style="bold" if line.is_baseline else None)
         console.print(table)
     for note in notes(lines):
@@ -323,19 +324,31 @@ STATE = HEADERS.index("state")
 
 
 def column_groups(natural: list[int], width: int) -> list[list[int]]:
-    """Which columns each stacked table shows: one table when it fits, else what the job is, then how it did.
+    """Which columns each stacked table shows: one table when it fits, else tables that each fit the
+    screen, packed in order, each led by the config column so a row can be read across tables.
 
-    Notes are repeated in full under the tables, so the note column is the first thing to go.
+    Notes are repeated in full under the tables, so the note column is the first thing to go. A cell is
+    never folded or cut to make a table fit (a number split over two lines reads as two numbers).
     """
     every = list(range(len(HEADERS)))
 
     def fits(columns: list[int]) -> bool:
-        return sum(natural[i] + 3 for i in columns) <= width
+        return sum(natural[i] + COLUMN_GAP for i in columns) <= width
 
     for columns in (every, every[:-1]):
         if fits(columns):
             return [columns]
-    return [every[: STATE + 1], [0, STATE, *every[STATE + 1 : -1]]]
+    groups: list[list[int]] = []
+    group = [0]
+    for i in every[1:-1]:
+        if len(group) > 1 and not fits([*group, i]):
+            groups.append(group)
+            group = [0]
+        group.append(i)
+    return [*groups, group]
+
+
+COLUMN_GAP = 3  # what rich adds to a column's text in these tables (padding and the separator), and a spare
 
 
 def _natural_widths(rows: list[list[str]]) -> list[int]:
@@ -348,7 +361,8 @@ def _natural_widths(rows: list[list[str]]) -> list[int]:
 def _column_style(header: str) -> dict[str, Any]:
     if header == "note":
         return {"no_wrap": True, "overflow": "ellipsis", "max_width": NOTE_WIDTH}
-    # Numbers and states fold rather than lose their end (rich crops no_wrap columns on a narrow screen).
+    # column_groups makes each table fit, so nothing wraps; on a screen too narrow for even one column
+    # beside the config, a cell folds rather than lose its end (rich crops no_wrap columns).
     return {"justify": "right" if header in NUMERIC else "left", "overflow": "fold"}
 
 
