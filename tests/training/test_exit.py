@@ -49,8 +49,10 @@ def test_four_gloo_ranks_end_cleanly_again_and_again(tmp_path: Path) -> None:
 
 
 # Groups that other code holds past destroy_process_group(): a default argument evaluated after the group
-# was made (as deepspeed.comm's TorchBackend.barrier, imported late by the HF Trainer), and a 2-D
-# DeviceMesh kept alive (as torch's DTensor caches keep FSDP2's), holding its own sub-groups.
+# was made (as deepspeed.comm's TorchBackend.barrier, imported late by the HF Trainer), a 2-D
+# DeviceMesh kept alive (as torch's DTensor caches keep FSDP2's), holding its own sub-groups, and an
+# object that keeps groups as attributes and in a list (as DeepSpeed ZeRO's Init, offload and optimizer
+# objects do, kept alive by gradient hooks where the garbage collector cannot see).
 HELD_ELSEWHERE = r"""
 import os, sys
 import torch.distributed as dist
@@ -64,9 +66,18 @@ def barrier(group=dist.group.WORLD):
     return group
 KEPT = [init_device_mesh("cpu", (dist.get_world_size(), 1), mesh_dim_names=("dp", "tp"))["dp"]]
 dist.barrier(group=KEPT[0].get_group())
+class Holder:
+    def __init__(self):
+        everyone = list(range(dist.get_world_size()))
+        self.ds_process_group = dist.new_group(everyone)
+        self.real_dp_process_group = [dist.new_group(everyone)]
+HOLDER = Holder()
+dist.barrier(group=HOLDER.ds_process_group)
+dist.barrier(group=HOLDER.real_dp_process_group[0])
 common.end_process_group()
 print("backend threads after teardown:", len(common.backend_threads()), flush=True)
 assert barrier() is None
+assert HOLDER.ds_process_group is None and HOLDER.real_dp_process_group == [None]
 """
 
 

@@ -87,9 +87,10 @@ def end_process_group(orderly: bool = True) -> None:
        collective in flight, and rank 0, which hosts the TCPStore at MASTER_ADDR, does not go first.
     2. Garbage collection: the DDP wrapper (its Reducer holds the group) goes before the group, or
        the gloo group's destructor can wait forever at exit.
-    3. destroy_process_group(): every group, in the same order on every rank; this joins the
-       backend's threads while the interpreter is fully alive. Groups that other code still holds
-       (default arguments, DeviceMeshes in torch's caches) are let go of first if threads remain.
+    3. destroy_process_group(): every group, in the same order on every rank, with the references
+       DeepSpeed keeps (see _destroy); this joins the backend's threads while the interpreter is fully
+       alive. Groups that other code still holds (default arguments, DeviceMeshes in torch's caches,
+       attributes of objects that live on) are let go of if threads remain.
     Not orderly (this rank failed): no barrier, a peer may be gone; the local teardown only."""
     import gc
 
@@ -104,7 +105,7 @@ def end_process_group(orderly: bool = True) -> None:
         except Exception as exc:  # a peer that died after its last collective: tear down ours anyway
             print(f"training: barrier before teardown failed: {exc}", file=sys.stderr, flush=True)
     gc.collect()
-    dist.destroy_process_group()
+    _destroy(dist)
     if backend_threads():
         _release_lingering_groups(dist)
         gc.collect()
@@ -118,6 +119,19 @@ def end_process_group(orderly: bool = True) -> None:
         )
 
 
+def _destroy(dist: Any) -> None:
+    """destroy_process_group(), then drop the groups DeepSpeed keeps in module globals
+    (deepspeed.utils.groups: _WORLD_GROUP, the data/expert parallel groups). deepspeed.comm's own
+    destroy_process_group() does that, but only when deepspeed.comm made the groups; under the HF
+    Trainer and Lightning torch made them, deepspeed.comm is not initialized, and torch's alone leaves
+    DeepSpeed's copies alive with their gloo threads (issue 20)."""
+    dist.destroy_process_group()
+    groups = sys.modules.get("deepspeed.utils.groups")
+    release = getattr(groups, "_release_process_group_references", None)
+    if callable(release):
+        release(None)  # None: the whole world was destroyed
+
+
 def _release_lingering_groups(dist: Any) -> None:
     """Let go of process groups that outlive destroy_process_group() in other code's hands; they are of
     no use to anyone then, and once freed their threads are joined now instead of at interpreter exit:
@@ -125,7 +139,11 @@ def _release_lingering_groups(dist: Any) -> None:
       made (deepspeed.comm's TorchBackend.barrier under the HF Trainer; torch.distributed.nn when it
       was not imported first): set to None, which means "the default group" to those functions;
     - DeviceMeshes kept in torch's DTensor caches (FSDP2: sharding propagation, MeshTopoInfo, the
-      redistribute planner), each holding its groups in `_pg_registry`: emptied."""
+      redistribute planner), each holding its groups in `_pg_registry`: emptied;
+    - attributes, dict entries and list items that hold a group: set to None. DeepSpeed's ZeRO keeps
+      them on each parameter (`param._dp_group`, `ds_process_group`), in its ZeRO-3 offload and Init
+      objects (`dp_process_group`) and in its optimizer (`real_dp_process_group`), which gradient hooks
+      keep alive through autograd's C++ side, where the garbage collector cannot see."""
     import gc
     import types
 
@@ -145,10 +163,29 @@ def _release_lingering_groups(dist: Any) -> None:
                 obj.__defaults__ = tuple(None if isinstance(d, group) else d for d in defaults)
             if keywords and any(isinstance(v, group) for v in keywords.values()):
                 obj.__kwdefaults__ = {k: None if isinstance(v, group) else v for k, v in keywords.items()}
+        elif kind is dict:  # module namespaces among them
+            _drop_groups(obj, group)
+        elif kind is list:
+            for index in [index for index, value in enumerate(obj) if isinstance(value, group)]:
+                obj[index] = None
         elif mesh is not None and mesh in kind.__mro__:  # no isinstance: no metaclass hooks
             registry = getattr(obj, "_pg_registry", None)
             if isinstance(registry, dict):
                 registry.clear()
+        elif not isinstance(obj, type):
+            # An instance's attributes: since Python 3.11 they live in the object itself until someone
+            # asks for __dict__, so the garbage collector lists no dict for them.
+            try:
+                namespace = object.__getattribute__(obj, "__dict__")
+            except Exception:  # no __dict__, or one that will not be read
+                continue
+            if type(namespace) is dict:
+                _drop_groups(namespace, group)
+
+
+def _drop_groups(namespace: dict[Any, Any], group: type) -> None:
+    for key in [key for key, value in namespace.items() if isinstance(value, group)]:
+        namespace[key] = None
 
 
 def _barrier(dist: Any) -> None:
