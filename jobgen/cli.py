@@ -226,9 +226,8 @@ def _warn(runs: Any) -> None:
     for run in runs:
         if isinstance(run, Path):
             continue  # its manifest is damaged: the command's own output says so
-        for job in run.jobs:
-            for line in job.problems():
-                click.echo(f"warning: {run.run_dir}/{line}", err=True)
+        for line in run.problems():
+            click.echo(f"warning: {run.run_dir}/{line}", err=True)
 
 
 @main.command()

@@ -7,9 +7,12 @@ Every command that reads a run names what it cannot read (`warning: jobs/a/resul
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +103,68 @@ def job_problems(run_dir: Path, job: dict[str, Any]) -> list[str]:
 def run_problems(run_dir: Path, jobs: list[dict[str, Any]]) -> list[str]:
     """Every damaged record of these jobs of a run, each line naming the file under the run folder."""
     return [f"{run_dir}/{line}" for job in jobs for line in job_problems(run_dir, job)]
+
+
+# --- verdicts kept between commands -------------------------------------------------------------------
+
+VERDICTS = ".verdicts.json"  # in the run folder; a cache: deleting it costs one slower command
+VERDICTS_SCHEMA = 1
+# A file changed less than this long ago is checked again next time: on a file system with coarse
+# timestamps (NFS, 1 s) a rewrite within the same tick could keep size and mtime.
+SETTLED_NS = 2_000_000_000
+
+Stamp = tuple[int, int, int, int]  # inode, size, mtime, ctime (ns): what os.stat says of one version
+
+
+def stamp(st: os.stat_result) -> Stamp:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class Verdicts:
+    """What the damage checks said of each job file of a run, by the file's stat stamp.
+
+    Reading every job's records to check them costs most of `status` at 10,000 jobs; a file whose inode,
+    size, mtime and ctime are those of the version checked before gets the same verdict without being
+    read. Every writer of a record replaces it (a new inode) or appends to it (a new size), so a changed
+    file is never taken for the one checked. Unreadable or damaged cache files are ignored."""
+
+    def __init__(self, run_dir: Path | str) -> None:
+        self.path = os.path.join(run_dir, VERDICTS)
+        self._known: dict[str, list[Any]] = {}
+        self._changed = False
+        try:
+            with open(self.path, "rb") as fh:
+                doc = json.loads(fh.read())
+            if isinstance(doc, dict) and doc.get("schema") == VERDICTS_SCHEMA and isinstance(doc.get("files"), dict):
+                self._known = doc["files"]
+        except (OSError, ValueError):
+            pass
+
+    def get(self, rel: str, mark: Stamp) -> tuple[bool, str | None]:
+        """(True, the problem or None) when this version of the file was checked before, else (False, None)."""
+        known = self._known.get(rel)
+        if isinstance(known, list) and len(known) == 5 and tuple(known[:4]) == mark:
+            if known[4] is None or isinstance(known[4], str):
+                return True, known[4]
+        return False, None
+
+    def put(self, rel: str, mark: Stamp, problem: str | None) -> None:
+        if time.time_ns() - mark[2] < SETTLED_NS:
+            return  # still settling: checked again next time
+        if self._known.get(rel) != [*mark, problem]:
+            self._known[rel] = [*mark, problem]
+            self._changed = True
+
+    def save(self) -> None:
+        """Write the verdicts when they changed; a read-only run folder or a full disk keeps none."""
+        if not self._changed:
+            return
+        tmp = f"{self.path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump({"schema": VERDICTS_SCHEMA, "files": self._known}, fh, separators=(",", ":"))
+            os.replace(tmp, self.path)
+            self._changed = False
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)

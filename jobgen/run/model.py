@@ -17,7 +17,7 @@ from typing import Any
 
 from jobgen.errors import JobgenError
 from jobgen.run import store
-from jobgen.run.damage import JOB_FILES, json_problem, metrics_problem, parse_json
+from jobgen.run.damage import JOB_FILES, Verdicts, json_problem, metrics_problem, parse_json, stamp
 from jobgen.states import JobInfo, State, parse
 
 _NAMES = {name: Path(name) for name in JOB_FILES}
@@ -41,13 +41,15 @@ class RunJob:
     live: JobInfo | None = None
     state: State = State.UNKNOWN
     cause: Any = None  # jobgen.results.diagnose.Cause, when the logs were asked why the job stopped
+    verdicts: Verdicts | None = field(default=None, repr=False)  # the run's, shared by its jobs
     _files: dict[str, bytes | None | OSError] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_entry(cls, run_dir: Path, entry: dict[str, Any]) -> RunJob:
+    def from_entry(cls, run_dir: Path, entry: dict[str, Any], verdicts: Verdicts | None = None) -> RunJob:
         name = str(entry.get("name"))
         return cls(
             run_dir=run_dir,
+            verdicts=verdicts,
             entry=entry,
             name=name,
             dir=str(entry.get("dir") or f"jobs/{name}"),
@@ -105,11 +107,16 @@ class RunJob:
     def finished(self) -> bool:
         """The job wrote a result: the training writes result.json last and atomically, so any result.json
         (even of another schema, or damaged since) says it got to its end. Whether the numbers in it can
-        be used is the summary's question (its row says why not)."""
+        be used is the summary's question (its row says why not). Asked of the file system, not read."""
+        if "result.json" in self._files:
+            return self._files["result.json"] is not None
         try:
-            return self.raw("result.json") is not None
+            os.stat(os.path.join(self._folder, "result.json"))
+        except FileNotFoundError:
+            return False
         except OSError:
-            return True  # there, but unreadable
+            pass  # there, but unreadable
+        return True
 
     def progress(self) -> tuple[int, int, int, int] | None:
         """(epoch, epochs, batch, batches) from progress.json, which the training rewrites as it goes."""
@@ -129,14 +136,32 @@ class RunJob:
             return [f"{self.dir}/: the job's folder is missing (deleted?); it is reported from the manifest alone"]
         out = []
         for name in JOB_FILES:
-            if name == "metrics.csv":
-                problem = metrics_problem(Path(self._folder, name))
-            else:
-                doc, problem = self.json(name)
-                problem = json_problem(_NAMES[name], doc, problem)
+            problem = self._problem(name)
             if problem:
                 out.append(f"{self.dir}/{name}: {problem}; ignored")
         return out
+
+    def _problem(self, name: str) -> str | None:
+        """What is wrong with one of the job's files (None: fine or absent); the run's verdicts first."""
+        rel = f"{self.dir}/{name}"
+        try:
+            mark = stamp(os.stat(os.path.join(self._folder, name)))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"unreadable ({exc.strerror or exc})"
+        if self.verdicts is not None:
+            known, problem = self.verdicts.get(rel, mark)
+            if known:
+                return problem
+        if name == "metrics.csv":
+            problem = metrics_problem(Path(self._folder, name))
+        else:
+            doc, problem = self.json(name)
+            problem = json_problem(_NAMES[name], doc, problem)
+        if self.verdicts is not None:
+            self.verdicts.put(rel, mark, problem)
+        return problem
 
 
 @dataclass
@@ -146,13 +171,22 @@ class Run:
     run_dir: Path
     manifest: dict[str, Any]
     jobs: list[RunJob]
+    verdicts: Verdicts | None = field(default=None, repr=False)
 
     @classmethod
     def load(cls, run_dir: Path) -> Run:
         """The run at `run_dir`; a missing or damaged manifest is a one-line error naming the file."""
         manifest = store.load_manifest(run_dir)
         folder = Path(run_dir)
-        return cls(folder, manifest, [RunJob.from_entry(folder, e) for e in manifest["jobs"]])
+        verdicts = Verdicts(folder)
+        return cls(folder, manifest, [RunJob.from_entry(folder, e, verdicts) for e in manifest["jobs"]], verdicts)
+
+    def problems(self) -> list[str]:
+        """One line per damaged record of its jobs (RunJob.problems), the verdicts kept for next time."""
+        out = [line for job in self.jobs for line in job.problems()]
+        if self.verdicts is not None:
+            self.verdicts.save()
+        return out
 
     @property
     def run_id(self) -> str:

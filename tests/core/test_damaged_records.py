@@ -186,3 +186,81 @@ def test_damaged_manifest(runner, run: Path, tmp_path: Path, damage: str, comman
     lines = result.output.strip().splitlines()
     assert result.exit_code == 1 and len(lines) == 1, result.output
     assert lines[0].startswith("Error: ") and str(path) in lines[0] and "damaged" in lines[0], lines[0]
+
+
+# --- the verdicts kept between commands (jobgen.run.damage.Verdicts) -----------------------------------
+
+
+def _settle(run: Path) -> None:
+    """Every job file as if written a minute ago: old enough for its verdict to be kept."""
+    import os
+    import time
+
+    for path in (run / "jobs").rglob("*"):
+        if path.is_file():
+            os.utime(path, (time.time() - 60, time.time() - 60))
+
+
+def _warnings(runner, run: Path) -> list[str]:
+    return [ln for ln in _invoke(runner, run, "status").stderr.splitlines() if ln.startswith("warning:")]
+
+
+def test_a_second_status_checks_no_job_file_again_and_still_sees_each_change(runner, run: Path, monkeypatch) -> None:
+    import os
+
+    from jobgen.run import model
+
+    hurt = run / "jobs" / "hurt" / "result.json"
+    hurt.write_bytes(DAMAGE["truncated"](hurt.read_bytes()))
+    _settle(run)
+    first = _warnings(runner, run)
+    assert len(first) == 1 and "hurt/result.json: truncated" in first[0], first
+    assert (run / ".verdicts.json").exists()
+
+    def no_checking(*_a, **_k):
+        raise AssertionError("a settled job file was checked again")
+
+    with monkeypatch.context() as m:  # nothing changed: every verdict comes from the cache
+        m.setattr(model, "json_problem", no_checking)
+        m.setattr(model, "metrics_problem", no_checking)
+        assert _warnings(runner, run) == first
+
+    # Repaired the way jobs write (a new file put in place): the old verdict is not used.
+    fixed = hurt.with_suffix(".tmp")
+    fixed.write_text(json.dumps({**RESULT, "job": "hurt"}))
+    os.replace(fixed, hurt)
+    _settle(run)
+    assert _warnings(runner, run) == []
+    # Damaged in place, same size, one second later: mtime and ctime differ, so it is checked again.
+    good = (run / "jobs" / "fine" / "spec.json").read_bytes()
+    (run / "jobs" / "fine" / "spec.json").write_bytes(b"\xff" * len(good))
+    _settle(run)
+    assert any("fine/spec.json: not UTF-8" in ln for ln in _warnings(runner, run))
+
+
+def test_a_file_that_just_changed_is_checked_again_next_time(runner, run: Path) -> None:
+    """Written a moment ago, a file's stamp may not show the next rewrite (1 s timestamps): no verdict kept."""
+    _settle(run)
+    (run / "jobs" / "hurt" / "progress.json").write_text(json.dumps(PROGRESS))  # now
+    assert _warnings(runner, run) == []
+    kept = json.loads((run / ".verdicts.json").read_text())["files"]
+    assert "jobs/hurt/progress.json" not in kept and "jobs/hurt/spec.json" in kept
+
+
+@pytest.mark.parametrize("cache", [b"", b"{not json", b'{"schema": 1, "files": {"jobs/hurt/result.json": [1, 2]}}'])
+def test_a_damaged_verdict_file_is_ignored(runner, run: Path, cache: bytes) -> None:
+    hurt = run / "jobs" / "hurt" / "result.json"
+    hurt.write_bytes(b"")
+    (run / ".verdicts.json").write_bytes(cache)
+    assert any("hurt/result.json: empty" in ln for ln in _warnings(runner, run))
+
+
+def test_verdicts_that_cannot_be_written_are_not_kept(runner, run: Path) -> None:
+    """A run folder that takes no new file (read-only, full disk): the command works as without a cache."""
+    (run / ".verdicts.json").mkdir()  # os.replace onto a folder fails as a write to a read-only one does
+    hurt = run / "jobs" / "hurt" / "result.json"
+    hurt.write_bytes(b"")
+    _settle(run)
+    for _ in range(2):
+        assert [ln for ln in _warnings(runner, run) if "hurt/result.json: empty" in ln]
+    assert not list(run.glob(".verdicts.json.*.tmp"))
