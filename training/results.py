@@ -145,6 +145,57 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
+NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")  # present wherever the NVIDIA kernel driver is loaded
+
+
+def ran_on(driver_file: Path = NVIDIA_DRIVER) -> dict[str, Any]:
+    """What the job ran on, so that two runs can be compared later: the host, Python, every installed
+    distribution as `pip freeze` names it (read from the environment's metadata: no pip needed, as in a
+    uv venv), and where there is a GPU the CUDA, cuDNN and NCCL versions torch was built with, the
+    driver's version and the GPUs' names. CUDA is not initialised on a CPU job."""
+    import platform
+    import socket
+
+    import torch
+
+    packages = sorted(
+        {f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata["Name"]},
+        key=str.lower,
+    )
+    out: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "packages": packages,
+        "cuda": torch.version.cuda,
+        "cudnn": None,
+        "nccl": None,
+        "driver": _driver_version(driver_file),
+        "gpus": [],
+    }
+    if torch.cuda.is_available():
+        out["cudnn"] = torch.backends.cudnn.version()  # type: ignore[no-untyped-call]
+        try:
+            nccl = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
+            out["nccl"] = ".".join(str(part) for part in nccl)
+        except (AttributeError, RuntimeError):  # a build without NCCL
+            pass
+        out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return out
+
+
+def _driver_version(path: Path) -> str | None:
+    """'550.54.15' from the driver's first line: 'NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15 ...'."""
+    try:
+        first = path.read_text(errors="replace").splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    import re
+
+    found = re.search(r"Kernel Module.*?\s(\d+\.\d+(?:\.\d+)*)(?:\s|$)", first)  # also "Open Kernel Module for x86_64"
+    return found.group(1) if found else None
+
+
 def _slurm() -> dict[str, str | None] | None:
     env = os.environ
     if "SLURM_JOB_ID" not in env:
@@ -211,6 +262,7 @@ def build_result(spec: Spec, stats: Stats, requeue_count: int) -> dict[str, Any]
         "versions": _versions(),
         "git_sha": os.environ.get("JOBGEN_GIT_SHA") or None,
         "slurm": _slurm(),
+        "ran_on": ran_on(),
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import csv
 import json
+import socket
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +89,9 @@ def test_engine_learns_reports_and_trains_with_dropout(
     assert 0.05 < result["padded_token_fraction"] < 0.6  # dynamic padding of 8-40 word texts
     assert result["times_s"]["train"] > 0 and result["times_s"]["total"] >= result["times_s"]["train"]
     assert result["peak_memory_mb"]["host_rss"] > 100
+    ran_on = result["ran_on"]  # what the job ran on, read back from this very environment
+    assert f"torch=={metadata.version('torch')}" in ran_on["packages"], ran_on
+    assert ran_on["host"] == socket.gethostname() and ran_on["gpus"] == [] and ran_on["nccl"] is None
 
     progress = json.loads((job / "progress.json").read_text())  # what `jobgen status` shows of a running job
     assert {k: progress[k] for k in ("epoch", "epochs", "batch", "batches")} == {
