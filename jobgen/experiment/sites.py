@@ -83,9 +83,9 @@ def sites_file() -> tuple[Path, bool]:
     """The sites file and whether the user named it ($JOBGEN_SITES_FILE): a named file must exist."""
     named = os.environ.get("JOBGEN_SITES_FILE")
     if named:
-        return Path(named).expanduser(), True
+        return Path(named).expanduser().absolute(), True
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path("~/.config").expanduser())
-    return Path(base) / "jobgen" / "sites.toml", False
+    return (Path(base) / "jobgen" / "sites.toml").absolute(), False
 
 
 def choose(name: str | None = None) -> Site | None:
