@@ -129,7 +129,9 @@ def submit(
 
     if resume_run:
         if experiment or sets or site:
-            raise click.UsageError("--resume RUN submits a run as it was written: no EXPERIMENT or --set with it")
+            raise click.UsageError(
+                "--resume RUN submits a run as it was written: no EXPERIMENT or --set with it (nor --site)"
+            )
         _submit_and_report(Path(resume_run).resolve())
         return
     if not experiment:

@@ -298,3 +298,12 @@ def test_missing_sites_file(tmp_path, runner, monkeypatch, env, words):
 def test_site_option_on_every_command_that_loads_an_experiment(runner):
     for command in ("submit", "validate", "prefetch"):
         assert "--site NAME" in runner.invoke(main, [command, "--help"]).output
+
+
+def test_jobgen_site_through_the_cli_and_no_site_with_resume(tmp_path, runner, monkeypatch, sites_file):
+    monkeypatch.setenv("JOBGEN_SITE", "hpc2")
+    result = runner.invoke(main, ["validate", str(experiment(tmp_path))])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[1] == f'site hpc2 ({sites_file}): slurm.partition = "a100"'
+    result = runner.invoke(main, ["submit", "--resume", str(tmp_path), "--site", "hpc1"])
+    assert result.exit_code == 2 and "nor --site" in result.output
