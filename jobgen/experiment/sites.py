@@ -18,6 +18,7 @@ import dataclasses
 import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -164,7 +165,7 @@ def _header_line(text: str, dotted: str) -> int | None:
     return None
 
 
-def _site(name: str, value: Any, path: Path, text: str, fail: Any) -> Site:
+def _site(name: str, value: Any, path: Path, text: str, fail: Callable[[str, str], ConfigError]) -> Site:
     prefix = f"sites.{name}"
     if not _NAME_RE.fullmatch(name):
         raise fail(prefix, "a site name uses letters, digits, '_', '.' and '-', starting with a letter or digit")
@@ -204,5 +205,14 @@ def apply(exp: config.Experiment, site: Site | None) -> config.Experiment:
     try:
         built = config.build(raw, path=exp.path, text=exp.text, display=exp.label)
     except ConfigError as exc:
-        raise ConfigError(f"{exc.message} (with the defaults of site {site.name}, {site.file})") from None
+        raise _blame(exc.message, exp.label, site, given) from None
     return dataclasses.replace(built, site=SiteDefaults(name=site.name, file=site.file, values=given))
+
+
+def _blame(message: str, label: str, site: Site, given: dict[str, Any]) -> ConfigError:
+    """A check of the whole experiment failed: name the site's key when the key it names came from the site."""
+    lead = f"{label}: "
+    for key in given:
+        if message.startswith(lead + key) and message[len(lead + key) :][:1] in (":", "."):
+            return ConfigError(f"{site.file}: sites.{site.name}.{message[len(lead) :]} (a default for {label})")
+    return ConfigError(f"{message} (with the defaults of site {site.name}, {site.file})")

@@ -253,6 +253,7 @@ BAD = [
     ("same-cluster", GOOD + '[sites.hpc2]\ncluster_name = "c1"\n', "hpc1", "", ["sites.hpc2.cluster_name", "hpc1"]),
     ("bad-site-name", '[sites."a b".slurm]\naccount = "x"\n', "hpc1", "", ["sites.a b", "letters, digits"]),
     ("unknown-site", GOOD, "hpc9", "", ["--site hpc9", "known sites: hpc1"]),
+    ("secret", GOOD + '[sites.hpc1.env]\nvars = {HF_TOKEN = "x"}\n', "hpc1", "", ["sites.hpc1.env.vars.HF_TOKEN"]),
     ("clash-with-file", GOOD + "requeue = true\n", "hpc1", "chain = 2", ["slurm.chain", "site hpc1"]),
 ]
 
