@@ -81,6 +81,13 @@ def main(debug: bool, output_root: str | None) -> None:
 SET_HELP = (
     "Override one experiment key, e.g. --set train.epochs=1 --set slurm.partition=debug (VALUE as in TOML; repeatable)."
 )
+# The site's defaults sit under the experiment file (jobgen/experiment/sites.py; README "Sites").
+site_option = click.option(
+    "--site",
+    metavar="NAME",
+    help="Take defaults from this site of the sites file (env: JOBGEN_SITE; default: the site whose "
+    "cluster_name is this cluster's).",
+)
 
 
 @main.command()
@@ -102,6 +109,7 @@ SET_HELP = (
     help="Submit the jobs of RUN that are not queued yet (after a failure midway).",
 )
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
+@site_option
 @click.pass_context
 def submit(
     ctx: click.Context,
@@ -114,13 +122,16 @@ def submit(
     array_parallelism: int | None,
     resume_run: str | None,
     sets: tuple[str, ...],
+    site: str | None,
 ) -> None:
     """Validate EXPERIMENT, write a run directory, and submit (or run) its jobs."""
     from jobgen.commands import submit as sub
 
     if resume_run:
-        if experiment or sets:
-            raise click.UsageError("--resume RUN submits a run as it was written: no EXPERIMENT or --set with it")
+        if experiment or sets or site:
+            raise click.UsageError(
+                "--resume RUN submits a run as it was written: no EXPERIMENT or --set with it (nor --site)"
+            )
         _submit_and_report(Path(resume_run).resolve())
         return
     if not experiment:
@@ -129,7 +140,7 @@ def submit(
     if show and not dry_run:
         raise click.UsageError("--show goes with --dry-run")
     if test_only:
-        chosen = sub.load_experiment(experiment, backend, list(sets)).launch.backend
+        chosen = sub.load_experiment(experiment, backend, list(sets), site=site).launch.backend
         if not backends.get(chosen).can_test_only:
             raise JobgenError(
                 f"--test-only checks sbatch scripts; {experiment} uses the {chosen} backend (add --backend sbatch)"
@@ -140,6 +151,7 @@ def submit(
         backend=backend,
         dry_run=dry_run,
         sets=list(sets),
+        site=site,
         array=array,
         array_parallelism=array_parallelism,
     )
@@ -476,8 +488,9 @@ def clean(ctx: click.Context, runs: tuple[str, ...], all_runs: bool, yes: bool) 
 @main.command()
 @click.argument("experiment", type=click.Path(dir_okay=False), shell_complete=experiment_files)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
+@site_option
 @click.pass_context
-def prefetch(ctx: click.Context, experiment: str, sets: tuple[str, ...]) -> None:
+def prefetch(ctx: click.Context, experiment: str, sets: tuple[str, ...], site: str | None) -> None:
     """Download and cache what EXPERIMENT's jobs need (dataset, model, tokenized data), here.
 
     Run it on the login node before submitting to compute nodes without internet (env.hf_offline).
@@ -485,7 +498,7 @@ def prefetch(ctx: click.Context, experiment: str, sets: tuple[str, ...]) -> None
     """
     from jobgen.commands.prefetch import prefetch as fetch
 
-    prepared, jobs, cache = fetch(experiment, _root(ctx), list(sets))
+    prepared, jobs, cache = fetch(experiment, _root(ctx), list(sets), site)
     click.echo(
         f"prefetched {prepared} model/data combination(s) for {jobs} job(s): the Hugging Face cache "
         f"and {cache} hold what they need; submit them now"
@@ -497,13 +510,17 @@ def prefetch(ctx: click.Context, experiment: str, sets: tuple[str, ...]) -> None
     "experiments", nargs=-1, required=True, type=click.Path(dir_okay=False), shell_complete=experiment_files
 )
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
-def validate(experiments: tuple[str, ...], sets: tuple[str, ...]) -> None:
+@site_option
+def validate(experiments: tuple[str, ...], sets: tuple[str, ...], site: str | None) -> None:
     """Check experiment files: keys, values, sweep points, job shapes and templates."""
     from jobgen.commands.validate import validate_file
+    from jobgen.experiment.sites import describe as describe_site
 
     for path in experiments:
-        count = validate_file(path, list(sets))
+        count, given = validate_file(path, list(sets), site)
         click.echo(f"ok: {path} ({count} job{'s' if count != 1 else ''})")
+        if given:
+            click.echo(describe_site(given.record()))
 
 
 @main.command()

@@ -70,6 +70,10 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, request: pyte
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    # No user's sites file (and no scontrol asked for the cluster's name because of one).
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    monkeypatch.delenv("JOBGEN_SITE", raising=False)
+    monkeypatch.delenv("JOBGEN_SITES_FILE", raising=False)
 
 
 @pytest.fixture

@@ -29,6 +29,8 @@ UNREACHABLE = (
     "Transport endpoint",
     "Zero Bytes were transmitted",
 )
+# `scontrol show config` needs the controller; a login node without one should not wait long.
+CLUSTER_NAME_TIMEOUT_S = 10
 _JOB_ID = re.compile(r"(\d+)(?:;\S+)?")
 
 
@@ -73,6 +75,17 @@ def ask(command: list[str], timeout: float = QUERY_TIMEOUT_S) -> str | None:
     except (SubmitError, BackendError):
         return None
     return done.stdout if done.returncode == 0 else None
+
+
+def cluster_name() -> str | None:
+    """This cluster's name (ClusterName in `scontrol show config`); None when scontrol is missing, fails
+    or does not say (jobgen.experiment.sites picks the site by it)."""
+    out = ask(["scontrol", "show", "config"], timeout=CLUSTER_NAME_TIMEOUT_S)
+    for line in (out or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "ClusterName":
+            return value.strip() or None
+    return None
 
 
 def submit(command: list[str], what: str) -> str:

@@ -27,9 +27,11 @@ from jobgen.errors import JobgenError
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
-def prefetch(path: str | Path, output_root: Path | None, sets: list[str]) -> tuple[int, int, Path]:
+def prefetch(
+    path: str | Path, output_root: Path | None, sets: list[str], site: str | None = None
+) -> tuple[int, int, Path]:
     """Prepare every distinct (model, data, seed) of the experiment; returns (prepared, jobs, cache dir)."""
-    exp = load_experiment(path, sets=sets)
+    exp = load_experiment(path, sets=sets, site=site)
     jobs = plan(exp)
     missing = [m for m in ("torch", "transformers", "datasets") if importlib.util.find_spec(m) is None]
     if missing:

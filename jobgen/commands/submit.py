@@ -21,7 +21,7 @@ from jobgen.build.plan import Job, plan
 from jobgen.build.render import RunInfo, render_job
 from jobgen.build.spec import build_spec, cache_dir_for
 from jobgen.errors import JobgenError, SubmitError
-from jobgen.experiment import config
+from jobgen.experiment import config, sites
 from jobgen.facts import now_iso
 from jobgen.run import store as record
 from jobgen.run.model import Run, RunJob
@@ -38,15 +38,21 @@ class Prepared:
 
 
 def load_experiment(
-    path: str | Path, backend: str | None = None, sets: list[str] | None = None, **launch: Any
+    path: str | Path,
+    backend: str | None = None,
+    sets: list[str] | None = None,
+    *,
+    site: str | None = None,
+    **launch: Any,
 ) -> config.Experiment:
-    """Load an experiment; `--set` items and command-line choices (backend, array, ...) override it."""
+    """Load an experiment; `--set` items and command-line choices (backend, array, ...) override it,
+    and it overrides the site's defaults (`site` names one; see jobgen.experiment.sites.choose)."""
     exp = config.with_sets(config.load(path), sets or [])
     overrides = {k: v for k, v in {"backend": backend, **launch}.items() if v is not None}
     if overrides:
         raw = {**exp.raw, "launch": {**exp.raw.get("launch", {}), **overrides}}
         exp = config.build(raw, path=exp.path, text=exp.text, display=exp.label)
-    return exp
+    return sites.apply(exp, sites.choose(site))
 
 
 def prepare(
@@ -56,10 +62,11 @@ def prepare(
     backend: str | None = None,
     dry_run: bool = False,
     sets: list[str] | None = None,
+    site: str | None = None,
     **launch: Any,
 ) -> Prepared:
     """Validate, plan and render every job, then write the whole run directory at once."""
-    exp = load_experiment(path, backend, sets, **launch)
+    exp = load_experiment(path, backend, sets, site=site, **launch)
     jobs = plan(exp)
     root = output_root_of(exp, output_root)
     code_dir = training_package_dir()
@@ -107,6 +114,8 @@ def _render(
     )
     if sets:
         manifest["overrides"] = list(sets)
+    if exp.site:
+        manifest["site"] = exp.site.record()
     if exp.launch.array:
         manifest["arrays"] = _arrays(jobs, entries, run, exp, files, scheduler, dry_run)
     files[record.MANIFEST] = record.dumps(manifest)
@@ -312,6 +321,8 @@ def show(run_dir: Path, manifest: dict[str, Any], with_scripts: bool) -> list[st
     import shlex
 
     lines = [f"run: {run_dir}"]
+    if manifest.get("site"):
+        lines.append(sites.describe(manifest["site"]))
     for job in manifest.get("arrays") or manifest["jobs"]:
         lines.append(f"  {job['name']}: {run_dir / job['script']}")
         lines.append(f"    $ {shlex.join(job['submit_command'])}")

@@ -7,13 +7,17 @@ from pathlib import Path
 from jobgen.build.plan import plan
 from jobgen.build.render import RunInfo, render_job
 from jobgen.commands.submit import load_experiment
+from jobgen.experiment.sites import SiteDefaults
 
 
-def validate_file(path: str | Path, sets: list[str] | None = None) -> int:
-    """Load, plan and render every job of an experiment in memory; returns the number of jobs."""
-    exp = load_experiment(path, sets=sets)
+def validate_file(
+    path: str | Path, sets: list[str] | None = None, site: str | None = None
+) -> tuple[int, SiteDefaults | None]:
+    """Load, plan and render every job of an experiment in memory; the number of jobs and what the
+    site gave."""
+    exp = load_experiment(path, sets=sets, site=site)
     jobs = plan(exp)
     run = RunInfo(run_id="validate", run_dir=Path("/nonexistent/validate"))
     for job in jobs:
         render_job(job, run)
-    return len(jobs)
+    return len(jobs), exp.site

@@ -17,7 +17,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobgen import backends
 from jobgen.errors import ConfigError, is_control
@@ -31,6 +31,9 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+
+if TYPE_CHECKING:
+    from jobgen.experiment.sites import SiteDefaults
 
 # Every form sbatch's --time takes: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (and UNLIMITED/INFINITE).
 # Always used with fullmatch: `$` in re.match also matches before a trailing newline, and a newline
@@ -99,6 +102,7 @@ class Experiment:
     launch: schema.LaunchSection
     sweep: schema.SweepSection
     display: str = ""
+    site: SiteDefaults | None = None  # the site whose defaults raw holds (set by jobgen.experiment.sites)
 
     @property
     def label(self) -> str:
@@ -182,7 +186,8 @@ def with_overrides(exp: Experiment, overrides: dict[str, Any], where: str) -> Ex
     for dotted, value in overrides.items():
         section, key = dotted.split(".", 1)
         raw[section] = {**raw.get(section, {}), key: value}
-    return build(raw, path=exp.path, text=exp.text, display=exp.label, where=where)
+    point = build(raw, path=exp.path, text=exp.text, display=exp.label, where=where)
+    return dataclasses.replace(point, site=exp.site)
 
 
 def with_sets(exp: Experiment, sets: list[str]) -> Experiment:
@@ -245,11 +250,20 @@ def _swept_keys(sweep: Any) -> set[str]:
     return keys
 
 
+def check_tables(tables: dict[str, dict[str, Any]], *, display: str, text: str, prefix: str) -> None:
+    """Check tables of experiment keys that are not a whole experiment (a site's defaults) with the
+    experiment's own checks; errors name `display:line: PREFIXsection.key`."""
+    ctx = _Context(display, text, "", prefix)
+    for name, values in tables.items():
+        _build_section(name, schema.SECTIONS[name], values, ctx)
+
+
 class _Context:
-    def __init__(self, display: str, text: str, where: str):
-        self.display, self.text, self.where = display, text, where
+    def __init__(self, display: str, text: str, where: str, prefix: str = ""):
+        self.display, self.text, self.where, self.prefix = display, text, where, prefix
 
     def fail(self, dotted: str, problem: str) -> typing.NoReturn:
+        dotted = self.prefix + dotted
         line = locate(self.text, dotted) if not self.where else None
         dotted = dotted if len(dotted) <= 80 else dotted[:77] + "..."  # a key may be 5,000 characters long
         loc = f"{self.display}:{line}" if line else self.display
