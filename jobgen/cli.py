@@ -515,13 +515,13 @@ def schema(fmt: str) -> None:
 
     rows = schema_rows()
     if fmt == "markdown":
-        click.echo("| key | type | default | meaning |\n|---|---|---|---|")
-        for key, tp, default, doc in rows:
-            click.echo(f"| `{key}` | `{tp}` | `{default}` | {doc} |")
+        click.echo("| key | type | default | valid | meaning |\n|---|---|---|---|---|")
+        for key, tp, default, valid, doc in rows:
+            click.echo(f"| `{key}` | `{tp}` | `{default}` | {valid} | {doc} |")
         return
     width = max(len(r[0]) for r in rows)
-    for key, tp, default, doc in rows:
-        click.echo(f"{key:<{width}}  {tp}  = {default}\n{'':<{width}}  {doc}")
+    for key, tp, default, valid, doc in rows:
+        click.echo(f"{key:<{width}}  {tp}  = {default}{f'  ({valid})' if valid else ''}\n{'':<{width}}  {doc}")
 
 
 if __name__ == "__main__":  # pragma: no cover

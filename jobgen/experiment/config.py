@@ -42,6 +42,8 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _CONSTRAINT_RE = re.compile(r"[A-Za-z0-9_.,:&|*\[\]()-]*")
 _FLAG_RE = re.compile(r"[a-z][a-z0-9-]*")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The longest slurm.time accepted: a year. Longer is a typo (99999999-00:00:00), not a job.
+MAX_TIME_DAYS = 365
 _SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "CONT", "URG")
 
 # #SBATCH flags that jobgen writes itself: set them through their typed keys instead.
@@ -337,7 +339,24 @@ def _check_value(value: Any, meta: Any, dotted: str, ctx: _Context) -> None:
 def _check_time(v: str) -> str | None:
     if not _TIME_RE.fullmatch(v):
         return f"{v!r} is not a Slurm time; use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+    seconds = time_seconds(v)
+    if seconds is not None and seconds > MAX_TIME_DAYS * 86400:
+        return f"{v!r} is longer than {MAX_TIME_DAYS} days; ask for at most {MAX_TIME_DAYS}-00:00:00 (or UNLIMITED)"
     return None
+
+
+def time_seconds(v: str) -> int | None:
+    """Seconds in a Slurm time that _TIME_RE accepts; None for UNLIMITED/INFINITE. sbatch reads
+    M, M:S, H:M:S without a day, and D-H, D-H:M, D-H:M:S with one."""
+    if not v[:1].isdigit():
+        return None
+    days, _, clock = v.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if days:
+        hours, minutes, secs = (parts + [0, 0])[:3]
+    else:
+        hours, minutes, secs = [[0, parts[0], 0], [0, *parts], parts][len(parts) - 1]
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + secs
 
 
 def _check_mem(v: str) -> str | None:

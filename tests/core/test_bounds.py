@@ -1,0 +1,81 @@
+"""Values that are well-typed but absurd are refused at validation, by one rule per class:
+every numeric key has an upper bound (from the schema), slurm.time has a longest limit."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from pathlib import Path
+
+import pytest
+
+from jobgen.cli import main
+from jobgen.experiment import schema
+from jobgen.experiment.config import MAX_TIME_DAYS
+
+BASE = {"data": {"dataset": "builtin:synthetic"}, "train": {"model": "builtin:tiny"}}
+
+NUMERIC = [
+    (section, f)
+    for section, cls in schema.SECTIONS.items()
+    for f in dataclasses.fields(cls)
+    if typing.get_type_hints(cls)[f.name] in (int, float)
+]
+
+
+def toml(tree: dict[str, dict[str, object]]) -> str:
+    def value(v: object) -> str:
+        return f'"{v}"' if isinstance(v, str) else str(v)
+
+    return "".join(f"[{s}]\n" + "".join(f"{k} = {value(v)}\n" for k, v in keys.items()) for s, keys in tree.items())
+
+
+def refused(runner, tmp_path: Path, tree: dict[str, dict[str, object]]) -> str:
+    path = tmp_path / "exp.toml"
+    path.write_text(toml(tree))
+    result = runner.invoke(main, ["validate", str(path)])
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and "Traceback" not in result.output, result.output
+    return lines[0]
+
+
+def test_there_are_numeric_keys_in_every_section_that_counts():
+    assert {s for s, _ in NUMERIC} >= {"slurm", "train", "data", "launch", "sweep"}
+
+
+@pytest.mark.parametrize(("section", "field"), NUMERIC, ids=[f"{s}.{f.name}" for s, f in NUMERIC])
+def test_every_numeric_key_has_a_bound_and_refuses_ten_to_the_thirty(runner, tmp_path: Path, section, field):
+    assert field.metadata["max"] is not None, f"{section}.{field.name} has no upper bound: give its opt() a max"
+    line = refused(runner, tmp_path, {**BASE, section: {**BASE.get(section, {}), field.name: 10**30}})
+    assert f"{section}.{field.name}" in line and f"at most {field.metadata['max']}" in line
+
+
+@pytest.mark.parametrize(("section", "field"), NUMERIC, ids=[f"{s}.{f.name}" for s, f in NUMERIC])
+def test_every_numeric_key_accepts_its_bound(runner, tmp_path: Path, section, field):
+    """The bound itself is valid (inclusive); cross-key rules may still refuse it, but not as out of range."""
+    path = tmp_path / "exp.toml"
+    path.write_text(toml({**BASE, section: {**BASE.get(section, {}), field.name: field.metadata["max"]}}))
+    result = runner.invoke(main, ["validate", str(path)])
+    assert "at most" not in result.output, result.output
+
+
+def test_schema_shows_every_bound(runner):
+    out = runner.invoke(main, ["schema"]).output
+    for section, f in NUMERIC:
+        row = next(line for line in out.splitlines() if line.startswith(f"{section}.{f.name} "))
+        assert f"at most {f.metadata['max']}" in row, row
+
+
+@pytest.mark.parametrize("time", ["99999999-00:00:00", f"{MAX_TIME_DAYS + 1}-0", "600000", "9000:00:00"])
+def test_a_time_limit_over_a_year_is_refused(runner, tmp_path: Path, time: str):
+    line = refused(runner, tmp_path, {**BASE, "slurm": {"time": time}})
+    assert "slurm.time" in line and f"at most {MAX_TIME_DAYS}-00:00:00" in line
+
+
+@pytest.mark.parametrize("time", [f"{MAX_TIME_DAYS}-00:00:00", "UNLIMITED", "30", "2-12", "48:00:00"])
+def test_a_time_limit_up_to_a_year_passes(runner, tmp_path: Path, time: str):
+    path = tmp_path / "exp.toml"
+    path.write_text(toml({**BASE, "slurm": {"time": time}}))
+    result = runner.invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
