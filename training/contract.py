@@ -41,6 +41,7 @@ LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
 WandbMode = Literal["offline", "online", "disabled"]  # as wandb.init types it
 WANDB_MODES: tuple[WandbMode, ...] = ("offline", "online", "disabled")
 SPLITS = ("train", "validation", "test")
+TINY_MODEL = "builtin:tiny"  # built on the fly by training/model.py
 # Upper bounds shared by the keys that count the same thing (here and in jobgen's [slurm] section): far
 # above any real job, far below what would overflow a C int in Slurm or a tensor index.
 MAX_NODES = 10_000

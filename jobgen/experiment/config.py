@@ -44,6 +44,8 @@ _FLAG_RE = re.compile(r"[a-z][a-z0-9-]*")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # The longest slurm.time accepted: a year. Longer is a typo (99999999-00:00:00), not a job.
 MAX_TIME_DAYS = 365
+BUILTIN = "builtin:"
+BUILTIN_MODELS = (contract.TINY_MODEL,)
 _SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "CONT", "URG")
 
 # #SBATCH flags that jobgen writes itself: set them through their typed keys instead.
@@ -488,6 +490,16 @@ def _check_paths(exp: Experiment, ctx: _Context) -> None:
     for role, rel in exp.data.files.items():
         if not _is("exists", exp.base_dir / rel):
             ctx.fail(f"data.files.{role}", f"{_show(rel)} not found (paths are relative to {exp.base_dir})")
+    model = exp.train.model
+    if model.startswith(BUILTIN) and model not in BUILTIN_MODELS:
+        ctx.fail("train.model", f"{_show(model)} is not a built-in model; use {', '.join(BUILTIN_MODELS)}")
+    local = model_path(model, exp.base_dir)
+    if local is not None and not _is("is_dir", local):
+        ctx.fail(
+            "train.model",
+            f"{_show(model)}: no such model folder (paths are relative to {exp.base_dir}); "
+            "give a folder that exists, a hub name such as 'org/name', or builtin:tiny",
+        )
     if not exp.data.dataset and not exp.data.files:
         ctx.fail("data.dataset", "no data: set data.dataset (e.g. 'imdb') or data.files")
     for name in exp.env.vars:
@@ -498,6 +510,19 @@ def _check_paths(exp: Experiment, ctx: _Context) -> None:
                 f"env.vars.{name}",
                 "looks like a secret; export it in your shell instead (jobs inherit it) so it never lands in files",
             )
+
+
+def model_path(model: str, base: Path) -> Path | None:
+    """The local folder train.model names, or None for a hub name ('name', 'org/name') or a built-in.
+
+    ./x, ../x, /x and ~/x are paths, and so is anything with more than one '/', which no hub name has;
+    'org/name' is a hub name unless that folder exists next to the experiment file."""
+    if model.startswith(BUILTIN):
+        return None
+    path = base / Path(model).expanduser()
+    if model.startswith(("/", "./", "../", "~")) or model.count("/") > 1 or model in (".", ".."):
+        return path
+    return path if "/" in model and _is("is_dir", path) else None
 
 
 def locate(text: str, dotted: str) -> int | None:

@@ -79,3 +79,34 @@ def test_a_time_limit_up_to_a_year_passes(runner, tmp_path: Path, time: str):
     path.write_text(toml({**BASE, "slurm": {"time": time}}))
     result = runner.invoke(main, ["validate", str(path)])
     assert result.exit_code == 0, result.output
+
+
+# --- train.model: a local path must exist, as data files must -----------------------------------------
+
+
+@pytest.mark.parametrize("model", ["./no-such-model", "../gone", "/no/such/model", "~/no-such-jobgen-model", "a/b/c"])
+def test_a_local_model_that_does_not_exist_is_refused(runner, tmp_path: Path, model: str):
+    line = refused(runner, tmp_path, {**BASE, "train": {"model": model}})
+    assert "train.model" in line and "no such model folder" in line and str(tmp_path) in line
+
+
+def test_an_unknown_builtin_model_is_refused(runner, tmp_path: Path):
+    line = refused(runner, tmp_path, {**BASE, "train": {"model": "builtin:huge"}})
+    assert "train.model" in line and "builtin:tiny" in line
+
+
+@pytest.mark.parametrize("model", ["distilbert-base-uncased", "org/name", "builtin:tiny", "./here", "org/local"])
+def test_hub_names_builtins_and_existing_folders_pass(runner, tmp_path: Path, model: str):
+    (tmp_path / "here").mkdir()
+    (tmp_path / "org" / "local").mkdir(parents=True)
+    path = tmp_path / "exp.toml"
+    path.write_text(toml({**BASE, "train": {"model": model}}))
+    result = runner.invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_swept_model_path_is_checked_per_point(runner, tmp_path: Path):
+    path = tmp_path / "exp.toml"
+    path.write_text(toml(BASE) + '[sweep.grid]\n"train.model" = ["builtin:tiny", "./missing"]\n')
+    result = runner.invoke(main, ["validate", str(path)])
+    assert result.exit_code == 1 and "train.model" in result.output and "./missing" in result.output, result.output
