@@ -154,7 +154,20 @@ def build(
         _check_stem(path, ctx)
     _check_paths(exp, ctx)
     _check_chain(exp, ctx)
+    _check_extra_clashes(exp, ctx)
     return exp
+
+
+def _check_extra_clashes(exp: Experiment, ctx: _Context) -> None:
+    """A slurm.extra flag must not ask again for a resource a [slurm] key asks for (GPUs twice)."""
+    from jobgen.backends._slurm import extra_clashes
+
+    for flag, option in extra_clashes(as_dict(exp.slurm), exp.slurm.extra):
+        ctx.fail(
+            f"slurm.extra.{flag}",
+            f"{_show(exp.slurm.extra[flag])} asks for what {MANAGED_FLAGS[option]} already asks for "
+            f"(sbatch --{option}); set it there only and remove {flag!r} from slurm.extra",
+        )
 
 
 def _check_stem(path: Path, ctx: _Context) -> None:

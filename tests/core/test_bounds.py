@@ -4,6 +4,7 @@ every numeric key has an upper bound (from the schema), slurm.time has a longest
 from __future__ import annotations
 
 import dataclasses
+import json
 import typing
 from pathlib import Path
 
@@ -25,7 +26,9 @@ NUMERIC = [
 
 def toml(tree: dict[str, dict[str, object]]) -> str:
     def value(v: object) -> str:
-        return f'"{v}"' if isinstance(v, str) else str(v)
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{json.dumps(k)} = {value(x)}" for k, x in v.items()) + " }"
+        return json.dumps(v)
 
     return "".join(f"[{s}]\n" + "".join(f"{k} = {value(v)}\n" for k, v in keys.items()) for s, keys in tree.items())
 
@@ -110,3 +113,66 @@ def test_a_swept_model_path_is_checked_per_point(runner, tmp_path: Path):
     path.write_text(toml(BASE) + '[sweep.grid]\n"train.model" = ["builtin:tiny", "./missing"]\n')
     result = runner.invoke(main, ["validate", str(path)])
     assert result.exit_code == 1 and "train.model" in result.output and "./missing" in result.output, result.output
+
+
+# --- slurm.extra must not ask again for what a [slurm] key asks for ------------------------------------
+
+# [slurm] values that make resource_options() write every option it can.
+EVERY_RESOURCE = {
+    "nodes": 2,
+    "gpus_per_node": 2,
+    "gpu_type": "a100",
+    "ntasks_per_node": 2,
+    "mem": "8G",
+    "partition": "p",
+    "account": "a",
+    "qos": "q",
+    "constraint": "c",
+    "exclusive": True,
+}
+
+
+def _written() -> set[str]:
+    from jobgen.backends._slurm import resource_options
+    from jobgen.experiment.config import as_dict
+
+    return {flag for flag, _ in resource_options(as_dict(schema.SlurmSection(**EVERY_RESOURCE)))}
+
+
+def test_every_option_jobgen_writes_has_its_key_and_every_synonym_a_target():
+    from jobgen.backends._slurm import SAME_RESOURCE
+    from jobgen.experiment.config import MANAGED_FLAGS
+
+    assert _written() <= set(MANAGED_FLAGS), "an option resource_options() writes has no [slurm] key in MANAGED_FLAGS"
+    assert set(SAME_RESOURCE.values()) <= _written()
+
+
+def _clash_cases() -> list[tuple[str, object, str]]:
+    from jobgen.backends._slurm import SAME_RESOURCE
+    from jobgen.experiment.config import MANAGED_FLAGS
+
+    cases = [(flag, True if flag == "exclusive" else "1", MANAGED_FLAGS[flag]) for flag in sorted(_written())]
+    value = {"gres": "gpu:a100:4", "mem-per-cpu": "4G", "mem-per-gpu": "4G"}
+    return cases + [(f, value.get(f, "1"), MANAGED_FLAGS[target]) for f, target in sorted(SAME_RESOURCE.items())]
+
+
+@pytest.mark.parametrize(("flag", "value", "key"), _clash_cases(), ids=[c[0] for c in _clash_cases()])
+def test_an_extra_flag_that_asks_again_is_refused_naming_both_keys(runner, tmp_path: Path, flag, value, key):
+    line = refused(runner, tmp_path, {**BASE, "slurm": {**EVERY_RESOURCE, "extra": {flag: value}}})
+    assert "slurm.extra" in line and flag in line and key in line, line
+
+
+@pytest.mark.parametrize(
+    ("slurm", "extra"),
+    [
+        ({"gpus_per_node": 1}, {"gres": "nvme:1"}),  # another generic resource
+        ({"gpus_per_node": 0}, {"gpus": "2"}),  # jobgen asks for no GPU: the extra flag asks once
+        ({}, {"mem-per-cpu": "4G"}),  # slurm.mem unset
+        ({"gpus_per_node": 1}, {"gres": False, "mail-type": "END"}),  # false leaves the flag out
+    ],
+)
+def test_an_extra_flag_for_something_else_passes(runner, tmp_path: Path, slurm, extra):
+    path = tmp_path / "exp.toml"
+    path.write_text(toml({**BASE, "slurm": {**slurm, "extra": extra}}))
+    result = runner.invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
