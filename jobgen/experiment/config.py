@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from jobgen import backends
-from jobgen.errors import ConfigError, is_control
+from jobgen.errors import BadUsage, ConfigError, is_control
 from jobgen.experiment import schema
 from jobgen.facts import MAX_NAME, SECRET_RE, signal_name
 from training import contract
@@ -232,9 +232,9 @@ def parse_set(item: str) -> tuple[str, Any]:
     key, sep, text = item.partition("=")
     key = key.strip()
     if not sep or "." not in key or not all(key.split(".")):
-        raise ConfigError(f"--set {item!r}: write KEY=VALUE with a dotted key, e.g. --set train.epochs=1")
+        raise BadUsage(f"--set {item!r}: write KEY=VALUE with a dotted key, e.g. --set train.epochs=1")
     if key.split(".")[0] == "sweep":
-        raise ConfigError(f"--set {key}: sweeps are edited in the experiment file's [sweep] table")
+        raise BadUsage(f"--set {key}: sweeps are edited in the experiment file's [sweep] table")
     return key, _set_value(text.strip())
 
 
