@@ -47,6 +47,7 @@ TINY_MODEL = "builtin:tiny"  # built on the fly by training/model.py
 MAX_NODES = 10_000
 MAX_DEVICES = 64  # per node
 MAX_STEPS = 10**9
+MAX_SAMPLES = 10**12  # rows of a split
 
 
 def opt(
@@ -157,7 +158,7 @@ class Data:
     val_fraction: float = opt(
         0.1, "Share of train kept for validation when there is no validation split.", min=0, max=1.0
     )
-    max_samples: int = opt(0, "Cap every split at N samples (quick runs); 0 = all.", min=0, max=10**12)
+    max_samples: int = opt(0, "Cap every split at N samples (quick runs); 0 = all.", min=0, max=MAX_SAMPLES)
     max_length: int = opt(512, "Truncate sequences to this many tokens.", min=8, max=1_048_576)
     padding: str = opt(
         "dynamic", "dynamic = pad each batch to its longest; max_length = pad all to max_length.", choices=PADDINGS
@@ -200,6 +201,8 @@ def _check_partition(v: list[float]) -> str | None:
     counts = all(float(x).is_integer() and x >= 1 for x in v)
     if v and not counts and not all(x < 1 for x in v):
         return "give three counts (e.g. [35000, 5000, 10000]) or three fractions (e.g. [0.8, 0.1, 0.1]), not a mix"
+    if v and counts and max(v) > MAX_SAMPLES:
+        return f"counts must be at most {MAX_SAMPLES}, got {show(max(v))}"
     if v and not counts and sum(v) > 1.0 + 1e-9:
         return f"fractions sum to {sum(v):.3f}; they must sum to at most 1"
     return None

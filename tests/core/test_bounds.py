@@ -176,3 +176,8 @@ def test_an_extra_flag_for_something_else_passes(runner, tmp_path: Path, slurm, 
     path.write_text(toml({**BASE, "slurm": {**slurm, "extra": extra}}))
     result = runner.invoke(main, ["validate", str(path)])
     assert result.exit_code == 0, result.output
+
+
+def test_partition_counts_are_bounded_as_max_samples_is(runner, tmp_path: Path):
+    line = refused(runner, tmp_path, {**BASE, "data": {**BASE["data"], "partition": [10**30, 5, 5]}})
+    assert "data.partition" in line and "at most" in line
