@@ -19,9 +19,49 @@ from jobgen.completion import experiment_files, run_refs
 from jobgen.errors import JobgenError
 from jobgen.states import State
 
+# Options that mean something only beside another: command -> {option: the options, one of which it
+# needs}. Given alone they are refused as usage errors, never silently ignored.
+NEEDS: dict[str, dict[str, tuple[str, ...]]] = {
+    "submit": {"show": ("dry_run", "test_only")},
+    "status": {"interval": ("watch",), "timeout": ("watch",)},
+}
+# Options that contradict each other: command -> groups of which at most one may be given.
+EXCLUSIVE: dict[str, list[tuple[str, ...]]] = {
+    "logs": [("out", "err")],
+}
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source is not click.core.ParameterSource.DEFAULT
+
+
+def _flag(ctx: click.Context, name: str) -> str:
+    return next(p.opts[0] for p in ctx.command.params if p.name == name)
+
+
+def check_option_rules(ctx: click.Context) -> None:
+    """Refuse (usage error, exit 2) an option given without the one it needs, or beside one it excludes."""
+    command = ctx.command.name or ""
+    for name, needs in NEEDS.get(command, {}).items():
+        if _given(ctx, name) and not any(_given(ctx, need) for need in needs):
+            raise click.UsageError(f"{_flag(ctx, name)} goes with {' or '.join(_flag(ctx, n) for n in needs)}", ctx)
+    for group in EXCLUSIVE.get(command, []):
+        given = [_flag(ctx, name) for name in group if _given(ctx, name)]
+        if len(given) > 1:
+            raise click.UsageError(f"{' and '.join(given)} cannot go together: give one", ctx)
+
+
+class _Command(click.Command):
+    def invoke(self, ctx: click.Context) -> Any:
+        check_option_rules(ctx)
+        return super().invoke(ctx)
+
 
 class _Group(click.Group):
     """Turns unexpected exceptions into one-line errors; --debug shows the traceback."""
+
+    command_class = _Command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -76,6 +116,21 @@ def main(debug: bool, output_root: str | None) -> None:
     jobgen report imdb_fsdp -o report.html          one HTML page to share: table, curves, causes
     jobgen requeue imdb_fsdp                        failed jobs resume from their checkpoints
     """
+
+
+class _OutFile(click.Path):
+    """A file a command writes: its folder must exist already (jobgen makes no folders: a typo in one
+    would put the file where nobody looks)."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        path = super().convert(value, param, ctx)
+        folder = Path(os.fsdecode(path)).parent
+        if not folder.is_dir():
+            self.fail(f"the folder {folder} does not exist; create it first or write the file elsewhere", param, ctx)
+        return path
 
 
 SET_HELP = (
@@ -137,8 +192,6 @@ def submit(
     if not experiment:
         raise click.UsageError("missing EXPERIMENT (a .toml file), or --resume RUN")
     dry_run = dry_run or test_only
-    if show and not dry_run:
-        raise click.UsageError("--show goes with --dry-run")
     if test_only:
         chosen = sub.load_experiment(experiment, backend, list(sets), site=site).launch.backend
         if not backends.get(chosen).can_test_only:
@@ -245,8 +298,14 @@ def _warn(runs: Any) -> None:
 @main.command()
 @click.argument("run", required=False, shell_complete=run_refs)
 @click.option("--watch", is_flag=True, help="Refresh until every job has ended.")
-@click.option("--interval", default=10.0, show_default=True, help="Seconds between refreshes with --watch.")
-@click.option("--timeout", type=float, help="With --watch: give up after this many seconds.")
+@click.option(
+    "--interval",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="With --watch: seconds between refreshes.",
+)
+@click.option("--timeout", type=click.FloatRange(min=0), help="With --watch: give up after this many seconds.")
 @click.option("--refresh", is_flag=True, help="Ask Slurm about every job, also those recorded as ended.")
 @click.pass_context
 def status(
@@ -290,17 +349,20 @@ def runs(ctx: click.Context, experiments: tuple[str, ...], refresh: bool) -> Non
 @main.command()
 @click.argument("run", required=False, shell_complete=run_refs)
 @click.argument("job", required=False)
-@click.option("--err", "stream", flag_value="err", help="Show the error stream (Slurm's .err file).")
-@click.option("--out", "stream", flag_value="out", default=True, help="Show the output stream (default).")
-@click.option("--rank", type=int, help="Only the lines of this rank.")
+@click.option("--err", is_flag=True, help="Show the error stream (Slurm's .err file).")
+@click.option("--out", is_flag=True, help="Show the output stream (the default).")
+@click.option("--rank", type=click.IntRange(min=0), help="Only the lines of this rank.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the job ends.")
 @click.pass_context
-def logs(ctx: click.Context, run: str | None, job: str | None, stream: str, rank: int | None, follow: bool) -> None:
+def logs(
+    ctx: click.Context, run: str | None, job: str | None, err: bool, out: bool, rank: int | None, follow: bool
+) -> None:
     """Print a job's output; per-rank lines are labelled [rank N]."""
     from jobgen.results import logs as joblogs
     from jobgen.results.state import read_runs
     from jobgen.run.model import Run
 
+    stream = "err" if err else "out"
     loaded = Run.load(_one_run(ctx, run))
     entry = loaded.find(job)
     for line in entry.problems():
@@ -317,8 +379,16 @@ def logs(ctx: click.Context, run: str | None, job: str | None, stream: str, rank
         if not files:
             raise JobgenError(f"{entry.name}: no {stream} log yet in {entry.job_dir} (state {entry.recorded.value})")
         lines = joblogs.read_lines(files, rank)
+    shown = 0
     for line in lines:
         click.echo(line)
+        shown += 1
+    if rank is not None and not shown:
+        found = joblogs.ranks(joblogs.files(loaded.backend, entry.job_dir, stream))
+        raise JobgenError(
+            f"{entry.name}: no line of rank {rank} in its {stream} log; "
+            f"ranks with lines: {', '.join(map(str, found)) or 'none'}"
+        )
 
 
 @main.command()
@@ -378,7 +448,7 @@ def requeue(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
     show_default=True,
     help="Output format.",
 )
-@click.option("--plot", type=click.Path(dir_okay=False), help="Also draw training time and test accuracy to this PNG.")
+@click.option("--plot", type=_OutFile(), help="Also draw training time and test accuracy to this PNG.")
 @click.option(
     "--baseline",
     help="Configuration (job name) speed-ups are measured against "
@@ -427,7 +497,7 @@ def summary(
     "output",
     default="report.html",
     show_default=True,
-    type=click.Path(dir_okay=False),
+    type=_OutFile(),
     help="The HTML file to write.",
 )
 @click.option("--baseline", help="Configuration (job name) speed-ups are measured against.")
@@ -531,13 +601,13 @@ def schema(fmt: str) -> None:
 
     rows = schema_rows()
     if fmt == "markdown":
-        click.echo("| key | type | default | meaning |\n|---|---|---|---|")
-        for key, tp, default, doc in rows:
-            click.echo(f"| `{key}` | `{tp}` | `{default}` | {doc} |")
+        click.echo("| key | type | default | valid | meaning |\n|---|---|---|---|---|")
+        for key, tp, default, valid, doc in rows:
+            click.echo(f"| `{key}` | `{tp}` | `{default}` | {valid} | {doc} |")
         return
     width = max(len(r[0]) for r in rows)
-    for key, tp, default, doc in rows:
-        click.echo(f"{key:<{width}}  {tp}  = {default}\n{'':<{width}}  {doc}")
+    for key, tp, default, valid, doc in rows:
+        click.echo(f"{key:<{width}}  {tp}  = {default}{f'  ({valid})' if valid else ''}\n{'':<{width}}  {doc}")
 
 
 if __name__ == "__main__":  # pragma: no cover

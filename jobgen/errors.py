@@ -34,6 +34,13 @@ class ConfigError(JobgenError):
     """The experiment file is unreadable or invalid."""
 
 
+class BadUsage(JobgenError):
+    """A command line the library finds malformed (a `--set` item that is not KEY=VALUE): a usage error,
+    exit 2 as click's own, but in one line like every other error."""
+
+    exit_code = 2
+
+
 class PlanError(JobgenError):
     """The experiment is valid on its own, but a job (or sweep point) cannot work."""
 

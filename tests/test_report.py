@@ -79,6 +79,7 @@ class _Page(HTMLParser):
 def _report(tmp_path: Path, runner) -> tuple[Path, Path, str]:
     run = _run(tmp_path)
     out = tmp_path / "share" / "report.html"
+    out.parent.mkdir()
     done = runner.invoke(main, ["--output-root", str(tmp_path / "runs"), "report", "sweep", "-o", str(out)])
     assert done.exit_code == 0, done.output
     assert done.output.strip() == f"report: {out}"

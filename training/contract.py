@@ -41,12 +41,29 @@ LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
 WandbMode = Literal["offline", "online", "disabled"]  # as wandb.init types it
 WANDB_MODES: tuple[WandbMode, ...] = ("offline", "online", "disabled")
 SPLITS = ("train", "validation", "test")
+TINY_MODEL = "builtin:tiny"  # built on the fly by training/model.py
+# Upper bounds shared by the keys that count the same thing (here and in jobgen's [slurm] section): far
+# above any real job, far below what would overflow a C int in Slurm or a tensor index.
+MAX_NODES = 10_000
+MAX_DEVICES = 64  # per node
+MAX_STEPS = 10**9
+MAX_SAMPLES = 10**12  # rows of a split
 
 
-def opt(default: Any, doc: str, *, choices: tuple[str, ...] = (), min: float | None = None, kind: str = "") -> Any:
-    """A field with its doc and checks. `kind` names a format check: one of KIND_CHECKS here, or one
-    jobgen.experiment.config adds for its own sections (time, mem, ...)."""
-    meta = {"doc": doc, "choices": choices, "min": min, "kind": kind}
+def opt(
+    default: Any,
+    doc: str,
+    *,
+    choices: tuple[str, ...] = (),
+    min: float | None = None,
+    max: float | None = None,
+    kind: str = "",
+) -> Any:
+    """A field with its doc and checks. `min` and `max` bound a number (both inclusive; every numeric key
+    has a `max`, so that a typo of 10**30 stops here, not in sbatch or the training loop). `kind` names
+    a format check: one of KIND_CHECKS here, or one jobgen.experiment.config adds for its own sections
+    (time, mem, ...)."""
+    meta = {"doc": doc, "choices": choices, "min": min, "max": max, "kind": kind}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -83,26 +100,28 @@ class Train:
     precision: str = opt("32-true", "Numeric precision.", choices=PRECISIONS)
     compile: bool = opt(False, "torch.compile the model (warm-up steps run before the timer).")
     compile_mode: str = opt("default", "torch.compile mode.", choices=COMPILE_MODES)
-    warmup_compile_steps: int = opt(3, "Untimed steps that trigger compilation before timing starts.", min=0)
+    warmup_compile_steps: int = opt(
+        3, "Untimed steps that trigger compilation before timing starts.", min=0, max=10_000
+    )
     accelerator: str = opt(
         "auto", "auto|gpu|cpu; cpu runs a GPU-shaped job on CPU with gloo (tests).", choices=ACCELERATORS
     )
-    num_nodes: int = opt(0, "Nodes the engine uses; 0 = slurm.nodes (must equal it).", min=0)
-    devices: int = opt(0, "Devices (ranks) per node; 0 = slurm.gpus_per_node, or 1.", min=0)
+    num_nodes: int = opt(0, "Nodes the engine uses; 0 = slurm.nodes (must equal it).", min=0, max=MAX_NODES)
+    devices: int = opt(0, "Devices (ranks) per node; 0 = slurm.gpus_per_node, or 1.", min=0, max=MAX_DEVICES)
     model: str = opt("distilbert-base-uncased", "Hugging Face model name, local path, or builtin:tiny.")
-    epochs: int = opt(3, "Training epochs.", min=1)
-    batch_size: int = opt(16, "Per-device training batch size.", min=1)
-    eval_batch_size: int = opt(64, "Per-device evaluation batch size.", min=1)
-    grad_accum: int = opt(1, "Gradient accumulation steps.", min=1)
-    lr: float = opt(5e-5, "AdamW learning rate.", min=0)
-    weight_decay: float = opt(0.01, "AdamW weight decay.", min=0)
-    warmup_steps: int = opt(0, "Linear warm-up steps of the learning rate.", min=0)
-    warmup_ratio: float = opt(0.0, "Warm-up as a fraction of all steps (used when warmup_steps = 0).", min=0)
-    seed: int = opt(42, "Random seed (data partition, init, shuffling).", min=0)
+    epochs: int = opt(3, "Training epochs.", min=1, max=100_000)
+    batch_size: int = opt(16, "Per-device training batch size.", min=1, max=1_000_000)
+    eval_batch_size: int = opt(64, "Per-device evaluation batch size.", min=1, max=1_000_000)
+    grad_accum: int = opt(1, "Gradient accumulation steps.", min=1, max=100_000)
+    lr: float = opt(5e-5, "AdamW learning rate.", min=0, max=10.0)
+    weight_decay: float = opt(0.01, "AdamW weight decay.", min=0, max=10.0)
+    warmup_steps: int = opt(0, "Linear warm-up steps of the learning rate.", min=0, max=MAX_STEPS)
+    warmup_ratio: float = opt(0.0, "Warm-up as a fraction of all steps (used when warmup_steps = 0).", min=0, max=1.0)
+    seed: int = opt(42, "Random seed (data partition, init, shuffling).", min=0, max=2**32 - 1)
     deterministic: bool = opt(False, "Deterministic algorithms (slower).")
-    num_workers: int = opt(2, "DataLoader worker processes per rank.", min=0)
-    log_every_n_steps: int = opt(50, "Write a metrics row every N optimizer steps.", min=1)
-    max_steps: int = opt(0, "Stop after N optimizer steps; 0 = no limit.", min=0)
+    num_workers: int = opt(2, "DataLoader worker processes per rank.", min=0, max=256)
+    log_every_n_steps: int = opt(50, "Write a metrics row every N optimizer steps.", min=1, max=MAX_STEPS)
+    max_steps: int = opt(0, "Stop after N optimizer steps; 0 = no limit.", min=0, max=MAX_STEPS)
     loggers: list[str] = opt(
         ["csv"], "Where metrics go: csv (metrics.csv, always written), tensorboard, wandb, mlflow.", kind="loggers"
     )
@@ -136,9 +155,11 @@ class Data:
     partition: list[int | float] = opt(
         [], "[train, val, test] sizes (or fractions) cut from all splits pooled.", kind="partition"
     )
-    val_fraction: float = opt(0.1, "Share of train kept for validation when there is no validation split.", min=0)
-    max_samples: int = opt(0, "Cap every split at N samples (quick runs); 0 = all.", min=0)
-    max_length: int = opt(512, "Truncate sequences to this many tokens.", min=8)
+    val_fraction: float = opt(
+        0.1, "Share of train kept for validation when there is no validation split.", min=0, max=1.0
+    )
+    max_samples: int = opt(0, "Cap every split at N samples (quick runs); 0 = all.", min=0, max=MAX_SAMPLES)
+    max_length: int = opt(512, "Truncate sequences to this many tokens.", min=8, max=1_048_576)
     padding: str = opt(
         "dynamic", "dynamic = pad each batch to its longest; max_length = pad all to max_length.", choices=PADDINGS
     )
@@ -180,6 +201,8 @@ def _check_partition(v: list[float]) -> str | None:
     counts = all(float(x).is_integer() and x >= 1 for x in v)
     if v and not counts and not all(x < 1 for x in v):
         return "give three counts (e.g. [35000, 5000, 10000]) or three fractions (e.g. [0.8, 0.1, 0.1]), not a mix"
+    if v and counts and max(v) > MAX_SAMPLES:
+        return f"counts must be at most {MAX_SAMPLES}, got {show(max(v))}"
     if v and not counts and sum(v) > 1.0 + 1e-9:
         return f"fractions sum to {sum(v):.3f}; they must sum to at most 1"
     return None
@@ -206,15 +229,21 @@ def value_problem(value: Any, meta: Any, kinds: dict[str, Callable[[Any], str | 
     choices = meta["choices"]
     if choices and value not in choices:
         return f"{show(value)} is not one of {', '.join(choices)}{suggest(str(value), choices)}"
-    minimum = meta["min"]
-    if minimum is not None and value < minimum:
-        what = "positive" if minimum == 1 else f"at least {minimum}" if minimum else "zero or more"
-        return f"must be {what}, got {value!r}"
+    minimum, maximum = meta["min"], meta["max"]
+    if minimum is not None and value < minimum or maximum is not None and value > maximum:
+        return f"must be {bounds(meta)}, got {show(value)}"
     kind = meta["kind"]
     if kind:
         check: Callable[[Any], str | None] = KIND_CHECKS.get(kind) or (kinds or {})[kind]
         return check(value)
     return None
+
+
+def bounds(meta: Any) -> str:
+    """A numeric field's valid range in words ('positive and at most 64'); '' when it has none."""
+    low, high = meta["min"], meta["max"]
+    words = [] if low is None else ["positive" if low == 1 else f"at least {low}" if low else "zero or more"]
+    return " and ".join(words + ([] if high is None else [f"at most {high}"]))
 
 
 def section_problems(section: str, values: Any) -> list[tuple[str, str]]:

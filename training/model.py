@@ -13,9 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from training.contract import TINY_MODEL
 from training.spec import Spec
 
-TINY = "builtin:tiny"
+TINY = TINY_MODEL
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 

@@ -116,6 +116,35 @@ def extra_options(extra: Mapping[str, Any]) -> list[Option]:
     ]
 
 
+# sbatch options that ask for a resource resource_options() already asks for under another name: beside
+# it they ask twice (GPUs by --gres and by --gpus-per-node) or Slurm refuses the pair (--mem with
+# --mem-per-cpu). Each maps to the option of resource_options() it duplicates.
+SAME_RESOURCE: dict[str, str] = {
+    "gres": "gpus-per-node",  # only when it names gpus: --gres=nvme:1 asks for something else
+    "gpus": "gpus-per-node",
+    "gpus-per-task": "gpus-per-node",
+    "gpus-per-socket": "gpus-per-node",
+    "mem-per-cpu": "mem",
+    "mem-per-gpu": "mem",
+    "cpus-per-gpu": "cpus-per-task",
+    "ntasks": "ntasks-per-node",
+}
+
+
+def extra_clashes(s: Mapping[str, Any], extra: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(extra flag, option of resource_options(s) it duplicates) for every `slurm.extra` flag that asks
+    for what the `[slurm]` values `s` already ask for, by its own name or another (SAME_RESOURCE)."""
+    written = {flag for flag, _ in resource_options(s)}
+    clashes = []
+    for flag, value in extra_options(extra):
+        if flag == "gres" and "gpu" not in (value or "").lower():
+            continue
+        target = flag if flag in written else SAME_RESOURCE.get(flag)
+        if target in written:
+            clashes.append((flag, target))
+    return clashes
+
+
 # --- asking Slurm where jobs stand ---------------------------------------------------------------------
 
 SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,NNodes,NodeList,Submit,Start,End"

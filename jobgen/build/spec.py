@@ -10,7 +10,7 @@ from typing import Any
 
 from jobgen.build.plan import Job
 from jobgen.build.render import RunInfo
-from jobgen.experiment.config import as_dict
+from jobgen.experiment.config import as_dict, model_path
 from jobgen.facts import SPEC_SCHEMA, signal_name
 
 
@@ -18,10 +18,8 @@ def build_spec(job: Job, run: RunInfo, cache_dir: Path) -> dict[str, Any]:
     exp = job.exp
     data = as_dict(exp.data)
     data["files"] = {role: str((exp.base_dir / rel).resolve()) for role, rel in exp.data.files.items()}
-    model = exp.train.model
-    if _is_local_path(model, exp.base_dir):
-        model = str((exp.base_dir / Path(model).expanduser()).resolve())
-    train = as_dict(exp.train) | {"model": model}
+    local = model_path(exp.train.model, exp.base_dir)
+    train = as_dict(exp.train) | {"model": str(local.resolve()) if local else exp.train.model}
     return {
         "schema": SPEC_SCHEMA,
         "experiment": exp.name,
@@ -40,13 +38,6 @@ def build_spec(job: Job, run: RunInfo, cache_dir: Path) -> dict[str, Any]:
             "signal_seconds": exp.slurm.signal_seconds,
         },
     }
-
-
-def _is_local_path(model: str, base: Path) -> bool:
-    """A model given as ./x, ../x or /x is a path; 'org/name' stays a hub name unless it exists here."""
-    if model.startswith(("/", "./", "../", "~")):
-        return True
-    return "/" in model and (base / model).is_dir()
 
 
 def cache_dir_for(job: Job, output_root: Path) -> Path:

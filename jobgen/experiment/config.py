@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobgen import backends
-from jobgen.errors import ConfigError, is_control
+from jobgen.errors import BadUsage, ConfigError, is_control
 from jobgen.experiment import schema
 from jobgen.facts import MAX_NAME, SECRET_RE, signal_name
 from training import contract
@@ -45,6 +45,10 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _CONSTRAINT_RE = re.compile(r"[A-Za-z0-9_.,:&|*\[\]()-]*")
 _FLAG_RE = re.compile(r"[a-z][a-z0-9-]*")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The longest slurm.time accepted: a year. Longer is a typo (99999999-00:00:00), not a job.
+MAX_TIME_DAYS = 365
+BUILTIN = "builtin:"
+BUILTIN_MODELS = (contract.TINY_MODEL,)
 _SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "CONT", "URG")
 
 # #SBATCH flags that jobgen writes itself: set them through their typed keys instead.
@@ -154,7 +158,20 @@ def build(
         _check_stem(path, ctx)
     _check_paths(exp, ctx)
     _check_chain(exp, ctx)
+    _check_extra_clashes(exp, ctx)
     return exp
+
+
+def _check_extra_clashes(exp: Experiment, ctx: _Context) -> None:
+    """A slurm.extra flag must not ask again for a resource a [slurm] key asks for (GPUs twice)."""
+    from jobgen.backends._slurm import extra_clashes
+
+    for flag, option in extra_clashes(as_dict(exp.slurm), exp.slurm.extra):
+        ctx.fail(
+            f"slurm.extra.{flag}",
+            f"{_show(exp.slurm.extra[flag])} asks for what {MANAGED_FLAGS[option]} already asks for "
+            f"(sbatch --{option}); set it there only and remove {flag!r} from slurm.extra",
+        )
 
 
 def _check_stem(path: Path, ctx: _Context) -> None:
@@ -220,9 +237,9 @@ def parse_set(item: str) -> tuple[str, Any]:
     key, sep, text = item.partition("=")
     key = key.strip()
     if not sep or "." not in key or not all(key.split(".")):
-        raise ConfigError(f"--set {item!r}: write KEY=VALUE with a dotted key, e.g. --set train.epochs=1")
+        raise BadUsage(f"--set {item!r}: write KEY=VALUE with a dotted key, e.g. --set train.epochs=1")
     if key.split(".")[0] == "sweep":
-        raise ConfigError(f"--set {key}: sweeps are edited in the experiment file's [sweep] table")
+        raise BadUsage(f"--set {key}: sweeps are edited in the experiment file's [sweep] table")
     return key, _set_value(text.strip())
 
 
@@ -351,7 +368,24 @@ def _check_value(value: Any, meta: Any, dotted: str, ctx: _Context) -> None:
 def _check_time(v: str) -> str | None:
     if not _TIME_RE.fullmatch(v):
         return f"{v!r} is not a Slurm time; use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+    seconds = time_seconds(v)
+    if seconds is not None and seconds > MAX_TIME_DAYS * 86400:
+        return f"{v!r} is longer than {MAX_TIME_DAYS} days; ask for at most {MAX_TIME_DAYS}-00:00:00 (or UNLIMITED)"
     return None
+
+
+def time_seconds(v: str) -> int | None:
+    """Seconds in a Slurm time that _TIME_RE accepts; None for UNLIMITED/INFINITE. sbatch reads
+    M, M:S, H:M:S without a day, and D-H, D-H:M, D-H:M:S with one."""
+    if not v[:1].isdigit():
+        return None
+    days, _, clock = v.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if days:
+        hours, minutes, secs = (parts + [0, 0])[:3]
+    else:
+        hours, minutes, secs = [[0, parts[0], 0], [0, *parts], parts][len(parts) - 1]
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + secs
 
 
 def _check_mem(v: str) -> str | None:
@@ -483,6 +517,16 @@ def _check_paths(exp: Experiment, ctx: _Context) -> None:
     for role, rel in exp.data.files.items():
         if not _is("exists", exp.base_dir / rel):
             ctx.fail(f"data.files.{role}", f"{_show(rel)} not found (paths are relative to {exp.base_dir})")
+    model = exp.train.model
+    if model.startswith(BUILTIN) and model not in BUILTIN_MODELS:
+        ctx.fail("train.model", f"{_show(model)} is not a built-in model; use {', '.join(BUILTIN_MODELS)}")
+    local = model_path(model, exp.base_dir)
+    if local is not None and not _is("is_dir", local):
+        ctx.fail(
+            "train.model",
+            f"{_show(model)}: no such model folder (paths are relative to {exp.base_dir}); "
+            "give a folder that exists, a hub name such as 'org/name', or builtin:tiny",
+        )
     if not exp.data.dataset and not exp.data.files:
         ctx.fail("data.dataset", "no data: set data.dataset (e.g. 'imdb') or data.files")
     for name in exp.env.vars:
@@ -493,6 +537,19 @@ def _check_paths(exp: Experiment, ctx: _Context) -> None:
                 f"env.vars.{name}",
                 "looks like a secret; export it in your shell instead (jobs inherit it) so it never lands in files",
             )
+
+
+def model_path(model: str, base: Path) -> Path | None:
+    """The local folder train.model names, or None for a hub name ('name', 'org/name') or a built-in.
+
+    ./x, ../x, /x and ~/x are paths, and so is anything with more than one '/', which no hub name has;
+    'org/name' is a hub name unless that folder exists next to the experiment file."""
+    if model.startswith(BUILTIN):
+        return None
+    path = base / Path(model).expanduser()
+    if model.startswith(("/", "./", "../", "~")) or model.count("/") > 1 or model in (".", ".."):
+        return path
+    return path if "/" in model and _is("is_dir", path) else None
 
 
 def locate(text: str, dotted: str) -> int | None:

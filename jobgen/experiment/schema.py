@@ -54,23 +54,28 @@ class SlurmSection:
     partition: str = opt("", "Partition (sbatch --partition); empty = the cluster's default.", kind="word")
     account: str = opt("", "Account to charge (sbatch --account).", kind="word")
     qos: str = opt("", "Quality of service (sbatch --qos).", kind="word")
-    nodes: int = opt(1, "Number of nodes (sbatch --nodes).", min=1)
-    gpus_per_node: int = opt(0, "GPUs per node (sbatch --gpus-per-node); 0 = CPU job.", min=0)
+    nodes: int = opt(1, "Number of nodes (sbatch --nodes).", min=1, max=contract.MAX_NODES)
+    gpus_per_node: int = opt(0, "GPUs per node (sbatch --gpus-per-node); 0 = CPU job.", min=0, max=contract.MAX_DEVICES)
     gpu_type: str = opt("", "GPU type for --gpus-per-node=TYPE:N, e.g. a100.", kind="word")
-    ntasks_per_node: int = opt(0, "Tasks per node; 0 = one per device (what srun-launched ranks need).", min=0)
-    cpus_per_task: int = opt(4, "CPUs per task (sbatch --cpus-per-task, passed on to srun).", min=1)
+    ntasks_per_node: int = opt(
+        0, "Tasks per node; 0 = one per device (what srun-launched ranks need).", min=0, max=1024
+    )
+    cpus_per_task: int = opt(4, "CPUs per task (sbatch --cpus-per-task, passed on to srun).", min=1, max=1024)
     mem: str = opt("", "Memory per node as sbatch takes it: 64G, 500M, 0 (= all).", kind="mem")
-    time: str = opt("01:00:00", "Time limit in any form sbatch takes: MM, HH:MM:SS, D-HH, ...", kind="time")
+    time: str = opt(
+        "01:00:00", "Time limit in any form sbatch takes: MM, HH:MM:SS, D-HH, ... (at most 365 days).", kind="time"
+    )
     constraint: str = opt("", "Node features (sbatch --constraint), e.g. 'a100&ib'.", kind="constraint")
     exclusive: bool = opt(False, "Ask for whole nodes (sbatch --exclusive).")
     requeue: bool = opt(False, "On the warning signal, checkpoint and requeue the job (resumes there).")
     signal: str = opt("USR2", "Warning signal sent before the time limit (USR2 avoids NCCL's USR1).", kind="signal")
-    signal_seconds: int = opt(120, "Seconds before the time limit to send the signal.", min=1)
+    signal_seconds: int = opt(120, "Seconds before the time limit to send the signal.", min=1, max=65535)
     chain: int = opt(
         1,
         "Submit each job as N segments, each starting when the previous ends (afterany) and resuming "
         "from its newest checkpoint: training longer than the time limit.",
         min=1,
+        max=1000,
     )
     extra: dict[str, str | int | bool] = opt(
         {}, "Extra #SBATCH flags, e.g. {mail-type = 'END', reservation = 'x'}; true = bare flag.", kind="extra"
@@ -110,7 +115,9 @@ class LaunchSection:
     )
     template: str = opt("", "Your own Jinja template (relative to this file); it may extend srun.sbatch.j2.")
     array: bool = opt(False, "Submit a sweep as one Slurm job array.")
-    array_parallelism: int = opt(0, "Most array tasks running at once (--array=...%N); 0 = no limit.", min=0)
+    array_parallelism: int = opt(
+        0, "Most array tasks running at once (--array=...%N); 0 = no limit.", min=0, max=1_000_000
+    )
     cache_dir: str = opt("", "Cache for tokenized data and built models; default OUTPUT_ROOT/.cache.")
 
 
@@ -120,7 +127,9 @@ class SweepSection:
     points: list[dict[str, Any]] = opt(
         [], "Explicit jobs: tables of dotted key -> value, optional `name`.", kind="points"
     )
-    max_jobs: int = opt(10000, "Refuse sweeps larger than this (raise it on purpose for huge sweeps).", min=1)
+    max_jobs: int = opt(
+        10000, "Refuse sweeps larger than this (raise it on purpose for huge sweeps).", min=1, max=10_000_000
+    )
 
 
 SECTIONS: dict[str, type] = {
@@ -146,13 +155,15 @@ def type_name(tp: Any) -> str:
     return text.replace("typing.", "")
 
 
-def schema_rows() -> list[tuple[str, str, str, str]]:
-    """(dotted key, type, default, doc) for every key, in file order."""
+def schema_rows() -> list[tuple[str, str, str, str, str]]:
+    """(dotted key, type, default, valid values, doc) for every key, in file order. Valid values are a
+    numeric key's range ('positive and at most 10000'), else empty."""
     rows = []
     for section_name, section in SECTIONS.items():
         for f in dataclasses.fields(section):
             default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
-            rows.append((f"{section_name}.{f.name}", type_name(f.type), repr_default(default), f.metadata["doc"]))
+            key = f"{section_name}.{f.name}"
+            rows.append((key, type_name(f.type), repr_default(default), contract.bounds(f.metadata), f.metadata["doc"]))
     return rows
 
 

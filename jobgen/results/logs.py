@@ -46,6 +46,15 @@ def label(line: str, rank: int | None) -> str | None:
     return f"[rank {writer}] {match.group(2)}"
 
 
+def ranks(paths: list[Path]) -> list[int]:
+    """The ranks that wrote labelled lines in these logs, in order."""
+    found: set[int] = set()
+    for path in paths:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            found |= {int(_RANK.findall(m.group(1))[-1]) for line in fh if (m := _LABEL.match(line))}
+    return sorted(found)
+
+
 def strip_label(line: str) -> str:
     """The line without its rank labels."""
     match = _LABEL.match(line)

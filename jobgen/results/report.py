@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from jobgen import __version__
+from jobgen.errors import JobgenError
 from jobgen.results import logs
 from jobgen.results.charts import Series, color, line_chart, scatter_chart, time_unit, zoomed_range
 from jobgen.results.collect import JobRow, LiveStates, collect, read_metrics
@@ -84,7 +85,10 @@ def build_report(
 def write_report(
     runs: Sequence[Run | Path], out: Path, baseline: str | None = None, live_states: LiveStates | None = None
 ) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.parent.is_dir():  # no folder is made for the page: a typo in it would hide the report
+        raise JobgenError(
+            f"{out}: the folder {out.parent} does not exist; create it first or write the report elsewhere"
+        )
     html = build_report(runs, out, baseline, live_states)
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
     tmp.write_text(html, encoding="utf-8")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from jobgen.errors import RunNotFound
 from jobgen.facts import RUN_ID_RE
-from jobgen.run.store import MANIFEST
+from jobgen.run.store import MANIFEST, is_dry_run
 
 
 def is_run_dir(path: Path) -> bool:
@@ -23,16 +23,25 @@ def runs_of(experiment_dir: Path) -> list[Path]:
     return sorted(p for p in experiment_dir.iterdir() if RUN_ID_RE.fullmatch(p.name) and is_run_dir(p))
 
 
+def real_runs(runs: list[Path]) -> list[Path]:
+    """The runs that were submitted, in order: dry runs (`--dry-run`, `--test-only`) are listed by
+    `jobgen runs` but never stand for an experiment's results. The one rule for "the latest run"
+    (and for --all-runs): a dry run is read only when it is named by its folder or run id."""
+    return [run for run in runs if not is_dry_run(run)]
+
+
 def find_runs(refs: list[str], output_root: Path) -> list[Path]:
     """Resolve what a user typed to run directories: a run path, an experiment name, path or file.
 
-    An experiment (by name, folder or .toml file) means its latest run; no refs means the latest
-    run of any experiment under the output root.
+    An experiment (by name, folder or .toml file) means its latest real run; no refs means the
+    latest real run of any experiment under the output root (see real_runs).
     """
     if not refs:
-        latest = [runs[-1] for d in _experiment_dirs(output_root) if (runs := runs_of(d))]
+        every = [runs_of(d) for d in _experiment_dirs(output_root)]
+        latest = [real[-1] for runs in every if (real := real_runs(runs))]
         if not latest:
-            raise RunNotFound(f"no runs under {output_root}; submit one, or pass --output-root")
+            dry = " (only dry runs, which hold no results: name one by its folder)" if any(every) else ""
+            raise RunNotFound(f"no submitted runs under {output_root}{dry}; submit one, or pass --output-root")
         return [max(latest, key=lambda p: p.name)]
     return [_find_one(ref, output_root) for ref in refs]
 
@@ -42,8 +51,14 @@ def _find_one(ref: str, output_root: Path) -> Path:
     if is_run_dir(path):
         return path.resolve()
     name, runs = _experiment_runs(ref, output_root)
+    real = real_runs(runs)
+    if real:
+        return real[-1].resolve()
     if runs:
-        return runs[-1].resolve()
+        raise RunNotFound(
+            f"{name!r} has only dry runs under {output_root}, which hold no results; submit it without "
+            f"--dry-run, or name a dry run by its folder (latest: {runs[-1]})"
+        )
     if RUN_ID_RE.match(ref):  # a bare run id, as `jobgen runs` lists and shell completion offers
         found = [d / ref for d in _experiment_dirs(output_root) if is_run_dir(d / ref)]
         if len(found) == 1:
@@ -65,8 +80,14 @@ def list_runs(refs: list[str], output_root: Path) -> list[Path]:
 
 
 def every_run_of(run_dirs: list[Path]) -> list[Path]:
-    """All runs of the experiments these runs belong to (for --all-runs), each once, in order."""
-    return list(dict.fromkeys(run for run_dir in run_dirs for run in runs_of(run_dir.parent)))
+    """All real runs of the experiments these runs belong to (for --all-runs), each once, in order,
+    and the dry runs among `run_dirs` themselves (named by their folder)."""
+    named = set(run_dirs)
+    return list(
+        dict.fromkeys(
+            run for run_dir in run_dirs for run in runs_of(run_dir.parent) if run in named or not is_dry_run(run)
+        )
+    )
 
 
 def _experiment_runs(ref: str, output_root: Path) -> tuple[str, list[Path]]:

@@ -66,10 +66,11 @@ def test_schema_lists_every_key_with_default_and_doc(runner):
 
     result = runner.invoke(main, ["schema"])
     assert result.exit_code == 0
-    for key, _, default, doc in schema_rows():
-        assert key in result.output and doc in result.output and default in result.output
+    for key, _, default, valid, doc in schema_rows():
+        assert key in result.output and doc in result.output and default in result.output and valid in result.output
     md = runner.invoke(main, ["schema", "--format", "markdown"]).output
     assert '| `train.strategy` | `str` | `"auto"` |' in md
+    assert "| `slurm.nodes` | `int` | `1` | positive and at most 10000 |" in md
 
 
 def test_dry_run_prints_scripts_and_commands(runner, out_root: Path):

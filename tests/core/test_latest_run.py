@@ -1,0 +1,83 @@
+"""Dry runs (`--dry-run`, `--test-only`) are listed, but never stand for an experiment's results: an
+experiment name (or no name) means its latest submitted run, and --all-runs leaves dry runs out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jobgen.cli import main
+from jobgen.run.lookup import every_run_of, find_runs, real_runs
+from tests.data.summary.synth import FakeJob, write_run
+
+REAL_ID, DRY_ID, LATER_DRY_ID = "20261129-200000-aaaa", "20261129-210000-bbbb", "20261129-220000-cccc"
+
+
+def _dry(root: Path, run_id: str, experiment: str = "exp") -> Path:
+    """A run as `submit --dry-run` leaves it: dry_run set, every job DRY_RUN, nothing queued."""
+    run_dir = write_run(root, experiment, [FakeJob("j", state="DRY_RUN", submitted_s=None, result=None)], run_id)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    (run_dir / "manifest.json").write_text(json.dumps({**manifest, "dry_run": True}))
+    return run_dir
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A real run with a completed job, then two dry runs after it."""
+    real = write_run(tmp_path, "exp", [FakeJob("j", state="COMPLETED", logs={"slurm-1.out": "0: trained\n"})], REAL_ID)
+    return real, _dry(tmp_path, DRY_ID), _dry(tmp_path, LATER_DRY_ID)
+
+
+def test_the_latest_run_of_an_experiment_is_its_latest_real_one(tmp_path: Path, runs):
+    real, dry, later = runs
+    assert find_runs(["exp"], tmp_path) == [real.resolve()]
+    assert find_runs([], tmp_path) == [real.resolve()]
+    assert real_runs([real, dry, later]) == [real]
+
+
+def test_a_dry_run_named_by_its_folder_or_id_is_read(tmp_path: Path, runs):
+    _, dry, _ = runs
+    assert find_runs([str(dry)], tmp_path) == [dry.resolve()]
+    assert find_runs([DRY_ID], tmp_path) == [dry.resolve()]
+
+
+def test_all_runs_leaves_dry_runs_out_unless_named(tmp_path: Path, runs):
+    real, dry, later = runs
+    assert every_run_of([real.resolve()]) == [real.resolve()]
+    assert every_run_of([dry.resolve()]) == [real.resolve(), dry.resolve()]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["summary", "exp"], ["summary"], ["status", "exp"], ["status"], ["logs", "exp", "j"], ["logs"]],
+    ids=lambda a: "-".join(a),
+)
+def test_every_command_that_wants_results_skips_dry_runs(runner, tmp_path: Path, runs, argv: list[str]):
+    result = runner.invoke(main, ["--output-root", str(tmp_path), *argv])
+    assert result.exit_code == 0, result.output
+    assert "DRY_RUN" not in result.output
+    assert argv[0] != "status" or REAL_ID in result.output
+    assert argv[0] != "logs" or "trained" in result.output
+
+
+def test_summary_all_runs_does_not_average_dry_jobs_with_real_ones(runner, tmp_path: Path, runs):
+    result = runner.invoke(main, ["--output-root", str(tmp_path), "summary", "exp", "--all-runs", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert "DRY_RUN" not in result.output and '"n": 2' not in result.output
+
+
+def test_runs_lists_dry_runs_too(runner, tmp_path: Path, runs):
+    result = runner.invoke(main, ["--output-root", str(tmp_path), "runs"])
+    assert all(run_id in result.output for run_id in (REAL_ID, DRY_ID, LATER_DRY_ID)), result.output
+
+
+@pytest.mark.parametrize("argv", [["summary", "exp"], ["summary"], ["requeue", "exp"], ["logs", "exp"]])
+def test_an_experiment_with_only_dry_runs_says_so(runner, tmp_path: Path, argv: list[str]):
+    dry = _dry(tmp_path, DRY_ID)
+    result = runner.invoke(main, ["--output-root", str(tmp_path), *argv])
+    assert result.exit_code == 1, result.output
+    (line,) = result.output.strip().splitlines()
+    assert "only dry runs" in line and "Traceback" not in line
+    assert argv == ["summary"] or str(dry) in line
