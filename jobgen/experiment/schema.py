@@ -157,13 +157,17 @@ def type_name(tp: Any) -> str:
 
 def schema_rows() -> list[tuple[str, str, str, str, str]]:
     """(dotted key, type, default, valid values, doc) for every key, in file order. Valid values are a
-    numeric key's range ('positive and at most 10000'), else empty."""
+    numeric key's range ('positive and at most 10000'), a key's choices ('one of auto, ddp, ...'), else
+    empty: whatever the checks at validation accept, said where users look it up."""
     rows = []
     for section_name, section in SECTIONS.items():
         for f in dataclasses.fields(section):
             default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
             key = f"{section_name}.{f.name}"
-            rows.append((key, type_name(f.type), repr_default(default), contract.bounds(f.metadata), f.metadata["doc"]))
+            valid = contract.bounds(f.metadata)
+            if f.metadata.get("choices"):
+                valid = "one of " + ", ".join(f.metadata["choices"])
+            rows.append((key, type_name(f.type), repr_default(default), valid, f.metadata["doc"]))
     return rows
 
 

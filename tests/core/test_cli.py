@@ -73,6 +73,26 @@ def test_schema_lists_every_key_with_default_and_doc(runner):
     assert "| `slurm.nodes` | `int` | `1` | positive and at most 10000 |" in md
 
 
+def test_schema_lists_the_choices_of_every_key_that_has_them(runner):
+    """Every key validation checks against a list (strategy, precision, compile_mode, data.format, ...)
+    names that list in `schema`, as it is in the contract."""
+    import dataclasses
+
+    from jobgen.experiment.schema import SECTIONS
+
+    out = runner.invoke(main, ["schema"]).output.splitlines()
+    with_choices = [
+        (f"{name}.{f.name}", f.metadata["choices"])
+        for name, section in SECTIONS.items()
+        for f in dataclasses.fields(section)
+        if f.metadata.get("choices")
+    ]
+    assert len(with_choices) >= 6
+    for key, choices in with_choices:
+        line = next(ln for ln in out if ln.startswith(key + " "))
+        assert f"(one of {', '.join(choices)})" in line, (key, line)
+
+
 def test_dry_run_prints_scripts_and_commands(runner, out_root: Path):
     result = runner.invoke(main, ["--output-root", str(out_root), "submit", str(DEMO), "--dry-run", "--show"])
     assert result.exit_code == 0, result.output
