@@ -89,7 +89,12 @@ def test_csv_and_json_carry_the_result_files_values(tmp_path: Path) -> None:
         }
         for key, value in expected.items():
             assert by_json[job.name][key] == pytest.approx(value), key
-            assert by_csv[job.name][key] == str(float(value) if isinstance(value, int) else value), key
+            # Counts stay integers (requeues 0, not 0.0); measured numbers are floats even when whole.
+            shown = value if key == "requeues" else float(value) if isinstance(value, int) else value
+            assert by_csv[job.name][key] == str(shown), key
+        assert isinstance(by_json[job.name]["requeues"], int)
+        assert by_csv[job.name]["compile"] == ("true" if result["compile"] else "false")  # as JSON says it
+        assert by_csv[job.name]["baseline"] in ("true", "false")
         assert by_json[job.name]["nodes"] == result["nodes"]
         assert by_json[job.name]["devices_per_node"] == result["devices_per_node"]
         assert by_json[job.name]["compile"] is result["compile"]
@@ -414,3 +419,29 @@ def test_a_split_scored_on_other_than_its_size_is_a_problem(tmp_path: Path) -> N
     assert problems["good"] is None
     assert problems["repeats"] == "test scored on 10,192 rows of 10,000: its accuracy is not the split's"
     assert "test scored on 10,192 rows of 10,000" in summarize([run])
+
+
+def test_a_duration_reads_back_to_the_seconds_it_shows() -> None:
+    """For every duration: the cell parses back to within its own rounding, and never shows a seconds
+    or minutes field of 60 (59.96 s is 1m00s, not "60.0s"; 3599.6 s is 1h00m, not "60m00s")."""
+    import re
+
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    @given(st.floats(min_value=0, max_value=10 * 86400, allow_nan=False))
+    def check(seconds: float) -> None:
+        shown = duration(seconds)
+        if m := re.fullmatch(r"(\d+\.\d)s", shown):
+            value, step = float(m.group(1)), 0.05
+            assert value < 60
+        elif m := re.fullmatch(r"(\d+)m(\d\d)s", shown):
+            assert int(m.group(2)) < 60 and int(m.group(1)) < 60
+            value, step = int(m.group(1)) * 60 + int(m.group(2)), 0.5
+        else:
+            m = re.fullmatch(r"(\d+)h(\d\d)m", shown)
+            assert m and int(m.group(2)) < 60, shown
+            value, step = int(m.group(1)) * 3600 + int(m.group(2)) * 60, 30
+        assert abs(value - seconds) <= step + 1e-9, (seconds, shown)
+
+    check()

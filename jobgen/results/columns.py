@@ -60,6 +60,7 @@ class Metric:
     name: str  # the CSV/JSON field (with <name>_std beside it) and the key in Line.metrics
     of: Callable[[JobRow], float | None]  # None: this job has no value (it is left out, not zero)
     combine: Callable[[Iterable[float | None]], Stat] = Stat.of
+    count: bool = False  # counts things: a whole mean is written as an integer (requeues 0, not 0.0)
 
 
 def _result(read: Callable[[Any], float | None]) -> Callable[[JobRow], float | None]:
@@ -80,7 +81,7 @@ METRICS = (
     Metric("best_val_acc", _result(lambda r: r.best_val_acc)),
     Metric("test_acc", _result(lambda r: r.test_acc)),
     Metric("test_f1", _result(lambda r: r.test_f1)),
-    Metric("requeues", _result(lambda r: None if r.requeue_count is None else float(r.requeue_count))),
+    Metric("requeues", _result(lambda r: None if r.requeue_count is None else float(r.requeue_count)), count=True),
     # From metrics.csv of jobs that have no result (yet): how far they got.
     Metric("val_acc_so_far", lambda job: job.partial_val_acc if job.result is None else None),
 )
@@ -88,12 +89,12 @@ METRICS = (
 
 def duration(seconds: float) -> str:
     """12.3s, 4m05s, 2h03m: short enough for a table cell."""
-    if seconds < 60:
+    if round(seconds, 1) < 60:  # 59.96 s is 1m00s, not "60.0s"
         return f"{seconds:.1f}s"
     minutes, secs = divmod(round(seconds), 60)
     if minutes < 60:
         return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
+    hours, minutes = divmod(round(seconds / 60), 60)  # to the nearest minute: 1h21m31s is 1h22m
     return f"{hours}h{minutes:02d}m"
 
 

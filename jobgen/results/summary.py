@@ -221,7 +221,8 @@ def record(line: Line) -> dict[str, Any]:
     }
     for metric in METRICS:
         stat = line.metrics[metric.name]
-        out[metric.name] = _round(stat.mean)
+        whole = metric.count and stat.mean is not None and float(stat.mean).is_integer()
+        out[metric.name] = int(stat.mean) if whole and stat.mean is not None else _round(stat.mean)
         out[f"{metric.name}_std"] = _round(stat.std)
     out.update(
         peak_mem_kind=line.mem_kind,
@@ -247,8 +248,13 @@ def render_csv(lines: list[Line], **_: Any) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(FIELDS)
-    writer.writerows(record(line).values() for line in lines)  # csv writes None as ""
+    # csv writes None as ""; true/false as JSON writes them (Python's csv would write True/False)
+    writer.writerows([_csv_value(v) for v in record(line).values()] for line in lines)
     return buf.getvalue()
+
+
+def _csv_value(value: Any) -> Any:
+    return ("true" if value else "false") if isinstance(value, bool) else value
 
 
 # --- human cells: shared by the terminal table, markdown and the report --------------------------------
