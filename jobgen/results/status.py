@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from jobgen.errors import JobgenError
 from jobgen.results.state import read_runs, settle
@@ -37,7 +38,7 @@ def status_table(run: Run) -> tuple[list[str], list[list[str]], bool]:
                 sweep,
                 ",".join(job.ids) or "-",
                 job.state.value,
-                (info.elapsed if info else "") or str(job.entry.get("elapsed") or "-"),
+                (info.elapsed if info else "") or _recorded_elapsed(job.entry),
                 (info.nodelist or info.nodes if info else "") or str(job.entry.get("nodelist") or "-"),
                 (info.exit_code if info else "") or _recorded_exit(job.entry.get("exit_code")),
                 where,
@@ -69,6 +70,24 @@ def runs_table(run_dirs: Sequence[Path], root: Path, refresh: bool) -> tuple[lis
         states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
         out.append([_name(row.run_dir, root), _created(row), row.backend, str(len(row.jobs)), states])
     return ["run", "created", "backend", "jobs", "states" if refresh else "states (last known)"], out
+
+
+def _recorded_elapsed(entry: dict[str, Any]) -> str:
+    """What Slurm last said, else (local backend) the time from start to end, as Slurm writes it."""
+    if entry.get("elapsed"):
+        return str(entry["elapsed"])
+    try:
+        start = datetime.fromisoformat(str(entry.get("started_at") or entry["submitted_at"]))
+        seconds = int((datetime.fromisoformat(str(entry["ended_at"])) - start).total_seconds())
+    except (KeyError, TypeError, ValueError):
+        return "-"
+    if seconds < 0:
+        return "-"
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}" if hours or days else f"{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock
 
 
 def _recorded_exit(code: object) -> str:

@@ -134,3 +134,22 @@ def test_progress_column(tmp_path: Path, doc: str | None, state: State, shown: s
     job = RunJob.from_entry(tmp_path, {"name": "a", "state": state.value})
     job.state = state
     assert progress(job) == shown
+
+
+def test_a_local_job_shows_its_elapsed_time_and_exit_code(tmp_path: Path, runner) -> None:
+    """The local backend records start, end and exit code, not Slurm's elapsed: status works it out."""
+    import json
+
+    from jobgen.cli import main
+    from tests.data.summary.synth import FakeJob, write_run
+
+    run = write_run(tmp_path, "exp", [FakeJob("a", state="COMPLETED", logs={"local.out": "hi\n"})])
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["jobs"][0].update(
+        submitted_at="2026-11-29T20:00:00+00:00", ended_at="2026-11-29T21:02:05+00:00", exit_code=0
+    )
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    out = runner.invoke(main, ["--output-root", str(tmp_path), "status", str(run)])
+    assert out.exit_code == 0, out.output
+    line = next(ln for ln in out.output.splitlines() if ln.startswith("a "))
+    assert " 01:02:05 " in line and " 0 " in line, line
