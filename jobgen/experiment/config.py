@@ -465,7 +465,10 @@ def _check_points(v: list[dict[str, Any]]) -> str | None:
 def _check_sweep_key(key: str) -> str | None:
     section, _, name = key.partition(".")
     if section not in schema.SWEEPABLE or not name:
-        return f"{key!r} is not a sweepable key; use section.key with section in {', '.join(schema.SWEEPABLE)}"
+        every = [f"{s}.{f}" for s in schema.SWEEPABLE for f in schema.field_map(schema.SECTIONS[s])]
+        bare = [k for k in every if k.split(".", 1)[1] == key]  # "lr": the key without its section
+        hint = f" (did you mean {bare[0]!r}?)" if bare else _suggest(key, every)
+        return f"{key!r} is not a sweepable key; use section.key with section in {', '.join(schema.SWEEPABLE)}{hint}"
     fields = schema.field_map(schema.SECTIONS[section])
     if name not in fields:
         return f"{key!r} is not a key{_suggest(name, fields, prefix=section + '.')}"

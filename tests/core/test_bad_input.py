@@ -125,6 +125,19 @@ CASES = [
     ("sweep-unknown-key", BASE + '\n[sweep.grid]\n"train.strategyy" = ["ddp"]\n', 1, ["did you mean 'train.strategy'"]),
     ("sweep-not-sweepable", BASE + '\n[sweep.grid]\n"launch.backend" = ["local"]\n', 1, ["not a sweepable key"]),
     (
+        "sweep-section-misspelt",
+        BASE + '\n[sweep.grid]\n"trian.lr" = [1e-5]\n',
+        1,
+        ["not a sweepable key", "did you mean 'train.lr'"],
+    ),
+    ("sweep-key-without-section", BASE + '\n[sweep.grid]\n"lr" = [1e-5]\n', 1, ["did you mean 'train.lr'"]),
+    (
+        "sweep-point-misspelt",
+        BASE + '\n[[sweep.points]]\n"train.epoch" = 1\n',
+        1,
+        ["did you mean 'train.epochs'"],
+    ),
+    (
         "sweep-too-large",
         BASE
         + '\n[sweep.grid]\n"train.seed" = [{}]\n"train.lr" = [{}]\n'.format(
