@@ -140,10 +140,17 @@ def load(path: str | Path) -> Experiment:
 
 
 def build(
-    raw: dict[str, Any], *, path: Path, text: str = "", display: str | None = None, where: str = ""
+    raw: dict[str, Any],
+    *,
+    path: Path,
+    text: str = "",
+    display: str | None = None,
+    where: str = "",
+    overrides: dict[str, Any] | None = None,
 ) -> Experiment:
-    """Validate a parsed tree. `where` prefixes errors (e.g. the sweep point being checked)."""
-    ctx = _Context(display or str(path), text, where)
+    """Validate a parsed tree. `where` prefixes errors (e.g. the sweep point being checked); an error on
+    one of its `overrides` cites the line in [sweep] that set it."""
+    ctx = _Context(display or str(path), text, where, overrides=overrides)
     unknown = set(raw) - set(schema.SECTIONS)
     for key in sorted(unknown):
         ctx.fail(key, f"unknown section; valid sections: {', '.join(schema.SECTIONS)}{_suggest(key, schema.SECTIONS)}")
@@ -203,7 +210,7 @@ def with_overrides(exp: Experiment, overrides: dict[str, Any], where: str) -> Ex
     for dotted, value in overrides.items():
         section, key = dotted.split(".", 1)
         raw[section] = {**raw.get(section, {}), key: value}
-    point = build(raw, path=exp.path, text=exp.text, display=exp.label, where=where)
+    point = build(raw, path=exp.path, text=exp.text, display=exp.label, where=where, overrides=overrides)
     return dataclasses.replace(point, site=exp.site)
 
 
@@ -276,12 +283,18 @@ def check_tables(tables: dict[str, dict[str, Any]], *, display: str, text: str, 
 
 
 class _Context:
-    def __init__(self, display: str, text: str, where: str, prefix: str = ""):
+    def __init__(self, display: str, text: str, where: str, prefix: str = "", overrides: dict[str, Any] | None = None):
         self.display, self.text, self.where, self.prefix = display, text, where, prefix
+        self.overrides = overrides or {}
 
     def fail(self, dotted: str, problem: str) -> typing.NoReturn:
         dotted = self.prefix + dotted
-        line = locate(self.text, dotted) if not self.where else None
+        if not self.where:
+            line = locate(self.text, dotted)
+        elif dotted in self.overrides:
+            line = locate_in_sweep(self.text, dotted, self.overrides[dotted])
+        else:
+            line = None  # a key the point did not set: the error is the point's, not a line's
         dotted = dotted if len(dotted) <= 80 else dotted[:77] + "..."  # a key may be 5,000 characters long
         loc = f"{self.display}:{line}" if line else self.display
         prefix = f"{self.where}: " if self.where else ""
@@ -573,6 +586,38 @@ def locate(text: str, dotted: str) -> int | None:
             if table + name.split(".") == parts or table + [name] == parts:
                 return number
     return None
+
+
+def locate_in_sweep(text: str, dotted: str, value: Any) -> int | None:
+    """Line of the [sweep] entry that gave a point `dotted = value`: the [[sweep.points]] line with that
+    value, or the [sweep.grid] line whose list holds it; else the first line that sets the key there."""
+    table: list[str] = []
+    first = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        header = re.match(r"^\[\[?\s*([^\]]+?)\s*\]\]?", stripped)
+        if header:
+            table = [p.strip().strip('"') for p in header.group(1).split(".")]
+            continue
+        key = re.match(r'^((?:"[^"]+"|[A-Za-z0-9_-]+)(?:\s*\.\s*(?:"[^"]+"|[A-Za-z0-9_-]+))*)\s*=\s*(.*)$', stripped)
+        if table[:1] != ["sweep"] or not key:
+            continue
+        parts = [quoted or bare for quoted, bare in re.findall(r'"([^"]+)"|([A-Za-z0-9_-]+)', key.group(1))]
+        where, rhs = table, key.group(2)
+        if table == ["sweep"] and len(parts) > 1 and parts[0] in ("grid", "points"):  # [sweep] grid."x" = [..]
+            where, parts = ["sweep", parts[0]], parts[1:]
+        if ".".join(parts) != dotted:
+            continue
+        first = first or number
+        try:
+            given = tomllib.loads(f"v = {rhs}")["v"]
+        except tomllib.TOMLDecodeError:  # a value over several lines: not compared
+            continue
+        if (where == ["sweep", "points"] and given == value) or (
+            where == ["sweep", "grid"] and isinstance(given, list) and value in given
+        ):
+            return number
+    return first
 
 
 def _tname(value: Any) -> str:

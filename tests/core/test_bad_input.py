@@ -374,3 +374,25 @@ def test_each_launcher_gets_its_tasks_per_node(launcher: str, tasks: int, tmp_pa
     path.write_text(text + f'\n[launch]\nlauncher = "{launcher}"\n')
     (job,) = plan(load(path))
     assert job.ntasks_per_node == tasks and job.devices == 4
+
+
+@pytest.mark.parametrize(
+    ("sweep", "bad"),
+    [
+        (
+            '[[sweep.points]]\nname = "a"\n"train.epochs" = 1\n\n[[sweep.points]]\nname = "b"\n"train.epochs" = -3\n',
+            '"train.epochs" = -3',
+        ),
+        ('[sweep.grid]\n"train.seed" = [1, 2]\n"train.batch_size" = [8, 0]\n', '"train.batch_size" = [8, 0]'),
+        ('[sweep]\ngrid."train.lr" = [1e-5, -1.0]\n', 'grid."train.lr" = [1e-5, -1.0]'),
+    ],
+    ids=["point", "grid", "dotted-grid"],
+)
+def test_an_error_in_a_sweep_cites_the_line_that_gave_the_value(tmp_path: Path, runner, sweep: str, bad: str):
+    text = BASE + "\n" + sweep
+    path = tmp_path / "exp.toml"
+    path.write_text(text)
+    result = runner.invoke(main, ["validate", str(path)])
+    assert result.exit_code == 1, result.output
+    line = next(n for n, ln in enumerate(text.splitlines(), start=1) if ln.strip() == bad)
+    assert f"exp.toml:{line}: sweep point" in result.output, (line, result.output)
