@@ -70,3 +70,14 @@ def test_fsdp2_offload_policy_reaches_every_block(strategy: str, tmp_path: Path)
         assert policies and all(isinstance(p, CPUOffloadPolicy) == (strategy == "fsdp_offload") for p in policies)
     finally:
         dist.destroy_process_group()
+
+
+def test_one_process_says_who_started_it_not_nonetype(capsys: pytest.CaptureFixture[str]) -> None:
+    from training.engines.common import announce
+
+    class Strategy:  # Lightning's SingleDeviceStrategy has no cluster environment
+        cluster_environment = None
+
+    announce(0, 1, Strategy())
+    line = capsys.readouterr().out
+    assert "rank 0/1 via this process; strategy Strategy" in line and "NoneType" not in line, line

@@ -60,7 +60,11 @@ def announce(rank: int, world: int, strategy: Any) -> None:
     what the strategy really does (for DeepSpeed: its ZeRO stage and offload targets)."""
     from training.strategies import describe
 
-    environment = type(getattr(strategy, "cluster_environment", None)).__name__
+    from training.ranks import launched_by
+
+    found = getattr(strategy, "cluster_environment", None)
+    # One process has no cluster environment: say who started it instead of "NoneType".
+    environment = type(found).__name__ if found is not None else launched_by()
     print(f"training: rank {rank}/{world} via {environment}; strategy {describe(strategy)}", flush=True)
 
 
