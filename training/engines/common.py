@@ -58,9 +58,8 @@ def parameter_shards(module: Any, rank: int, world: int, reduce_sum: Any) -> dic
 def announce(rank: int, world: int, strategy: Any) -> None:
     """One line per rank in the job log: which rank this is, who said so (Slurm, or our launcher), and
     what the strategy really does (for DeepSpeed: its ZeRO stage and offload targets)."""
-    from training.strategies import describe
-
     from training.ranks import launched_by
+    from training.strategies import describe
 
     found = getattr(strategy, "cluster_environment", None)
     # One process has no cluster environment: say who started it instead of "NoneType".
