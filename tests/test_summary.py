@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jobgen.errors import JobgenError
-from jobgen.results.columns import duration
+from jobgen.results.columns import duration, whole_seconds
 from jobgen.results.summary import FIELDS, HEADERS, TERMINAL_HEADERS, summarize
 from tests.data.summary.synth import FAULTS, FakeJob, write_run
 
@@ -115,7 +115,7 @@ def test_human_formats_fill_every_column(tmp_path: Path, fmt: str) -> None:
             "1×2",
             "COMPLETED",
             duration(job.train_s),
-            duration(job.queue_s),
+            whole_seconds(job.queue_s),  # from times recorded to the second
             f"{100 * job.test_acc:.1f}",
             f"{100 * job.best_val_acc:.1f}",
             f"{100 * job.test_f1:.1f}",
@@ -445,3 +445,15 @@ def test_a_duration_reads_back_to_the_seconds_it_shows() -> None:
         assert abs(value - seconds) <= step + 1e-9, (seconds, shown)
 
     check()
+
+
+def test_queue_wait_shows_no_tenths_it_cannot_know() -> None:
+    """Submit and start times are recorded to the second: the queue wait is whole seconds."""
+    assert [whole_seconds(s) for s in (0.0, 0.4, 12.5, 59.4, 59.6, 125.0)] == [
+        "0s",
+        "0s",
+        "12s",
+        "59s",
+        "1m00s",
+        "2m05s",
+    ]

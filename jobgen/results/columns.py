@@ -98,6 +98,12 @@ def duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
+def whole_seconds(seconds: float) -> str:
+    """A duration from times recorded to the second (queue wait): no tenths it cannot know."""
+    whole = round(seconds)
+    return f"{whole}s" if whole < 60 else duration(whole)
+
+
 def _percent(value: float) -> str:
     return f"{100 * value:.1f}"  # the header carries the unit
 
@@ -156,7 +162,7 @@ COLUMNS = (
     ),
     Column("nodes×GPUs", _shape, terminal="nodes\n×GPUs"),
     Column("state", lambda line: line.state),
-    Column("queue wait", _metric("queue_wait_s", duration), numeric=True, terminal="queue\nwait"),
+    Column("queue wait", _metric("queue_wait_s", whole_seconds), numeric=True, terminal="queue\nwait"),
     Column("train time", _metric("train_s", duration), numeric=True, terminal="train\ntime"),
     Column("samples/s", _metric("samples_per_s", "{:,.1f}".format), numeric=True, terminal="samples\n/s"),
     Column("peak mem (MB)", _memory, numeric=True, terminal="peak mem\n(MB)"),
