@@ -457,3 +457,14 @@ def test_queue_wait_shows_no_tenths_it_cannot_know() -> None:
         "1m00s",
         "2m05s",
     ]
+
+
+def test_a_cpu_job_says_its_devices_are_cpu_processes(tmp_path: Path) -> None:
+    """nodes×GPUs of a job that ran on CPU is not "1×2": it had no GPU. The column says cpu."""
+    run = write_run(tmp_path, "exp", [FakeJob("on-gpu"), FakeJob("on-cpu", peak_gpu_mb=None)])
+    table = summarize([run], width=400)
+    cpu = next(ln for ln in table.splitlines() if ln.startswith("on-cpu "))
+    gpu = next(ln for ln in table.splitlines() if ln.startswith("on-gpu "))
+    assert " 1×2 cpu " in cpu and " 1×2 " in gpu and "cpu" not in gpu
+    rows = {r["config"]: r for r in json.loads(summarize([run], fmt="json"))["rows"]}
+    assert (rows["on-cpu"]["accelerator"], rows["on-gpu"]["accelerator"]) == ("cpu", "gpu")

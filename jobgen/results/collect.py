@@ -39,6 +39,7 @@ class Result:
     compile: bool | None = None
     nodes: int | None = None
     devices_per_node: int | None = None
+    accelerator: str | None = None  # what the job ran on: "gpu" or "cpu"
     train_s: float | None = None
     total_s: float | None = None
     samples_per_s: float | None = None
@@ -279,6 +280,7 @@ def parse_result(data: Mapping[str, Any]) -> Result:
         compile=data.get("compile") if isinstance(data.get("compile"), bool) else None,
         nodes=_int(data.get("nodes")),
         devices_per_node=_int(data.get("devices_per_node")),
+        accelerator=_str(data.get("accelerator")),
         train_s=_num(_get(data, "times_s", "train")),
         total_s=_num(_get(data, "times_s", "total")),
         samples_per_s=_num(_get(data, "throughput", "samples_per_s")),

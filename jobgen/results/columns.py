@@ -42,7 +42,7 @@ class Line:
     label: str
     experiment: str
     run: str
-    config: dict[str, Any]  # engine, strategy, precision, compile, nodes, devices_per_node
+    config: dict[str, Any]  # engine, strategy, precision, compile, nodes, devices_per_node, accelerator
     state: str
     n: int
     metrics: dict[str, Stat]
@@ -120,8 +120,12 @@ def _metric(name: str, show: Callable[[float], str]) -> Callable[[Line], str]:
 
 
 def _shape(line: Line) -> str:
+    """nodes × devices per node; devices that are CPU processes say so (a CPU job has no GPUs)."""
     c = line.config
-    return f"{c['nodes'] or '?'}×{c['devices_per_node'] or '?'}" if c["nodes"] or c["devices_per_node"] else ""
+    if not (c["nodes"] or c["devices_per_node"]):
+        return ""
+    shape = f"{c['nodes'] or '?'}×{c['devices_per_node'] or '?'}"
+    return f"{shape} cpu" if c.get("accelerator") == "cpu" else shape
 
 
 def _memory(line: Line) -> str:

@@ -120,6 +120,7 @@ def job_config(row: JobRow) -> dict[str, Any]:
         "compile": r.compile if r and r.compile is not None else asked.get("compile"),
         "nodes": (r.nodes if r and r.nodes else None) or asked.get("num_nodes"),
         "devices_per_node": (r.devices_per_node if r and r.devices_per_node else None) or asked.get("devices"),
+        "accelerator": (r.accelerator if r and r.accelerator else None) or asked.get("accelerator"),
     }
 
 
@@ -203,7 +204,7 @@ def _named_baseline(lines: list[Line], name: str) -> Line:
 
 FIELDS = (
     ["experiment", "run", "config", "engine", "strategy", "precision", "compile", "nodes"]
-    + ["devices_per_node", "state", "n"]
+    + ["devices_per_node", "accelerator", "state", "n"]
     + [name for metric in METRICS for name in (metric.name, f"{metric.name}_std")]
     + ["peak_mem_kind", "speedup", "baseline", "problem", "hint"]
 )

@@ -61,7 +61,7 @@ def result_json(job: FakeJob, experiment: str) -> dict[str, Any]:
         "strategy": job.strategy,
         "precision": {"requested": job.precision, "effective": job.precision},
         "compile": job.compile,
-        "accelerator": "gpu",
+        "accelerator": "gpu" if job.peak_gpu_mb is not None else "cpu",
         "nodes": job.nodes,
         "devices_per_node": job.devices,
         "world_size": job.nodes * job.devices,
