@@ -53,7 +53,20 @@ def check_option_rules(ctx: click.Context) -> None:
 
 
 class _Command(click.Command):
+    """Every command also takes --output-root after its name (jobgen submit X --output-root DIR), as
+    users write it and scripts pass it on; given there, it wins over the one before the command."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not any(p.name == "output_root" for p in self.params):
+            self.params.append(
+                click.Option(["--output-root"], type=click.Path(file_okay=False), help="As jobgen --output-root.")
+            )
+
     def invoke(self, ctx: click.Context) -> Any:
+        given = ctx.params.pop("output_root", None)
+        if given is not None:
+            ctx.find_root().params["output_root"] = given
         check_option_rules(ctx)
         return super().invoke(ctx)
 

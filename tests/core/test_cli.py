@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 
 from jobgen.cli import main
@@ -235,3 +236,21 @@ def test_templates_ship_in_the_wheel(tmp_path: Path):
     for template in ("base.sbatch.j2", "srun.sbatch.j2", "local.sh.j2", "_environment.j2", "_header.j2"):
         assert f"jobgen/templates/{template}" in names
     assert "training/__main__.py" in names
+
+
+def test_output_root_goes_before_or_after_the_command(runner, tmp_path: Path):
+    """`jobgen submit X --output-root DIR` as users write it (and scripts/demo.sh passes it on): every
+    command takes it after its name too, with the same effect as before it."""
+    for name, command in main.commands.items():
+        if isinstance(command, click.Group):
+            continue
+        assert "--output-root" in runner.invoke(main, [name, "--help"]).output, name
+    empty = tmp_path / "elsewhere"
+    empty.mkdir()
+    before = runner.invoke(main, ["--output-root", str(empty), "runs"])
+    after = runner.invoke(main, ["runs", "--output-root", str(empty)])
+    assert before.exit_code == after.exit_code and before.output == after.output
+    assert f"no runs under {empty}" in after.output
+    dry = runner.invoke(main, ["submit", str(DEMO), "--dry-run", "--output-root", str(tmp_path / "r")])
+    assert dry.exit_code == 0, dry.output
+    assert len(list((tmp_path / "r" / "local_demo").iterdir())) == 1
