@@ -46,6 +46,7 @@ HEAVY = {
         ["summary"],
         ["report"],
         ["sync"],
+        ["diff"],
     ],
 )
 def test_help(runner, command):
