@@ -191,3 +191,27 @@ def test_a_damaged_manifest_is_one_line_error(runner, root: Path):
     result = _diff(runner, root, str(a), str(b))
     assert result.exit_code == 1 and "manifest.json" in result.output
     assert "Traceback" not in result.output
+
+
+def test_the_readme_example_is_what_diff_prints(runner, tmp_path: Path):
+    """The runs behind README "Comparing two runs": one key, one code line and torch differ."""
+    root = tmp_path / "runs"
+    toml = '[experiment]\nname = "local_demo"\n\n[train]\nepochs = 2\n'
+
+    def run(run_id: str, toml: str, code: str, **job: object) -> Path:
+        folder = write_run(root, "local_demo", [FakeJob("torch_fp32", state="COMPLETED", **job)], run_id=run_id)  # type: ignore[arg-type]
+        (folder / "experiment.toml").write_text(toml)
+        (folder / "code.patch").write_text("")
+        (folder / "code" / "training").mkdir(parents=True)
+        (folder / "code" / "training" / "optim.py").write_text(code)
+        return folder
+
+    run("20261129-200000-ab12", toml, "WARMUP_STEPS = 100\n")
+    b = run("20261130-091500-cd34", toml.replace("2", "3"), "WARMUP_STEPS = 50\n", test_acc=0.89, train_s=151.0)
+    result = json.loads((b / "jobs/torch_fp32/result.json").read_text())
+    result["versions"]["torch"] = "2.6.0"
+    (b / "jobs/torch_fp32/result.json").write_text(json.dumps(result))
+    shown = _diff(runner, root, "20261129-200000-ab12", "local_demo").stdout.replace(str(root), "runs")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split("    $ jobgen diff 20261129-200000-ab12 local_demo\n", 1)[1].split("\n\n## ", 1)[0]
+    assert shown.strip() == "\n".join(line[4:] for line in block.splitlines()).strip()
