@@ -126,6 +126,7 @@ def main(debug: bool, output_root: str | None) -> None:
     jobgen submit experiments/imdb_fsdp.toml        submit, record the run, return
     jobgen status imdb_fsdp                         states of the latest run
     jobgen summary imdb_fsdp                        time and accuracy per job
+    jobgen diff RUN_A RUN_B                         what differs between two runs, and their results
     jobgen report imdb_fsdp -o report.html          one HTML page to share: table, curves, causes
     jobgen requeue imdb_fsdp                        failed jobs resume from their checkpoints
     """
@@ -500,6 +501,48 @@ def summary(
     _warn(loaded)
     if plot:
         click.echo(f"plot: {plot}", err=True)
+
+
+@main.command()
+@click.argument("a", metavar="A", shell_complete=run_refs)
+@click.argument("b", metavar="B", shell_complete=run_refs)
+@click.option("--job", metavar="NAME", help="Compare this job of A with the job of that name in B.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.pass_context
+def diff(ctx: click.Context, a: str, b: str, job: str | None, fmt: str) -> None:
+    """What differs between runs A and B: experiment keys, code, package versions, cluster and nodes,
+    then the results of their jobs side by side. Identical parts are folded away.
+
+    A and B are run folders, run ids or experiment names (its latest run). To compare two jobs, write
+    RUN:JOB for each, or give --job NAME for a job both runs have (a job's resolved spec.json is
+    compared instead of the run's experiment.toml).
+    """
+    from jobgen.results.diff import diff as diff_sides
+    from jobgen.results.diff import render_json, render_text
+
+    one, two = _side(ctx, a, job), _side(ctx, b, job)
+    if (one.job is None) != (two.job is None):
+        raise click.UsageError("compare two runs, or two jobs (RUN:JOB for both, or --job NAME)", ctx)
+    doc = diff_sides(one, two)
+    click.echo(render_json(doc) if fmt == "json" else render_text(doc), nl=False)
+    _warn([one.run] if one.run.run_dir == two.run.run_dir else [one.run, two.run])
+    for line in doc["warnings"]:
+        click.echo(f"warning: {line}", err=True)
+
+
+def _side(ctx: click.Context, ref: str, job: str | None) -> Any:
+    """A diff's side: RUN, or RUN:JOB (a job of it), or RUN with --job NAME."""
+    from jobgen.results.diff import Side
+    from jobgen.run.model import Run
+
+    if ":" in ref and not Path(ref).exists():
+        if job:
+            raise click.UsageError(f"{ref}: name the job as RUN:JOB or with --job, not both", ctx)
+        ref, _, job = ref.rpartition(":")
+    if not ref or job == "":
+        raise click.UsageError("RUN:JOB needs both a run and a job name", ctx)
+    run = Run.load(_one_run(ctx, ref))
+    return Side(run, run.pick([job])[0] if job else None)
 
 
 @main.command()

@@ -47,6 +47,7 @@ HEAVY = {
         ["summary"],
         ["report"],
         ["sync"],
+        ["diff"],
     ],
 )
 def test_help(runner, command):
