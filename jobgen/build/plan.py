@@ -17,6 +17,7 @@ from typing import Any
 
 from jobgen import backends
 from jobgen.errors import PlanError
+from jobgen.experiment import random_search
 from jobgen.experiment.config import Experiment, with_overrides
 from jobgen.facts import MAX_NAME
 from training import contract
@@ -53,9 +54,11 @@ class Job:
 def plan(exp: Experiment) -> list[Job]:
     """All jobs of an experiment, in sweep order. Raises PlanError naming the failing point."""
     points = sweep_points(exp)
+    sampled = set(random_search.dist_keys(exp.sweep.random))
     jobs = []
     for index, (label, overrides) in enumerate(points):
-        where = f"sweep point {index} ({label})" if overrides else ""
+        drawn = " sampled by sweep.random" if sampled.intersection(overrides) else ""
+        where = f"sweep point {index}{drawn} ({label})" if overrides else ""
         point_exp = with_overrides(exp, overrides, where) if overrides else exp
         point_exp = resolve(point_exp, where)
         check_shape(point_exp, where)
@@ -64,23 +67,27 @@ def plan(exp: Experiment) -> list[Job]:
 
 
 def sweep_points(exp: Experiment) -> list[tuple[str, dict[str, Any]]]:
-    """(label, overrides) for every job: explicit points x grid combinations."""
+    """(label, overrides) for every job: explicit points x random points x grid combinations, in that
+    order (each explicit point gets every random point, each of those every grid combination)."""
     grid = exp.sweep.grid
     points = exp.sweep.points or [{}]
-    count = len(points) * math.prod(len(v) for v in grid.values())
+    table = exp.sweep.random
+    count = len(points) * (table["n"] if table else 1) * math.prod(len(v) for v in grid.values())
     if count > exp.sweep.max_jobs:
         raise PlanError(
             f"{exp.label}: sweep: {count} jobs exceeds sweep.max_jobs = {exp.sweep.max_jobs}; "
             "shrink the sweep or raise sweep.max_jobs on purpose"
         )
     keys = list(grid)
+    drawn = random_search.sample(table) or [{}]
     out = []
     for point in points:
         fixed = {k: v for k, v in point.items() if k != "name"}
-        for combo in itertools.product(*(grid[k] for k in keys)):
-            values = dict(zip(keys, combo, strict=True))
-            overrides = {**fixed, **values}
-            out.append((_label(point.get("name"), values, exp.name if not overrides else ""), overrides))
+        for random_values in drawn:
+            for combo in itertools.product(*(grid[k] for k in keys)):
+                values = {**random_values, **dict(zip(keys, combo, strict=True))}
+                overrides = {**fixed, **values}
+                out.append((_label(point.get("name"), values, exp.name if not overrides else ""), overrides))
     return out
 
 

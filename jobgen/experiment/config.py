@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobgen import backends
 from jobgen.errors import BadUsage, ConfigError, is_control
-from jobgen.experiment import schema
+from jobgen.experiment import random_search, schema
 from jobgen.facts import MAX_NAME, SECRET_RE, signal_name
 from training import contract
 from training.contract import show as _show
@@ -166,7 +166,27 @@ def build(
     _check_paths(exp, ctx)
     _check_chain(exp, ctx)
     _check_extra_clashes(exp, ctx)
+    _check_random(exp, ctx)
     return exp
+
+
+def _check_random(exp: Experiment, ctx: _Context) -> None:
+    """[sweep.random]: n, seed and each key's distribution; errors name sweep.random."KEY" and its line."""
+    table = exp.sweep.random
+    elsewhere = _swept_keys({"grid": exp.sweep.grid, "points": exp.sweep.points})
+    for key in random_search.dist_keys(table):
+        problem: str | None = _check_sweep_key(key)
+        if not problem and key in elsewhere:
+            where = "sweep.grid" if key in exp.sweep.grid else "sweep.points"
+            problem = f"also set by {where}; vary a key in one place"
+        if problem:
+            ctx.fail(_random_name(key), problem, line=locate_random(ctx.text, key))
+    for key, problem in random_search.problems(table):
+        ctx.fail(_random_name(key), problem, line=locate_random(ctx.text, key))
+
+
+def _random_name(key: str) -> str:
+    return f"sweep.random.{key}" if key in random_search.SETTINGS else f'sweep.random."{key}"'
 
 
 def _check_extra_clashes(exp: Experiment, ctx: _Context) -> None:
@@ -271,6 +291,8 @@ def _swept_keys(sweep: Any) -> set[str]:
     for point in sweep.get("points") or []:
         if isinstance(point, dict):
             keys |= {k for k in point if k != "name"}
+    if isinstance(sweep.get("random"), dict):
+        keys |= set(random_search.dist_keys(sweep["random"]))
     return keys
 
 
@@ -287,10 +309,10 @@ class _Context:
         self.display, self.text, self.where, self.prefix = display, text, where, prefix
         self.overrides = overrides or {}
 
-    def fail(self, dotted: str, problem: str) -> typing.NoReturn:
+    def fail(self, dotted: str, problem: str, line: int | None = None) -> typing.NoReturn:
         dotted = self.prefix + dotted
         if not self.where:
-            line = locate(self.text, dotted)
+            line = line or locate(self.text, dotted)
         elif dotted in self.overrides:
             line = locate_in_sweep(self.text, dotted, self.overrides[dotted])
         else:
@@ -368,7 +390,7 @@ class _Silent(_Context):
     def __init__(self) -> None:
         super().__init__("", "", "")
 
-    def fail(self, dotted: str, problem: str) -> typing.NoReturn:
+    def fail(self, dotted: str, problem: str, line: int | None = None) -> typing.NoReturn:
         raise _Mismatch(problem)
 
 
@@ -584,6 +606,30 @@ def locate(text: str, dotted: str) -> int | None:
         if key:
             name = key.group(1).strip('"')
             if table + name.split(".") == parts or table + [name] == parts:
+                return number
+    return None
+
+
+_PART_RE = re.compile(r'"([^"]*)"|([A-Za-z0-9_-]+)')
+
+
+def locate_random(text: str, key: str) -> int | None:
+    """Line that sets `key` (a dotted key such as train.lr, or n / seed) of [sweep.random]: in that
+    table, a [sweep.random."KEY"] header, or `random."KEY" = ...` under [sweep]."""
+    target = ["sweep", "random", key]
+    table: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        header = re.match(r"^\[\[?\s*([^\]]+?)\s*\]\]?", stripped)
+        if header:
+            table = [quoted or bare for quoted, bare in _PART_RE.findall(header.group(1))]
+            if table == target:
+                return number
+            continue
+        assign = re.match(r'^((?:"[^"]*"|[A-Za-z0-9_-]+)(?:\s*\.\s*(?:"[^"]*"|[A-Za-z0-9_-]+))*)\s*=', stripped)
+        if assign:
+            parts = [quoted or bare for quoted, bare in _PART_RE.findall(assign.group(1))]
+            if table + parts == target or table + [".".join(parts)] == target:
                 return number
     return None
 

@@ -127,6 +127,12 @@ class SweepSection:
     points: list[dict[str, Any]] = opt(
         [], "Explicit jobs: tables of dotted key -> value, optional `name`.", kind="points"
     )
+    random: dict[str, Any] = opt(
+        {},
+        "Random search: n (points), seed (default 0) and dotted key -> one distribution: "
+        "{uniform = [low, high]}, {loguniform = [low, high]} (low > 0), {int = [low, high]} (inclusive) "
+        "or {choice = [values]}; points x random x grid.",
+    )
     max_jobs: int = opt(
         10000, "Refuse sweeps larger than this (raise it on purpose for huge sweeps).", min=1, max=10_000_000
     )
