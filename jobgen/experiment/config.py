@@ -183,6 +183,30 @@ def _check_random(exp: Experiment, ctx: _Context) -> None:
             ctx.fail(_random_name(key), problem, line=locate_random(ctx.text, key))
     for key, problem in random_search.problems(table):
         ctx.fail(_random_name(key), problem, line=locate_random(ctx.text, key))
+    for key in random_search.dist_keys(table):
+        problem = _random_value_problem(key, table[key])
+        if problem:
+            ctx.fail(_random_name(key), problem, line=locate_random(ctx.text, key))
+
+
+def _random_value_problem(key: str, spec: dict[str, Any]) -> str | None:
+    """A distribution's bounds (a range's ends suffice for the key's min and max) or choices that the key
+    itself refuses, so that the error does not depend on what the seed happens to draw."""
+    section, name = key.split(".", 1)
+    tp = _hints(schema.SECTIONS[section])[name]
+    meta = schema.field_map(schema.SECTIONS[section])[name].metadata
+    ((kind, args),) = spec.items()
+    if kind in ("uniform", "loguniform") and tp is int:
+        return f"{key} takes integers, and {kind} draws floats; use {{ int = [low, high] }} (or choice)"
+    for value in args:
+        try:
+            value = _coerce(value, tp, key, _Silent())
+        except _Mismatch as exc:
+            return f"{kind} value {_show(value)} for {key}: {exc}"
+        problem = contract.value_problem(value, meta, _KIND_CHECKS)
+        if problem:
+            return f"{kind} value {_show(value)} for {key}: {problem}"
+    return None
 
 
 def _random_name(key: str) -> str:

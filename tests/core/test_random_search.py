@@ -300,24 +300,43 @@ BAD = [
         ['sweep.random."train.lr"', "low < high"],
         '[sweep.random."train.lr"]',
     ),
-    # values the key itself refuses: the point is named, and the line that sampled it
+    # values the key itself refuses, found from the bounds and choices whatever the seed draws
     (
-        "sampled-value-refused",
+        "uniform-for-an-int-key",
         _random('"train.epochs" = { uniform = [1.0, 3.0] }'),
-        ["sweep point 0 sampled by sweep.random", "train.epochs", "expected int"],
+        ['sweep.random."train.epochs"', "takes integers", "{ int = [low, high] }"],
         '"train.epochs"',
     ),
     (
         "choice-value-refused",
-        _random('"train.precision" = { choice = ["fp8"] }'),
-        ["sweep point 0 sampled by sweep.random (precision-fp8)", "train.precision", "'fp8'"],
+        _random('"train.precision" = { choice = ["bf16-mixed", "fp8"] }'),
+        ['sweep.random."train.precision"', "choice value 'fp8'", "bf16-mixed"],
         '"train.precision"',
     ),
     (
-        "sampled-value-out-of-range",
-        _random('"train.lr" = { uniform = [-1.0, -0.5] }'),
-        ["sweep point 0", "train.lr", "got -"],
+        "choice-value-wrong-type",
+        _random('"train.batch_size" = { choice = [16, "x"] }'),
+        ['sweep.random."train.batch_size"', "choice value 'x'", "expected int"],
+        '"train.batch_size"',
+    ),
+    (
+        "bound-out-of-range",
+        _random('"train.lr" = { uniform = [-1.0, 0.5] }'),
+        ['sweep.random."train.lr"', "uniform value -1.0", "zero or more"],
         '"train.lr"',
+    ),
+    (
+        "int-bound-out-of-range",
+        _random('"train.epochs" = { int = [0, 3] }'),
+        ['sweep.random."train.epochs"', "int value 0", "positive"],
+        '"train.epochs"',
+    ),
+    # a point the values make impossible as a whole: the error names the point and the line that drew it
+    (
+        "sampled-point-refused",
+        _random('"train.num_nodes" = { int = [2, 3] }'),
+        ["sweep point 0 sampled by sweep.random (num_nodes-", "train.num_nodes = ", "slurm.nodes = 1"],
+        None,
     ),
 ]
 
