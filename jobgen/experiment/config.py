@@ -128,15 +128,23 @@ def load(path: str | Path) -> Experiment:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such experiment file; pass the path of a .toml file (see experiments/)")
+    text, raw = read_toml(path, "it", "")
+    return build(raw, path=path.resolve(), text=text, display=str(path))
+
+
+def read_toml(path: Path, it: str, what: str) -> tuple[str, dict[str, Any]]:
+    """(text, parsed) of a TOML file the user wrote (an experiment, the sites file); one-line errors
+    that name the file (and the line of a syntax error). `it` and `what` name the file in them."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read it ({exc}); save it as UTF-8 text") from None
+        raise ConfigError(f"{path}: cannot read {it} ({exc}); save it as UTF-8 text") from None
     try:
-        raw = tomllib.loads(text)
+        return text, tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: TOML syntax error: {exc}; fix the line it names") from None
-    return build(raw, path=path.resolve(), text=text, display=str(path))
+        line = re.search(r"at line (\d+)", str(exc))
+        where = f"{path}:{line.group(1)}" if line else str(path)
+        raise ConfigError(f"{where}: TOML syntax error{what}: {exc}; fix that line") from None
 
 
 def build(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,11 +25,6 @@ from typing import Any
 from jobgen.errors import ConfigError
 from jobgen.experiment import config, schema
 from training.contract import show, suggest
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 # A site says where jobs run, not what they run: no [experiment], [train], [data] or [sweep].
 # [container] joins by itself once the schema has it.
@@ -121,16 +115,7 @@ def choose(name: str | None = None) -> Site | None:
 
 def load(path: Path) -> dict[str, Site]:
     """Read and check every site of a sites file; errors name the file, line and `sites.NAME.key`."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the sites file ({exc}); save it as UTF-8 text") from None
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        line = re.search(r"at line (\d+)", str(exc))
-        where = f"{path}:{line.group(1)}" if line else str(path)
-        raise ConfigError(f"{where}: TOML syntax error in the sites file: {exc}; fix that line") from None
+    text, raw = config.read_toml(path, "the sites file", " in the sites file")
 
     def fail(dotted: str, problem: str) -> ConfigError:
         line = config.locate(text, dotted) or _header_line(text, dotted)
