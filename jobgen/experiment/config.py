@@ -14,7 +14,7 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -645,43 +645,43 @@ def locate(text: str, dotted: str) -> int | None:
 _PART_RE = re.compile(r'"([^"]*)"|([A-Za-z0-9_-]+)')
 
 
-def locate_random(text: str, key: str) -> int | None:
-    """Line that sets `key` (a dotted key such as train.lr, or n / seed) of [sweep.random]: in that
-    table, a [sweep.random."KEY"] header, or `random."KEY" = ...` under [sweep]."""
-    target = ["sweep", "random", key]
+def _assignments(text: str) -> Iterator[tuple[int, list[str], list[str] | None, str]]:
+    """(line number, table, key parts, value text) for each line of TOML text: a table header gives
+    key parts None; the key parts of `a."b.c" = 1` are ["a", "b.c"]. Best effort, for error lines."""
     table: list[str] = []
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         header = re.match(r"^\[\[?\s*([^\]]+?)\s*\]\]?", stripped)
         if header:
             table = [quoted or bare for quoted, bare in _PART_RE.findall(header.group(1))]
+            yield number, table, None, ""
+            continue
+        assign = re.match(r'^((?:"[^"]*"|[A-Za-z0-9_-]+)(?:\s*\.\s*(?:"[^"]*"|[A-Za-z0-9_-]+))*)\s*=\s*(.*)$', stripped)
+        if assign:
+            yield number, table, [quoted or bare for quoted, bare in _PART_RE.findall(assign.group(1))], assign.group(2)
+
+
+def locate_random(text: str, key: str) -> int | None:
+    """Line that sets `key` (a dotted key such as train.lr, or n / seed) of [sweep.random]: in that
+    table, a [sweep.random."KEY"] header, or `random."KEY" = ...` under [sweep]."""
+    target = ["sweep", "random", key]
+    for number, table, parts, _ in _assignments(text):
+        if parts is None:
             if table == target:
                 return number
-            continue
-        assign = re.match(r'^((?:"[^"]*"|[A-Za-z0-9_-]+)(?:\s*\.\s*(?:"[^"]*"|[A-Za-z0-9_-]+))*)\s*=', stripped)
-        if assign:
-            parts = [quoted or bare for quoted, bare in _PART_RE.findall(assign.group(1))]
-            if table + parts == target or table + [".".join(parts)] == target:
-                return number
+        elif table + parts == target or table + [".".join(parts)] == target:
+            return number
     return None
 
 
 def locate_in_sweep(text: str, dotted: str, value: Any) -> int | None:
     """Line of the [sweep] entry that gave a point `dotted = value`: the [[sweep.points]] line with that
     value, or the [sweep.grid] line whose list holds it; else the first line that sets the key there."""
-    table: list[str] = []
     first = None
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        header = re.match(r"^\[\[?\s*([^\]]+?)\s*\]\]?", stripped)
-        if header:
-            table = [p.strip().strip('"') for p in header.group(1).split(".")]
+    for number, table, parts, rhs in _assignments(text):
+        if table[:1] != ["sweep"] or parts is None:
             continue
-        key = re.match(r'^((?:"[^"]+"|[A-Za-z0-9_-]+)(?:\s*\.\s*(?:"[^"]+"|[A-Za-z0-9_-]+))*)\s*=\s*(.*)$', stripped)
-        if table[:1] != ["sweep"] or not key:
-            continue
-        parts = [quoted or bare for quoted, bare in re.findall(r'"([^"]+)"|([A-Za-z0-9_-]+)', key.group(1))]
-        where, rhs = table, key.group(2)
+        where = table
         if table == ["sweep"] and len(parts) > 1 and parts[0] in ("grid", "points"):  # [sweep] grid."x" = [..]
             where, parts = ["sweep", parts[0]], parts[1:]
         if ".".join(parts) != dotted:
