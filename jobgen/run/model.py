@@ -43,6 +43,7 @@ class RunJob:
     cause: Any = None  # jobgen.results.diagnose.Cause, when the logs were asked why the job stopped
     verdicts: Verdicts | None = field(default=None, repr=False)  # the run's, shared by its jobs
     _files: dict[str, bytes | None | OSError] = field(default_factory=dict, repr=False)
+    _finished: bool | None = field(default=None, repr=False)  # asked of the file system once per command
 
     @classmethod
     def from_entry(cls, run_dir: Path, entry: dict[str, Any], verdicts: Verdicts | None = None) -> RunJob:
@@ -110,13 +111,15 @@ class RunJob:
         be used is the summary's question (its row says why not). Asked of the file system, not read."""
         if "result.json" in self._files:
             return self._files["result.json"] is not None
-        try:
-            os.stat(os.path.join(self._folder, "result.json"))
-        except FileNotFoundError:
-            return False
-        except OSError:
-            pass  # there, but unreadable
-        return True
+        if self._finished is None:
+            try:
+                os.stat(os.path.join(self._folder, "result.json"))
+                self._finished = True
+            except FileNotFoundError:
+                self._finished = False
+            except OSError:
+                self._finished = True  # there, but unreadable
+        return self._finished
 
     def progress(self) -> tuple[int, int, int, int] | None:
         """(epoch, epochs, batch, batches) from progress.json, which the training rewrites as it goes."""
