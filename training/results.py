@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import re
 import resource
 import sys
 import time
@@ -148,6 +149,19 @@ def _versions() -> dict[str, str | None]:
 NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")  # present wherever the NVIDIA kernel driver is loaded
 
 
+def installed_packages(path: list[str] | None = None) -> list[str]:
+    """Every distribution on sys.path (or `path`) as `name==version`, once each, sorted as pip sorts.
+
+    Where one distribution is there twice (a copy vendored by setuptools, a user site beside the venv)
+    the first on the path is kept: it is the one `import` finds and importlib.metadata.version() names."""
+    first: dict[str, str] = {}
+    for dist in metadata.distributions(**({"path": path} if path is not None else {})):
+        name = dist.metadata["Name"]
+        if name:
+            first.setdefault(re.sub(r"[-_.]+", "-", name).lower(), f"{name}=={dist.version}")
+    return sorted(first.values(), key=str.lower)
+
+
 def ran_on(driver_file: Path = NVIDIA_DRIVER) -> dict[str, Any]:
     """What the job ran on, so that two runs can be compared later: the host, Python, every installed
     distribution as `pip freeze` names it (read from the environment's metadata: no pip needed, as in a
@@ -158,10 +172,7 @@ def ran_on(driver_file: Path = NVIDIA_DRIVER) -> dict[str, Any]:
 
     import torch
 
-    packages = sorted(
-        {f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata["Name"]},
-        key=str.lower,
-    )
+    packages = installed_packages()
     out: dict[str, Any] = {
         "host": socket.gethostname(),
         "platform": platform.platform(),

@@ -155,7 +155,8 @@ SACCT_CHUNK = 1000
 
 
 def query(job_ids: list[str]) -> dict[str, JobInfo]:
-    """Info for each job id Slurm knows: sacct first, then squeue and scontrol for what it lacks.
+    """Info for each job id Slurm knows: sacct first, then squeue for what it lacks or calls unended, and
+    scontrol for the ended jobs neither gave an exit code.
 
     One process per tool for the whole list (sacct in chunks), never one per job: a sweep of 10,000
     jobs costs a handful of Slurm calls, not 10,000 (submitit#1759).
@@ -167,12 +168,15 @@ def query(job_ids: list[str]) -> dict[str, JobInfo]:
     for start in range(0, len(ids), SACCT_CHUNK):
         found |= _sacct(ids[start : start + SACCT_CHUNK])
     wanted = set(ids)
-    for ask in (_squeue, _scontrol):
+    # The accounting database is written after the controller, and lags it under load: sacct can call a
+    # job pending or running that has ended. The controller's word wins for every job it still holds.
+    unsure = wanted - {jid for jid, info in found.items() if info.state.is_final and info.exit_code}
+    if unsure:
+        found |= {jid: info for jid, info in _squeue().items() if jid in unsure}
         # squeue has no exit code: an ended job it lists is asked of scontrol too (no accounting)
         missing = wanted - {jid for jid, info in found.items() if info.exit_code or not info.state.is_final}
-        if not missing:
-            break
-        found |= {jid: info for jid, info in ask().items() if jid in missing}
+        if missing:
+            found |= {jid: info for jid, info in _scontrol().items() if jid in missing}
     return {jid: found[jid] for jid in ids if jid in found}
 
 

@@ -67,6 +67,48 @@ def test_without_accounting_falls_back_to_squeue_then_scontrol(bin_dir: Path):
     assert (bin_dir / "scontrol.calls").read_text().splitlines() == ["show job -o"]
 
 
+def test_the_controller_wins_over_a_lagging_accounting_database(bin_dir: Path):
+    # slurmdbd is written after slurmctld: under load sacct still calls ended jobs pending or running.
+    _tool(
+        bin_dir,
+        "sacct",
+        "printf '%s\\n' '41|RUNNING|0:0|00:00:09|1|n1|x|2026-01-01T00:00:00|Unknown' "
+        "'42_[0-1]|PENDING|0:0|00:00:00|1|None assigned|x|Unknown|Unknown' "
+        "'43|COMPLETED|0:0|00:00:03|1|n2|x|2026-01-01T00:00:00|2026-01-01T00:00:03' "
+        "'44|PENDING|0:0|00:00:00|1|None assigned|x|Unknown|Unknown'\n",
+    )
+    _tool(
+        bin_dir,
+        "squeue",
+        'echo "$*" >> "$(dirname "$0")/squeue.calls"; printf "%s\\n" "41|COMPLETED|0:11|1|n1|2026-01-01T00:00:00" '
+        '"42_0|COMPLETED|0:05|1|n1|2026-01-01T00:00:00" "42_1|RUNNING|0:04|1|n3|2026-01-01T00:00:01" '
+        '"43|COMPLETED|0:03|1|n2|2026-01-01T00:00:00"\n',
+    )
+    _tool(
+        bin_dir,
+        "scontrol",
+        'echo "JobId=41 JobState=COMPLETED RunTime=00:00:11 NumNodes=1 NodeList=n1 ExitCode=0:0 '
+        'StartTime=2026-01-01T00:00:00 EndTime=2026-01-01T00:00:11"; '
+        'echo "JobId=50 ArrayJobId=42 ArrayTaskId=0 JobState=FAILED RunTime=00:00:05 NumNodes=1 NodeList=n1 '
+        'ExitCode=1:0"\n',
+    )
+    info = track.query(["41", "42_0", "42_1", "43", "44"])
+    assert info["41"].state is State.COMPLETED and info["41"].exit_code == "0:0" and info["41"].source == "scontrol"
+    assert info["42_0"].state is State.FAILED and info["42_0"].exit_code == "1:0"
+    assert info["42_1"].state is State.RUNNING and info["42_1"].source == "squeue"
+    assert info["43"].source == "sacct"  # ended with an exit code: accounting's answer stands
+    assert info["44"].state is State.PENDING and info["44"].source == "sacct"  # the controller does not hold it
+    assert len((bin_dir / "squeue.calls").read_text().splitlines()) == 1
+
+
+def test_jobs_accounting_says_ended_are_not_asked_again(bin_dir: Path):
+    _tool(bin_dir, "sacct", "echo '61|COMPLETED|0:0|00:00:03|1|n2|x|2026-01-01T00:00:00|2026-01-01T00:00:03'\n")
+    for tool in ("squeue", "scontrol"):
+        _tool(bin_dir, tool, f'echo "$*" >> "$(dirname "$0")/{tool}.calls"\n')
+    assert track.query(["61"])["61"].state is State.COMPLETED
+    assert not (bin_dir / "squeue.calls").exists() and not (bin_dir / "scontrol.calls").exists()
+
+
 def test_expand_array_ids():
     assert track.expand_array_id("7_[0-2,5%2]") == ["7_0", "7_1", "7_2", "7_5"]
     assert track.expand_array_id("7_3") == ["7_3"]
