@@ -155,7 +155,7 @@ def installed_packages(path: list[str] | None = None) -> list[str]:
     Where one distribution is there twice (a copy vendored by setuptools, a user site beside the venv)
     the first on the path is kept: it is the one `import` finds and importlib.metadata.version() names."""
     first: dict[str, str] = {}
-    for dist in metadata.distributions(**({"path": path} if path is not None else {})):
+    for dist in metadata.distributions() if path is None else metadata.distributions(path=path):
         name = dist.metadata["Name"]
         if name:
             first.setdefault(re.sub(r"[-_.]+", "-", name).lower(), f"{name}=={dist.version}")
