@@ -116,8 +116,6 @@ def base_env() -> dict[str, str]:
         OMP_NUM_THREADS="1",
         PYTHONPATH=str(CODE),
         PYTHONUNBUFFERED="1",
-        # Bytecode compiled once and kept (as tests/training/conftest.py does); the venv stays untouched.
-        PYTHONPYCACHEPREFIX=str(REPO / ".pytest_cache" / "training-pycache"),
     )
     return env
 
@@ -226,7 +224,6 @@ def submit_cluster(job_dir: Path, cache_dir: Path, train: dict[str, Any]) -> str
         "TOKENIZERS_PARALLELISM",
         "OMP_NUM_THREADS",
         "PYTHONPATH",
-        "PYTHONPYCACHEPREFIX",
     )
     exports = "\n".join(f"export {k}={env[k]}" for k in keep)
     extra = "\n".join(f"export {k}={v}" for k, v in os.environ.items() if k.startswith("TORCH_"))

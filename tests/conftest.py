@@ -11,6 +11,13 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # tests/ helpers import as `tests.x`
 
+# One intra-op thread per process, for every process the tests start (ranks, local jobs, and the Slurm
+# jobs, which inherit this environment through sbatch's default --export=ALL): the test machine has two
+# cores shared by several ranks, and the test cluster's nodes claim 64 CPUs without binding tasks to any
+# (TaskPlugin=task/none), so each rank would start as many spinning OpenMP threads as the machine has
+# cores. Set before anything imports torch. A value the caller set is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 pytest_plugins = ["tests.conftest_slurm"] if (REPO / "tests" / "conftest_slurm.py").exists() else []
 
 # Tests on the real cluster that spend their time waiting for Slurm (time limits, requeues after the

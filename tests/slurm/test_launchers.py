@@ -23,6 +23,11 @@ ENGINES = {
     "accelerate": ["hf_trainer", "fabric", "torch"],
     "srun": ["hf_trainer", "torch"],
 }
+# The HF Trainer under torchrun and accelerate runs 2 x 2 in test_requeue_resumes_under_a_launcher, with
+# the same checks: it is not run a second time here.
+SWEPT = {
+    launcher: [e for e in engines if launcher == "srun" or e != "hf_trainer"] for launcher, engines in ENGINES.items()
+}
 
 
 def _body(launcher: str, engines: list[str], extra_slurm: str = "", epochs: int = 2) -> str:
@@ -53,11 +58,19 @@ def _result_fields(result: dict) -> None:
     assert result["tested_epoch"] is not None and result["slurm"]["nodelist"]
 
 
+def _ranks_from_the_launcher(log: str, launcher: str, job_name: str) -> None:
+    # Ranks 0-3 spread over both nodes, numbered by the launcher (not by Slurm's 2 tasks under
+    # torchrun and accelerate).
+    for rank in range(4):
+        assert f"rank {rank}/4 via" in log, log[-3000:]
+    assert ("via SLURMEnvironment" in log) == (launcher == "srun" and job_name.endswith(("fabric", "lightning")))
+
+
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("launcher", ["torchrun", "accelerate", "srun"])
 def test_two_nodes_two_processes_each(slurm, root: Path, tmp_path: Path, launcher: str):
     name = f"launch_{launcher}"
-    exp = write_experiment(tmp_path, name, _body(launcher, ENGINES[launcher]))
+    exp = write_experiment(tmp_path, name, _body(launcher, SWEPT[launcher]))
     jobgen("submit", str(exp), root=root)
     run_dir = only_run(root, name)
     states = wait_states(run_dir, all_final, timeout=840, poll=5)
@@ -70,15 +83,10 @@ def test_two_nodes_two_processes_each(slurm, root: Path, tmp_path: Path, launche
             log[-3000:],
             "".join(p.read_text() for p in job_dir.glob("slurm-*.err"))[-5000:],
         )
-        result = json.loads((job_dir / "result.json").read_text())
-        _result_fields(result)
-        # Ranks 0-3 spread over both nodes, numbered by the launcher (not by Slurm's 2 tasks under
-        # torchrun and accelerate).
-        for rank in range(4):
-            assert f"rank {rank}/4 via" in log, log[-3000:]
-        assert ("via SLURMEnvironment" in log) == (launcher == "srun" and job["name"].endswith(("fabric", "lightning")))
+        _result_fields(json.loads((job_dir / "result.json").read_text()))
+        _ranks_from_the_launcher(log, launcher, job["name"])
     rows = json.loads(jobgen("summary", str(run_dir), "--format", "json", root=root).stdout)["rows"]
-    assert sorted(r["engine"] for r in rows) == sorted(ENGINES[launcher])
+    assert sorted(r["engine"] for r in rows) == sorted(SWEPT[launcher])
     assert all(r["state"] == "COMPLETED" for r in rows)
 
 
@@ -90,7 +98,8 @@ def _first_epoch_done(job_dir: Path) -> bool:
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("launcher", ["torchrun", "accelerate"])
 def test_requeue_resumes_under_a_launcher(slurm, root: Path, tmp_path: Path, launcher: str):
-    """Slurm's warning signal (here sent now with scancel, to every process of the job's steps) goes
+    """The HF Trainer on 2 nodes x 2 processes under the launcher (the checks of the test above), and
+    Slurm's warning signal (here sent now with scancel, to every process of the job's steps) goes
     through the launcher to the ranks: checkpoint, requeue, resume, the configured epochs and no more.
     (Without training.relay, torchrun dies of SIGUSR2 itself: srun reports "task 0: User defined
     signal 2" and the step fails.)"""
@@ -115,6 +124,7 @@ def test_requeue_resumes_under_a_launcher(slurm, root: Path, tmp_path: Path, lau
     assert "checkpointing at the next step" in err
     result = json.loads((job_dir / "result.json").read_text())
     _result_fields(result)
+    _ranks_from_the_launcher(out, launcher, job["name"])
     assert result["resumed"] is True and result["requeue_count"] >= 1
     assert result["epochs_done"] == 3 and len(result["val_acc_per_epoch"]) == 3
     assert "restarts 0" in out and "restarts 1" in out
