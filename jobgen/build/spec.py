@@ -38,10 +38,3 @@ def build_spec(job: Job, run: RunInfo, cache_dir: Path) -> dict[str, Any]:
             "signal_seconds": exp.slurm.signal_seconds,
         },
     }
-
-
-def cache_dir_for(job: Job, output_root: Path) -> Path:
-    custom = job.exp.launch.cache_dir
-    if custom:
-        return (job.exp.base_dir / custom).expanduser().resolve()
-    return (output_root / ".cache").resolve()

@@ -17,9 +17,9 @@ from typing import Any
 
 from jobgen import backends
 from jobgen.backends import Scheduler
-from jobgen.build.plan import Job, plan
+from jobgen.build.plan import Job, cache_dir_for, plan
 from jobgen.build.render import RunInfo, render_job
-from jobgen.build.spec import build_spec, cache_dir_for
+from jobgen.build.spec import build_spec
 from jobgen.errors import JobgenError, SubmitError
 from jobgen.experiment import config, sites
 from jobgen.facts import now_iso
