@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from jobgen.build import container
 from jobgen.build.plan import Job
 from jobgen.build.render import RunInfo
 from jobgen.experiment.config import as_dict, model_path
@@ -32,6 +33,7 @@ def build_spec(job: Job, run: RunInfo, cache_dir: Path) -> dict[str, Any]:
         "data": data,
         "slurm": as_dict(exp.slurm),
         "env": as_dict(exp.env),
+        "container": container.record(job) or {},
         "requeue": {
             "enabled": exp.slurm.requeue,
             "signal": signal_name(exp.slurm.signal),
