@@ -163,6 +163,22 @@ def render_job(job: Job, run: RunInfo, template: str | None = None) -> str:
         raise TemplateError(f"template {exc.filename or name}:{exc.lineno}: {exc.message}") from None
 
 
+def container_words(job: Job, run: RunInfo) -> dict[str, list[str]] | None:
+    """The container partial's srun flags and command words as argument lists, for a backend that
+    builds the task's command itself (submitit): rendered by the same macros, with ~ expanded here."""
+    context = job_context(job, run)
+    if context["container"] is None:
+        return None
+    hf_home = str(Path(run.hf_home).expanduser())
+    ctx = context["container"]
+    mounts = [(str(Path(s).expanduser()), str(Path(d).expanduser())) for s, d in ctx["mounts"]]
+    context["container"] = {**ctx, "mounts": mounts, "created": [str(Path(p).expanduser()) for p in ctx["created"]]}
+    context["hf_home"] = hf_home
+    _, user_dir = template_name(job)
+    runtime = environment(user_dir).get_template(ctx["partial"]).make_module(vars=context)
+    return {"srun_flags": shlex.split(str(runtime.srun_flags())), "command": shlex.split(str(runtime.command()))}
+
+
 def job_context(job: Job, run: RunInfo) -> dict[str, Any]:
     exp, job_dir = job.exp, run.job_dir(job)
     # In a container the image's python runs the tasks, not this machine's interpreter.

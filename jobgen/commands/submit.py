@@ -21,7 +21,7 @@ from jobgen.backends import Scheduler
 from jobgen.build import container
 from jobgen.build.container import DEFAULT_HF_HOME
 from jobgen.build.plan import Job, cache_dir_for, plan
-from jobgen.build.render import RunInfo, render_job
+from jobgen.build.render import RunInfo, container_words, render_job
 from jobgen.build.spec import build_spec
 from jobgen.errors import JobgenError, SubmitError
 from jobgen.experiment import config, sites
@@ -117,6 +117,9 @@ def _render(
         files[script_rel] = render_job(job, run)
         files[f"{rel}/spec.json"] = record.dumps(build_spec(job, run, cache_dir_for(job, root)))
         entries.append(_entry(job, rel, script_rel, scheduler.submit_command(run.run_dir / script_rel), dry_run))
+        words = container_words(job, run)
+        if words:
+            entries[-1]["container"] = words  # for a backend that writes the srun line itself (submitit)
         if exp.slurm.chain > 1:
             entries[-1]["chain"] = exp.slurm.chain
     manifest = record.manifest_doc(

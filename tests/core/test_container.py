@@ -171,3 +171,55 @@ def test_a_site_gives_container_defaults(tmp_path, runner, monkeypatch):
     sites.write_text('[sites.hpc1.container]\nruntime = "apptainr"\nimage = "x"\n')
     result = runner.invoke(main, ["validate", str(path), "--site", "hpc1"])
     assert result.exit_code == 1 and "sites.hpc1.container.runtime" in result.output, result.output
+
+
+def test_submitit_gets_the_same_wrapping_as_words(tmp_path, runner, monkeypatch):
+    """submitit writes its own srun line: the partial's flags go to its srun arguments (pyxis), its
+    command words before the task's python (apptainer), ~ expanded on this machine."""
+    import sys
+    import types
+
+    seen: dict = {}
+
+    class Executor:
+        def __init__(self, folder, cluster):
+            pass
+
+        def update_parameters(self, **params):
+            seen["params"] = params
+
+        def submit(self, command):
+            seen["command"] = command.command
+            return types.SimpleNamespace(job_id="4242")
+
+    class CommandFunction:
+        def __init__(self, command, verbose):
+            self.command = command
+
+    fake = types.ModuleType("submitit")
+    fake.AutoExecutor = Executor
+    helpers = types.ModuleType("submitit.helpers")
+    helpers.CommandFunction = CommandFunction
+    monkeypatch.setitem(sys.modules, "submitit", fake)
+    monkeypatch.setitem(sys.modules, "submitit.helpers", helpers)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("HF_HOME", raising=False)
+    (tmp_path / "img.sif").touch()
+    hf = f"{tmp_path}/home/.cache/huggingface"
+    for runtime, image in (("apptainer", "img.sif"), ("pyxis", "ubuntu:22.04")):
+        path = _experiment(tmp_path, f'runtime = "{runtime}"\nimage = "{image}"', '[launch]\nbackend = "submitit"')
+        root = tmp_path / f"runs-{runtime}"
+        result = runner.invoke(main, ["--output-root", str(root), "submit", str(path)])
+        assert result.exit_code == 0, result.output
+        (run_dir,) = (root / "ct").iterdir()
+        spec = str(run_dir / "jobs" / "ct" / "spec.json")
+        srun_args = seen["params"]["slurm_srun_args"]
+        if runtime == "apptainer":
+            assert seen["command"][:3] == ["apptainer", "exec", "--nv"], seen["command"]
+            assert f"{hf}:{hf}" in seen["command"] and str(tmp_path / "img.sif") in seen["command"]
+            assert seen["command"][-6:] == ["python", "-u", "-m", "training", "--spec", spec]
+            assert srun_args == ["--label", "--kill-on-bad-exit=1"]
+        else:
+            assert seen["command"] == ["python", "-u", "-m", "training", "--spec", spec]
+            assert "--container-image=ubuntu:22.04" in srun_args, srun_args
+            assert f"--container-mounts={root}:{root},{hf}:{hf}" in srun_args, srun_args
