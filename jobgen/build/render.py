@@ -176,7 +176,7 @@ def container_words(job: Job, run: RunInfo) -> dict[str, list[str]] | None:
     context["hf_home"] = hf_home
     _, user_dir = template_name(job)
     runtime = environment(user_dir).get_template(ctx["partial"]).make_module(vars=context)
-    return {"srun_flags": shlex.split(str(runtime.srun_flags())), "command": shlex.split(str(runtime.command()))}
+    return {name: shlex.split(str(getattr(runtime, name)())) for name in ("srun_flags", "command")}
 
 
 def job_context(job: Job, run: RunInfo) -> dict[str, Any]:
