@@ -58,6 +58,16 @@ def context(job: Job, run_dir: Path, job_dir: Path, cache_dir: Path, hf_home: st
     }
 
 
+def missing_mount_points(job: Job, run_dir: Path, cache_dir: Path, hf_home: str) -> list[str]:
+    """The folders jobgen mounts itself that a read-only image has no mount point for (charliecloud)."""
+    box = context(job, run_dir, run_dir, cache_dir, hf_home)
+    if box is None:
+        return []
+    user = {dst for _, dst in (checks.mount(item, job.exp.base_dir) for item in job.exp.container.mounts)}
+    own = [str(Path(dst).expanduser()) for _, dst in box["mounts"] if dst not in user]
+    return checks.mount_point_problems(job.exp, own, "mounted by jobgen: the output root or a cache")
+
+
 def _covered(path: str, mounts: list[tuple[str, str]]) -> bool:
     """Whether a user's mount already shows `path` at its own place (a parent mounted at itself)."""
     return any(src == dst and (path == src or path.startswith(src.rstrip("/") + "/")) for src, dst in mounts)

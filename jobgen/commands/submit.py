@@ -23,7 +23,7 @@ from jobgen.build.container import DEFAULT_HF_HOME
 from jobgen.build.plan import Job, cache_dir_for, plan
 from jobgen.build.render import RunInfo, container_words, render_job
 from jobgen.build.spec import build_spec
-from jobgen.errors import JobgenError, SubmitError
+from jobgen.errors import ConfigError, JobgenError, SubmitError
 from jobgen.experiment import config, sites
 from jobgen.facts import now_iso
 from jobgen.run import store as record
@@ -110,6 +110,9 @@ def _render(
         hf_home=hf_home(),
     )
     files: dict[str, str | bytes] = {"experiment.toml": exp.text, "code.patch": patch}
+    missing = container.missing_mount_points(jobs[0], run_dir, cache_dir_for(jobs[0], root), run.hf_home)
+    if missing:
+        raise ConfigError(f"{exp.label}: container.image: {missing[0]}")
     entries = []
     for job in jobs:
         rel = f"jobs/{job.name}"

@@ -134,6 +134,25 @@ def _mount_problems(exp: Experiment) -> list[tuple[str, str]]:
             found.append((key, f"{show(item)}: write 'SRC' or 'SRC:DST' with DST an absolute path"))
         elif not Path(mount(item, exp.base_dir)[0]).exists():
             found.append((key, f"{show(src)}: no such file or folder to mount (paths are relative to the file)"))
+        else:
+            found += [(key, p) for p in mount_point_problems(exp, [mount(item, exp.base_dir)[1]], "it")]
+    return found
+
+
+def mount_point_problems(exp: Experiment, destinations: list[str], what: str) -> list[str]:
+    """ch-run binds only onto folders that exist in a read-only image (it shares the host's /tmp, where
+    the host's folder is the mount point): one problem per destination without one in a directory image."""
+    image = image_path(exp)
+    if exp.container.runtime != "charliecloud" or image is None or not image.is_dir():
+        return []
+    found = []
+    for dst in destinations:
+        inside = image / dst.lstrip("/")
+        if not (dst == "/tmp" or dst.startswith("/tmp/") or inside.exists()):
+            found.append(
+                f"{dst} ({what}) has no mount point in the image, and ch-run binds only onto folders the "
+                f"image has: mkdir -p {inside}"
+            )
     return found
 
 

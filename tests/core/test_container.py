@@ -223,3 +223,40 @@ def test_submitit_gets_the_same_wrapping_as_words(tmp_path, runner, monkeypatch)
             assert seen["command"] == ["python", "-u", "-m", "training", "--spec", spec]
             assert "--container-image=ubuntu:22.04" in srun_args, srun_args
             assert f"--container-mounts={root}:{root},{hf}:{hf}" in srun_args, srun_args
+
+
+@pytest.fixture
+def outside_tmp():
+    """A folder outside /tmp, which ch-run shares with the host (its folders need no mount point)."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="jobgen-test-", dir="/var/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_charliecloud_needs_a_mount_point_in_the_image_for_every_bind(outside_tmp, runner, monkeypatch):
+    """ch-run binds only onto folders a read-only image has: validate names the mount that has none,
+    submit the output root or the cache; with the mount points made, the job's ch-run line binds them."""
+    tmp_path = outside_tmp
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    image, data, root = tmp_path / "image", tmp_path / "data", tmp_path / "runs"
+    image.mkdir()
+    data.mkdir()
+    path = _experiment(tmp_path, f'runtime = "charliecloud"\nimage = "image"\nmounts = ["{data}"]')
+    result = runner.invoke(main, ["validate", str(path)])
+    assert result.exit_code == 1 and f"container.mounts[0]: {data} (it) has no mount point" in result.output
+    assert f"mkdir -p {image}{data}" in result.output
+    (image / data.relative_to("/")).mkdir(parents=True)
+    result = runner.invoke(main, ["--output-root", str(root), "submit", str(path), "--dry-run"])
+    assert result.exit_code == 1 and f"container.image: {root} (mounted by jobgen" in result.output, result.output
+    assert not root.exists() or not any(root.rglob("*.sbatch"))
+    for folder in (root, tmp_path / "hf"):
+        (image / folder.relative_to("/")).mkdir(parents=True)
+    _, run_dir = _dry_run(runner, path, root)
+    wrap = launch_lines((run_dir / "jobs" / "ct" / "job.sbatch").read_text())[2]
+    assert wrap.strip() == (
+        f"ch-run --cd={run_dir / 'jobs' / 'ct'} --bind={root}:{root} --bind={tmp_path / 'hf'}:{tmp_path / 'hf'} "
+        f"--bind={data}:{data} {image} -- \\"
+    )
