@@ -41,7 +41,8 @@ def context(job: Job, run_dir: Path, job_dir: Path, cache_dir: Path, hf_home: st
     # run folder) rather than the run folder itself: a read-only image (charliecloud) needs a mount
     # point for each, made once for a fixed folder, not for every new run.
     own: list[tuple[str, str]] = []
-    for folder in (str(run_dir.parent.parent), str(cache_dir), hf_home):
+    root = str(run_dir.parent.parent)
+    for folder in (root, str(cache_dir), hf_home):
         if not _covered(folder, own + user):
             own.append((folder, folder))
     mounts = own + user
@@ -51,7 +52,7 @@ def context(job: Job, run_dir: Path, job_dir: Path, cache_dir: Path, hf_home: st
         "partial": checks.partial_name(c.runtime),
         "image": str(path) if path else c.image,
         "mounts": mounts,
-        "created": [src for src, _ in own[1:]],  # may not exist yet, and a bind needs its source
+        "created": [src for src, _ in own if src != root],  # may not exist yet; a bind needs its source
         "env": list(dict.fromkeys(_JOBGEN_ENV + _OFFLINE * exp.env.hf_offline + sorted(exp.env.vars) + c.env)),
         "workdir": str(job_dir),
         "gpus": c.gpu_flags and (exp.slurm.gpus_per_node > 0 or exp.train.accelerator == "gpu"),

@@ -132,12 +132,17 @@ def test_apptainer_prefixes_the_python_of_each_task_with_nv_for_gpus(tmp_path, r
         assert 'export "SINGULARITYENV_${name}=${!name}"' in script
 
 
-def test_a_user_mount_that_holds_the_output_root_replaces_its_own_mount(tmp_path, runner):
+def test_a_user_mount_that_holds_the_output_root_replaces_its_own_mount(tmp_path, runner, monkeypatch):
+    monkeypatch.delenv("HF_HOME", raising=False)
     (tmp_path / "img.sif").touch()
     path = _experiment(tmp_path, f'runtime = "apptainer"\nimage = "img.sif"\nmounts = ["{tmp_path}"]')
     _, run_dir = _dry_run(runner, path, tmp_path / "runs")
-    wrap = launch_lines((run_dir / "jobs" / "ct" / "job.sbatch").read_text())[2]
+    script = (run_dir / "jobs" / "ct" / "job.sbatch").read_text()
+    wrap = launch_lines(script)[2]
     assert f"--bind {tmp_path}:{tmp_path}" in wrap and f"--bind {tmp_path / 'runs'}:" not in wrap, wrap
+    # The Hugging Face cache is still mounted, and made first on the node (a bind needs its source).
+    hf = '"${HOME}"/.cache/huggingface'
+    assert f"--bind {hf}:{hf}" in wrap and f"\nmkdir -p {hf}\n" in script
 
 
 def test_a_runtime_of_ones_own_is_a_partial_beside_the_template(tmp_path, runner):
