@@ -265,3 +265,16 @@ def test_charliecloud_needs_a_mount_point_in_the_image_for_every_bind(outside_tm
         f"ch-run --cd={run_dir / 'jobs' / 'ct'} --bind={root}:{root} --bind={tmp_path / 'hf'}:{tmp_path / 'hf'} "
         f"--bind={data}:{data} {image} -- \\"
     )
+
+
+def test_diff_tells_runs_in_two_images_apart(tmp_path, runner):
+    root = tmp_path / "runs"
+    runs = []
+    for image in ("nvcr.io#nvidia/pytorch:24.05-py3", "ubuntu:22.04"):
+        path = _experiment(tmp_path, f'runtime = "pyxis"\nimage = "{image}"')
+        result = runner.invoke(main, ["--output-root", str(root), "submit", str(path), "--dry-run"])
+        assert result.exit_code == 0, result.output
+        runs.append(result.output.splitlines()[0].removeprefix("run: "))
+    result = runner.invoke(main, ["diff", *runs])
+    assert result.exit_code == 0, result.output
+    assert "container.image  nvcr.io#nvidia/pytorch:24.05-py3  ->  ubuntu:22.04" in result.output
