@@ -278,3 +278,39 @@ def test_diff_tells_runs_in_two_images_apart(tmp_path, runner):
     result = runner.invoke(main, ["diff", *runs])
     assert result.exit_code == 0, result.output
     assert "container.image  nvcr.io#nvidia/pytorch:24.05-py3  ->  ubuntu:22.04" in result.output
+
+
+HOSTILE = ["a b", "it's", "$(touch pwned)", 'x"y', "back\\slash", "semi;colon", "star*", "-dash", "=eq"]
+
+
+@pytest.mark.parametrize("runtime", ["apptainer", "pyxis", "charliecloud"])
+def test_hostile_mount_paths_reach_the_runtime_as_one_word_each(tmp_path, runner, monkeypatch, runtime):
+    """Every mount path, however it is spelt, arrives at the runtime whole: bash reads the rendered
+    words back into exactly the paths (and runs nothing)."""
+    import subprocess
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    (tmp_path / "img.sif").touch()
+    (tmp_path / "img").mkdir()
+    folders = [tmp_path / name for name in HOSTILE]
+    for folder in folders:
+        folder.mkdir()
+    mounts = ", ".join(json.dumps(str(f)) for f in folders)
+    image = {"apptainer": "img.sif", "pyxis": "./img.sif", "charliecloud": "img"}[runtime]
+    path = _experiment(tmp_path, f'runtime = "{runtime}"\nimage = "{image}"\nmounts = [{mounts}]')
+    _, run_dir = _dry_run(runner, path, tmp_path / "runs")
+    line = launch_lines((run_dir / "jobs" / "ct" / "job.sbatch").read_text())[2].strip().removesuffix("\\")
+    done = subprocess.run(["bash", "-c", f"printf '%s\\n' {line}"], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    words = done.stdout.splitlines()
+    if runtime == "pyxis":
+        (mount_word,) = [w for w in words if w.startswith("--container-mounts=")]
+        pairs = mount_word.removeprefix("--container-mounts=").split(",")[2:]
+        assert pairs == [f"{f}:{f}" for f in folders], pairs
+    else:
+        flag = "--bind" if runtime == "apptainer" else "--bind="
+        got = [w.removeprefix(flag) for w in words if w.startswith("--bind")]
+        if runtime == "apptainer":
+            got = [words[i + 1] for i, w in enumerate(words) if w == "--bind"]
+        assert got[2:] == [f"{f}:{f}" for f in folders], got
+    assert not (tmp_path / "pwned").exists()
