@@ -165,13 +165,16 @@ def test_a_runtime_of_ones_own_is_a_partial_beside_the_template(tmp_path, runner
 
 def test_a_site_gives_container_defaults(tmp_path, runner, monkeypatch):
     (tmp_path / "img.sif").touch()
-    sites = tmp_path / "sites.toml"
-    sites.write_text(f'[sites.hpc1.container]\nruntime = "apptainer"\nimage = "{tmp_path / "img.sif"}"\n')
+    # A relative image is relative to the sites file, not to each experiment.
+    (tmp_path / "site").mkdir()
+    sites = tmp_path / "site" / "sites.toml"
+    sites.write_text('[sites.hpc1.container]\nruntime = "apptainer"\nimage = "../img.sif"\n')
     monkeypatch.setenv("JOBGEN_SITES_FILE", str(sites))
     path = tmp_path / "ct.toml"
     path.write_text(BASE)
     output, run_dir = _dry_run(runner, path, tmp_path / "runs", "--site", "hpc1")
-    assert f"container: apptainer {tmp_path / 'img.sif'}" in output and "apptainer exec --nv" in output
+    assert f"container: apptainer {tmp_path / 'img.sif'}" in output, output
+    assert "apptainer exec --nv" in output
     # A site's bad container key names the site's key.
     sites.write_text('[sites.hpc1.container]\nruntime = "apptainr"\nimage = "x"\n')
     result = runner.invoke(main, ["validate", str(path), "--site", "hpc1"])
