@@ -37,12 +37,14 @@ def outside_tmp() -> Iterator[Path]:
 
 
 def build_image(image: Path, mount_points: list[Path]) -> Path:
-    """An image directory with the folders ch-run needs (/dev, /proc, /sys, /tmp; /etc/passwd and
-    /etc/group, which it binds its own over), a mount point for each bind, a marker and the probe."""
+    """An image directory with the folders and files ch-run binds onto (/dev, /proc, /sys, /tmp, a few
+    files in /etc), a mount point for each bind, and a marker."""
     for name in ("dev", "proc", "sys", "tmp", "etc", "home", "opt/probe", "usr"):
         (image / name).mkdir(parents=True, exist_ok=True)
-    (image / "etc" / "passwd").touch()
-    (image / "etc" / "group").touch()
+    # ch-run binds its own /etc/passwd and /etc/group, and the host's /etc/hosts and /etc/resolv.conf
+    # (the node names of the cluster), onto these.
+    for name in ("passwd", "group", "hosts", "resolv.conf"):
+        (image / "etc" / name).touch()
     for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         host = Path("/") / top
         if host.is_symlink():  # a merged-/usr system: /bin -> usr/bin, found through the /usr bind
