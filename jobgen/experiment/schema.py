@@ -141,7 +141,7 @@ class ContainerSection:
         [], "Bind mounts, 'SRC' or 'SRC:DST'; the run folder, the cache and the HF cache are always mounted."
     )
     env: list[str] = opt(
-        [], "Host variables to pass in, winning over the image's own (jobgen's variables always pass).", kind="words"
+        [], "Host variables to pass in, winning over the image's own (jobgen's variables always pass)."
     )
     gpu_flags: bool = opt(True, "Give the runtime its GPU flag (apptainer --nv) when the job asks for GPUs.")
 

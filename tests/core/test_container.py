@@ -49,6 +49,7 @@ BAD = [
         ["no such"],
     ),
     ("env-bad-name", 'runtime = "pyxis"\nimage = "ubuntu"\nenv = ["1ABC"]', "", "container.env[0]", ["variable name"]),
+    ("env-two-names", 'runtime = "pyxis"\nimage = "ubuntu"\nenv = ["A", "B C"]', "", "container.env[1]", ["one name"]),
     ("unknown-key", 'runtime = "pyxis"\nimgae = "ubuntu"', "", "container.imgae", ["did you mean 'image'"]),
     (
         "pyxis-local-backend",
