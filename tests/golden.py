@@ -14,6 +14,23 @@ TEMPLATES = ("srun.sbatch.j2", "local.sh.j2", "setup.sh.j2", "array.sbatch.j2")
 SEPARATOR = "\n# ---------------------------------------------------------------- next job\n"
 
 
+# The container runtimes' partials, each with every launcher (the sbatch template; tests/data/containers).
+CONTAINER_DIR = REPO / "tests" / "data" / "containers"
+CONTAINER_CASES = [
+    (CONTAINER_DIR / f"{runtime}.toml", [f"launch.launcher={launcher}"], f"container_{runtime}-{launcher}")
+    for runtime in ("apptainer", "pyxis")
+    for launcher in ("srun", "torchrun", "accelerate")
+]
+
+
+def cases() -> list[tuple[Path, str, list[str], Path]]:
+    """(experiment, template, --set items, golden file) of every golden script."""
+    shipped = [(e, t, [], golden_path(e, t)) for e in experiments() for t in TEMPLATES]
+    return shipped + [
+        (e, "srun.sbatch.j2", sets, GOLDEN_DIR / f"{name}__srun.golden") for e, sets, name in CONTAINER_CASES
+    ]
+
+
 def experiments() -> list[Path]:
     return sorted((REPO / "experiments").glob("*.toml"))
 
@@ -22,13 +39,13 @@ def golden_path(experiment: Path, template: str) -> Path:
     return GOLDEN_DIR / f"{experiment.stem}__{template.split('.')[0]}.golden"
 
 
-def render_all(experiment: Path, template: str) -> str:
+def render_all(experiment: Path, template: str, sets: list[str] | None = None) -> str:
     """All jobs of an experiment in one text, with machine-specific paths replaced by placeholders."""
     from jobgen.build.plan import plan
     from jobgen.build.render import RunInfo, render_job
     from jobgen.commands.submit import load_experiment
 
-    exp = load_experiment(experiment)
+    exp = load_experiment(experiment, sets=sets)
     run = RunInfo(run_id="RUNID", run_dir=Path("/RUNS") / exp.name / "RUNID", git_sha="GITSHA", version="VERSION")
     jobs = plan(exp)
     if template == "array.sbatch.j2":
@@ -57,11 +74,9 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 2
     GOLDEN_DIR.mkdir(exist_ok=True)
-    for experiment in experiments():
-        for template in TEMPLATES:
-            path = golden_path(experiment, template)
-            path.write_text(render_all(experiment, template), encoding="utf-8")
-            print(f"wrote {path.relative_to(REPO)}")
+    for experiment, template, sets, path in cases():
+        path.write_text(render_all(experiment, template, sets), encoding="utf-8")
+        print(f"wrote {path.relative_to(REPO)}")
     return 0
 
 

@@ -64,6 +64,7 @@ class Spec:
     # Resources and environment as jobgen resolved them: recorded, not used by training itself.
     slurm: dict[str, Any] = field(default_factory=dict)
     env: dict[str, Any] = field(default_factory=dict)
+    container: dict[str, Any] = field(default_factory=dict)  # runtime and image, when the job ran in one
 
     @property
     def checkpoint_dir(self) -> Path:

@@ -57,9 +57,13 @@ class Submitit(SlurmScheduler):
         spec = json.loads(spec_path.read_text(encoding="utf-8"))
         folder = run_dir / job["dir"] / "submitit"
         executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
-        executor.update_parameters(**executor_parameters(spec, run_dir / job["script"]))
-        python = spec["env"]["python"] or sys.executable
-        command = CommandFunction([python, "-u", "-m", "training", "--spec", str(spec_path)], verbose=True)
+        # [container]: the partial's srun flags (pyxis) and the words before the task's python (apptainer,
+        # charliecloud), as jobgen rendered them into the manifest.
+        wrap = job.get("container") or {"srun_flags": [], "command": []}
+        executor.update_parameters(**executor_parameters(spec, run_dir / job["script"], wrap["srun_flags"]))
+        python = spec["env"]["python"] or ("python" if job.get("container") else sys.executable)
+        task = [*wrap["command"], python, "-u", "-m", "training", "--spec", str(spec_path)]
+        command = CommandFunction(task, verbose=True)
         try:
             submitted = executor.submit(command)
         except Exception as exc:  # submitit wraps sbatch's failure in its own types
@@ -106,12 +110,12 @@ SUBMITIT_NAMES = {
 INTEGERS = frozenset({"nodes", "tasks_per_node", "cpus_per_task"})
 
 
-def executor_parameters(spec: dict[str, Any], setup_file: Path) -> dict[str, Any]:
+def executor_parameters(spec: dict[str, Any], setup_file: Path, srun_flags: list[str] | None = None) -> dict[str, Any]:
     """The experiment's resources (the same mapping as sbatch scripts: resource_options) in submitit's words."""
     params: dict[str, Any] = {
         "name": f"{spec['experiment']}.{spec['job']}",
         "slurm_setup": [f"source {shlex.quote(str(setup_file))}"],
-        "slurm_srun_args": ["--label", "--kill-on-bad-exit=1"],
+        "slurm_srun_args": ["--label", "--kill-on-bad-exit=1", *(srun_flags or [])],
     }
     for flag, value in resource_options(spec["slurm"]):
         if flag == "time":

@@ -13,6 +13,7 @@ import itertools
 import math
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from jobgen import backends
@@ -49,6 +50,14 @@ class Job:
     @property
     def world_size(self) -> int:
         return self.nodes * self.devices
+
+
+def cache_dir_for(job: Job, output_root: Path) -> Path:
+    """The job's cache of tokenized data and built models (launch.cache_dir, else OUTPUT_ROOT/.cache)."""
+    custom = job.exp.launch.cache_dir
+    if custom:
+        return (job.exp.base_dir / custom).expanduser().resolve()
+    return (output_root / ".cache").resolve()
 
 
 def plan(exp: Experiment) -> list[Job]:

@@ -18,7 +18,9 @@ import jinja2
 
 from jobgen import __version__, backends
 from jobgen.backends._slurm import extra_options, resource_options
-from jobgen.build.plan import Job
+from jobgen.build import container
+from jobgen.build.container import DEFAULT_HF_HOME
+from jobgen.build.plan import Job, cache_dir_for
 from jobgen.errors import TemplateError, one_line
 from jobgen.experiment.config import ENV_NAME_RE, as_dict, control_char
 from jobgen.facts import signal_name, submit_tag
@@ -38,6 +40,7 @@ class RunInfo:
     git_dirty: bool = False
     version: str = __version__
     default_python: str = "python"
+    hf_home: str = DEFAULT_HF_HOME  # the Hugging Face cache a container mounts ($HF_HOME at submit time)
 
     @property
     def code_dir(self) -> Path:
@@ -160,9 +163,26 @@ def render_job(job: Job, run: RunInfo, template: str | None = None) -> str:
         raise TemplateError(f"template {exc.filename or name}:{exc.lineno}: {exc.message}") from None
 
 
+def container_words(job: Job, run: RunInfo) -> dict[str, list[str]] | None:
+    """The container partial's srun flags and command words as argument lists, for a backend that
+    builds the task's command itself (submitit): rendered by the same macros, with ~ expanded here."""
+    context = job_context(job, run)
+    if context["container"] is None:
+        return None
+    hf_home = str(Path(run.hf_home).expanduser())
+    ctx = context["container"]
+    mounts = [(str(Path(s).expanduser()), str(Path(d).expanduser())) for s, d in ctx["mounts"]]
+    context["container"] = {**ctx, "mounts": mounts, "created": [str(Path(p).expanduser()) for p in ctx["created"]]}
+    context["hf_home"] = hf_home
+    _, user_dir = template_name(job)
+    runtime = environment(user_dir).get_template(ctx["partial"]).make_module(vars=context)
+    return {name: shlex.split(str(getattr(runtime, name)())) for name in ("srun_flags", "command")}
+
+
 def job_context(job: Job, run: RunInfo) -> dict[str, Any]:
     exp, job_dir = job.exp, run.job_dir(job)
-    python = exp.env.python or run.default_python
+    # In a container the image's python runs the tasks, not this machine's interpreter.
+    python = exp.env.python or ("python" if exp.container.runtime else run.default_python)
     signal = signal_name(exp.slurm.signal)
     # Under torchrun/accelerate the warning signal needs passing on to the ranks (training/relay.py).
     relay = f"{shpath(python)} -u -m training.relay --signal={signal} -- " if exp.slurm.requeue else ""
@@ -196,6 +216,10 @@ def job_context(job: Job, run: RunInfo) -> dict[str, Any]:
         "launcher": exp.launch.launcher,
         "mixed_precision": contract.accelerate_mixed_precision(exp.train.precision, exp.train.accelerator),
         "chain": exp.slurm.chain,
+        "container": container.context(
+            job, run.run_dir, job_dir, cache_dir_for(job, run.run_dir.parent.parent), run.hf_home
+        ),
+        "hf_home": run.hf_home,
         "strict": True,
     }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from jobgen.build import container
 from jobgen.build.plan import Job
 from jobgen.build.render import RunInfo
 from jobgen.experiment.config import as_dict, model_path
@@ -32,16 +33,10 @@ def build_spec(job: Job, run: RunInfo, cache_dir: Path) -> dict[str, Any]:
         "data": data,
         "slurm": as_dict(exp.slurm),
         "env": as_dict(exp.env),
+        "container": container.record(job) or {},
         "requeue": {
             "enabled": exp.slurm.requeue,
             "signal": signal_name(exp.slurm.signal),
             "signal_seconds": exp.slurm.signal_seconds,
         },
     }
-
-
-def cache_dir_for(job: Job, output_root: Path) -> Path:
-    custom = job.exp.launch.cache_dir
-    if custom:
-        return (job.exp.base_dir / custom).expanduser().resolve()
-    return (output_root / ".cache").resolve()

@@ -17,9 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from jobgen.build.plan import plan
+from jobgen.build.plan import cache_dir_for, plan
 from jobgen.build.render import RunInfo
-from jobgen.build.spec import build_spec, cache_dir_for
+from jobgen.build.spec import build_spec
 from jobgen.commands.submit import load_experiment, output_root_of
 from jobgen.errors import JobgenError
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,10 +18,12 @@ from typing import Any
 
 from jobgen import backends
 from jobgen.backends import Scheduler
-from jobgen.build.plan import Job, plan
-from jobgen.build.render import RunInfo, render_job
-from jobgen.build.spec import build_spec, cache_dir_for
-from jobgen.errors import JobgenError, SubmitError
+from jobgen.build import container
+from jobgen.build.container import DEFAULT_HF_HOME
+from jobgen.build.plan import Job, cache_dir_for, plan
+from jobgen.build.render import RunInfo, container_words, render_job
+from jobgen.build.spec import build_spec
+from jobgen.errors import ConfigError, JobgenError, SubmitError
 from jobgen.experiment import config, sites
 from jobgen.facts import now_iso
 from jobgen.run import store as record
@@ -98,8 +101,18 @@ def _render(
     sha, dirty, patch = git
     # Locally the jobs run with this very interpreter; on a cluster, with the nodes' `python`.
     scheduler = backends.get(exp.launch.backend)
-    run = RunInfo(run_id=run_id, run_dir=run_dir, git_sha=sha, git_dirty=dirty, default_python=scheduler.python())
+    run = RunInfo(
+        run_id=run_id,
+        run_dir=run_dir,
+        git_sha=sha,
+        git_dirty=dirty,
+        default_python=scheduler.python(),
+        hf_home=hf_home(),
+    )
     files: dict[str, str | bytes] = {"experiment.toml": exp.text, "code.patch": patch}
+    missing = container.missing_mount_points(jobs[0], run_dir, cache_dir_for(jobs[0], root), run.hf_home)
+    if missing:
+        raise ConfigError(f"{exp.label}: container.image: {missing[0]}")
     entries = []
     for job in jobs:
         rel = f"jobs/{job.name}"
@@ -107,6 +120,9 @@ def _render(
         files[script_rel] = render_job(job, run)
         files[f"{rel}/spec.json"] = record.dumps(build_spec(job, run, cache_dir_for(job, root)))
         entries.append(_entry(job, rel, script_rel, scheduler.submit_command(run.run_dir / script_rel), dry_run))
+        words = container_words(job, run)
+        if words:
+            entries[-1]["container"] = words  # for a backend that writes the srun line itself (submitit)
         if exp.slurm.chain > 1:
             entries[-1]["chain"] = exp.slurm.chain
     manifest = record.manifest_doc(
@@ -116,6 +132,8 @@ def _render(
         manifest["overrides"] = list(sets)
     if exp.site:
         manifest["site"] = exp.site.record()
+    if jobs and container.record(jobs[0]):
+        manifest["container"] = container.record(jobs[0])  # [container] is one for the whole run
     if exp.launch.array:
         manifest["arrays"] = _arrays(jobs, entries, run, exp, files, scheduler, dry_run)
     files[record.MANIFEST] = record.dumps(manifest)
@@ -172,6 +190,13 @@ def _entry(job: Job, rel: str, script_rel: str, command: list[str], dry_run: boo
         "state": (State.DRY_RUN if dry_run else State.NOT_SUBMITTED).value,
         "error": None,
     }
+
+
+def hf_home() -> str:
+    """The Hugging Face cache a container mounts: $HF_HOME of this shell, else ~/.cache/huggingface
+    (~ stays the node's $HOME in the script)."""
+    named = os.environ.get("HF_HOME")
+    return str(Path(named).expanduser().absolute()) if named else DEFAULT_HF_HOME
 
 
 def output_root_of(exp: config.Experiment, override: Path | None) -> Path:
@@ -323,9 +348,13 @@ def show(run_dir: Path, manifest: dict[str, Any], with_scripts: bool) -> list[st
     lines = [f"run: {run_dir}"]
     if manifest.get("site"):
         lines.append(sites.describe(manifest["site"]))
+    if manifest.get("container"):
+        lines.append(f"container: {manifest['container']['runtime']} {manifest['container']['image']}")
     for job in manifest.get("arrays") or manifest["jobs"]:
         lines.append(f"  {job['name']}: {run_dir / job['script']}")
         lines.append(f"    $ {shlex.join(job['submit_command'])}")
+        if manifest.get("container") and not with_scripts and "arrays" not in manifest:
+            lines += ["    " + line for line in launch_lines((run_dir / job["script"]).read_text(encoding="utf-8"))]
         if int(job.get("chain") or 1) > 1:
             command = job["submit_command"]
             after = shlex.join([*command[:-1], "--dependency=afterany:<previous id>", command[-1]])
@@ -333,6 +362,19 @@ def show(run_dir: Path, manifest: dict[str, Any], with_scripts: bool) -> list[st
         if with_scripts:
             lines.append((run_dir / job["script"]).read_text(encoding="utf-8"))
     return lines
+
+
+def launch_lines(script: str) -> list[str]:
+    """The lines of a script that start the tasks (its srun step or exec, with their continuation
+    lines): what --dry-run shows of a container's wrapping."""
+    lines = script.splitlines()
+    starts = [i for i, line in enumerate(lines) if re.match(r"(run_step )?(srun|exec) ", line)]
+    if not starts:
+        return []
+    end = starts[-1]
+    while end < len(lines) - 1 and lines[end].endswith("\\"):
+        end += 1
+    return lines[starts[-1] : end + 1]
 
 
 def cancel(run: Run, names: list[str]) -> list[RunJob]:

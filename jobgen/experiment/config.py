@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobgen import backends
 from jobgen.errors import BadUsage, ConfigError, is_control
-from jobgen.experiment import random_search, schema
+from jobgen.experiment import container, random_search, schema
 from jobgen.facts import MAX_NAME, SECRET_RE, signal_name
 from training import contract
 from training.contract import show as _show
@@ -104,6 +104,7 @@ class Experiment:
     train: schema.TrainSection
     data: schema.DataSection
     launch: schema.LaunchSection
+    container: schema.ContainerSection
     sweep: schema.SweepSection
     display: str = ""
     site: SiteDefaults | None = None  # the site whose defaults raw holds (set by jobgen.experiment.sites)
@@ -175,6 +176,8 @@ def build(
     _check_chain(exp, ctx)
     _check_extra_clashes(exp, ctx)
     _check_random(exp, ctx)
+    for key, problem in container.problems(exp):
+        ctx.fail(key, problem)
     return exp
 
 

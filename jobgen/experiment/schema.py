@@ -39,6 +39,9 @@ __all__ = [
 ]
 
 LAUNCHERS = ("srun", "torchrun", "accelerate")
+# The container runtimes jobgen ships a template partial for (jobgen/templates/_container_NAME.j2);
+# a partial of that name beside launch.template adds one (see the README, "Containers").
+CONTAINER_RUNTIMES = ("apptainer", "singularity", "pyxis", "charliecloud")
 BACKENDS = backends.names()
 
 
@@ -122,6 +125,28 @@ class LaunchSection:
 
 
 @dataclass(frozen=True)
+class ContainerSection:
+    runtime: str = opt(
+        "",
+        "Run each task in a container: apptainer, singularity, pyxis, charliecloud (or your own "
+        "_container_NAME.j2 beside launch.template); empty = no container.",
+        kind="name",
+    )
+    image: str = opt(
+        "",
+        "The image: a .sif file (apptainer), a registry name or an absolute/./ squashfs path (pyxis), "
+        "an image directory (charliecloud); paths are relative to this file.",
+    )
+    mounts: list[str] = opt(
+        [], "Bind mounts, 'SRC' or 'SRC:DST'; the run folder, the cache and the HF cache are always mounted."
+    )
+    env: list[str] = opt(
+        [], "Host variables to pass in, winning over the image's own (jobgen's variables always pass)."
+    )
+    gpu_flags: bool = opt(True, "Give the runtime its GPU flag (apptainer --nv) when the job asks for GPUs.")
+
+
+@dataclass(frozen=True)
 class SweepSection:
     grid: dict[str, list[Any]] = opt({}, "Dotted key -> list of values; every combination becomes a job.", kind="grid")
     points: list[dict[str, Any]] = opt(
@@ -145,6 +170,7 @@ SECTIONS: dict[str, type] = {
     "train": TrainSection,
     "data": DataSection,
     "launch": LaunchSection,
+    "container": ContainerSection,
     "sweep": SweepSection,
 }
 

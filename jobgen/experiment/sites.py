@@ -1,4 +1,4 @@
-"""Site profiles: one file of named sites, each giving defaults for [slurm], [env] and [launch] keys.
+"""Site profiles: one file of named sites, each giving defaults for [slurm], [env], [container], [launch].
 
     # ~/.config/jobgen/sites.toml ($XDG_CONFIG_HOME/jobgen/sites.toml; or the file $JOBGEN_SITES_FILE names)
     [sites.hpc1]
@@ -27,8 +27,7 @@ from jobgen.experiment import config, schema
 from training.contract import show, suggest
 
 # A site says where jobs run, not what they run: no [experiment], [train], [data] or [sweep].
-# [container] joins by itself once the schema has it.
-SECTIONS = tuple(s for s in ("slurm", "env", "container", "launch") if s in schema.SECTIONS)
+SECTIONS = ("slurm", "env", "container", "launch")
 KEYS = ("cluster_name", *SECTIONS)
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -174,6 +173,9 @@ def _site(name: str, value: Any, path: Path, text: str, fail: Callable[[str, str
     template = tables.get("launch", {}).get("template")
     if template:  # a site's template lives next to the sites file, not next to each experiment
         tables["launch"] = {**tables["launch"], "template": str(path.parent / Path(template).expanduser())}
+    box = tables.get("container", {})
+    if box.get("image", "").startswith(("./", "../")):  # so does an image it names by a relative path
+        tables["container"] = {**box, "image": str(path.parent / box["image"])}
     return Site(name=name, file=path, cluster_name=cluster, tables=tables)
 
 

@@ -81,7 +81,8 @@ if [ -z "${JOBGEN_CLUSTER_LOCKED:-}" ]; then
 fi
 
 # ---------------------------------------------------------------- packages
-packages=(slurmctld slurmd slurm-client shellcheck iproute2 util-linux)
+# charliecloud-runtime: ch-run, the container runtime the container tests run for real (unprivileged).
+packages=(slurmctld slurmd slurm-client shellcheck iproute2 util-linux charliecloud-runtime)
 [ "$accounting" = 1 ] && packages+=(slurmdbd mariadb-server)
 missing=()
 for p in "${packages[@]}"; do

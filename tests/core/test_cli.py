@@ -234,7 +234,8 @@ def test_templates_ship_in_the_wheel(tmp_path: Path):
 
     (wheel,) = tmp_path.glob("jobgen-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for template in ("base.sbatch.j2", "srun.sbatch.j2", "local.sh.j2", "_environment.j2", "_header.j2"):
+    shipped = ("base.sbatch.j2", "srun.sbatch.j2", "local.sh.j2", "_environment.j2", "_header.j2")
+    for template in (*shipped, "_container_apptainer.j2", "_container_pyxis.j2", "_container_charliecloud.j2"):
         assert f"jobgen/templates/{template}" in names
     assert "training/__main__.py" in names
 
