@@ -277,8 +277,14 @@ def cells(line: Line) -> list[str]:
 
 
 def notes(lines: list[Line]) -> list[str]:
-    """One line per troubled configuration: what happened, then what to do."""
-    return [f"{ln.label}: {ln.problem}" + (f" -> {ln.hint}" if ln.hint else "") for ln in lines if ln.problem]
+    """The note column in full, one line per configuration that has one: what happened, then what to do."""
+    return [
+        f"{ln.label}: {ln.problem}" + (f" -> {ln.hint}" if ln.hint else "")
+        if ln.problem
+        else f"{ln.label}: {ln.detail}"
+        for ln in lines
+        if ln.problem or ln.detail
+    ]
 
 
 def render_markdown(lines: list[Line], **_: Any) -> str:
