@@ -12,13 +12,25 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from jobgen.states import State
-from tests.slurm.helpers import all_final, behave_experiment, jobgen, manifest, only_run, restarts, wait_states
+from tests.slurm.helpers import (
+    PYTHON,
+    TINY_TRAIN,
+    all_final,
+    behave_experiment,
+    jobgen,
+    manifest,
+    only_run,
+    restarts,
+    wait_states,
+    write_experiment,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(420)]
 
@@ -121,3 +133,34 @@ def test_failed_jobs_are_retried_elsewhere_and_only_they(slurm, root: Path, tmp_
     assert summary["flaky"]["retries"] == 1 and summary["flaky"]["excluded_nodes"] == first
     assert summary["flaky"]["state"] == "COMPLETED" and summary["broken"]["retries"] == 2
     assert summary["fine"]["retries"] == 0 and summary["fine"]["excluded_nodes"] is None
+
+
+HERE = Path(__file__).parent
+CRASH = '[launch]\ntemplate = "crash.sbatch.j2"\n[slurm]\ncpus_per_task = 1\nretries = 1\n' + TINY_TRAIN.replace(
+    'model = "builtin:tiny"', 'model = "builtin:tiny"\nengine = "torch"'
+).replace("epochs = 1", "epochs = 2").replace("[400, 100, 100]", "[200, 50, 50]").replace(
+    f'python = "{PYTHON}"', f'python = "{PYTHON}"\nvars = {{ CRASH_PY = "{HERE / "crash_after_checkpoint.py"}" }}'
+)
+
+
+@pytest.mark.training
+@pytest.mark.timeout(600)
+def test_a_training_that_dies_on_its_node_resumes_from_its_checkpoint_elsewhere(slurm, root: Path, tmp_path: Path):
+    """One tiny 1-rank training whose rank dies on the node of its first attempt right after the first
+    epoch's checkpoint: the retry runs on another node, resumes there, and trains the second epoch only."""
+    shutil.copy(HERE / "crash.sbatch.j2", tmp_path / "crash.sbatch.j2")
+    exp = write_experiment(tmp_path, "retrain", CRASH)
+    jobgen("submit", str(exp), root=root)
+    run_dir = only_run(root, "retrain")
+    job = manifest(run_dir)["jobs"][0]
+    job_dir = run_dir / job["dir"]
+    states = wait_states(run_dir, all_final, timeout=540, poll=3)
+    err = jobgen("logs", str(run_dir), "--err", root=root).stdout
+    assert states[job["name"]] is State.COMPLETED, err[-3000:]
+    first = (job_dir / "first-node").read_text().strip()
+    assert f"crash: {first} breaks after the first checkpoint" in err
+    result = json.loads((job_dir / "result.json").read_text())
+    assert result["resumed"] is True and result["requeue_count"] == 1, result
+    assert result["epochs_done"] == 2 and len(result["val_acc_per_epoch"]) == 2
+    assert result["slurm"]["nodelist"] != first
+    assert json.loads((job_dir / "retries.json").read_text())["excluded"] == [first]
