@@ -45,7 +45,7 @@ SRUN = textwrap.dedent(
 STUBS = {
     "srun": SRUN,
     "scontrol": SCONTROL,
-    "sinfo": 'echo "sinfo $*" >>"$STATE/calls"\ntr " " "\\n" <<<"${PARTITION_NODES:-n1 n2 n3}"\n',
+    "sinfo": 'echo "sinfo $*" >>"$STATE/calls"\ntr " " "\\n" <<<"${PARTITION_NODES-n1 n2 n3}"\n',
     "scancel": 'echo "scancel $*" >>"$STATE/calls"\n',
 }
 EXPERIMENT = """
@@ -142,6 +142,12 @@ def test_no_retry_that_would_exclude_every_node_of_the_partition(submitted, tmp_
     assert "scontrol requeue 40" not in calls, calls
     assert "would leave 0 of the 2 nodes of partition debug for a job of 1 node(s)" in done.stderr
     assert _record(job_dir)["retries"] == 1 and _record(job_dir)["stopped"] == "no node left to retry on"
+
+
+def test_no_retry_where_sinfo_lists_no_node(submitted, tmp_path, monkeypatch):
+    _, script, job_dir = submitted(retries=2)
+    done, calls = _attempt(script, job_dir, tmp_path, monkeypatch, "fail", "n1", PARTITION_NODES="")
+    assert "scontrol requeue 40" not in calls and "sinfo did not list the nodes of partition debug" in done.stderr
 
 
 def test_a_two_node_job_excludes_both_and_needs_two_nodes_left(submitted, tmp_path, monkeypatch):
