@@ -92,7 +92,7 @@ METRICS = (
     Metric("test_f1", _result(lambda r: r.test_f1)),
     Metric("requeues", _result(lambda r: None if r.requeue_count is None else float(r.requeue_count)), count=True),
     # slurm.retries: requeues after a failure, by the batch shell (part of the requeues above).
-    Metric("retries", lambda job: _retries(job), count=True),
+    Metric("retries", _retries, count=True),
     # From metrics.csv of jobs that have no result (yet): how far they got.
     Metric("val_acc_so_far", lambda job: job.partial_val_acc if job.result is None else None),
 )
