@@ -24,7 +24,7 @@ SCONTROL = textwrap.dedent(
     """\
     echo "scontrol $*" >>"$STATE/calls"
     case "$1 $2" in
-        "show job") echo "JobId=40 JobName=x JobState=${JOB_STATE:-RUNNING} Reason=None ExcNodeList=${EXC:-(null)} Restarts=0" ;;
+        "show job") echo "JobId=40 JobName=x JobState=${JOB_STATE:-RUNNING} Reason=None ExcNodeList=${EXC:-(null)} PreemptEligibleTime=2026-12-01T17:00:00 PreemptTime=${PREEMPT_TIME:-None} Restarts=0" ;;
         "show hostnames") tr ',' '\\n' <<<"${3:-$SLURM_JOB_NODELIST}" ;;
         "requeue "*) [ -z "${REFUSE:-}" ] || { echo "Requeue of JobId=$2 failed: disabled" >&2; exit 1; } ;;
     esac
@@ -165,6 +165,7 @@ def test_a_two_node_job_excludes_both_and_needs_two_nodes_left(submitted, tmp_pa
         ("ok", {}, 0, ""),  # succeeded
         ("fail", {"JOB_STATE": "CANCELLED"}, 3, "the job is CANCELLED: not retried"),
         ("fail", {"JOB_STATE": "TIMEOUT"}, 3, "the job is TIMEOUT: not retried"),
+        ("fail", {"PREEMPT_TIME": "2026-12-01T17:01:00"}, 3, "while the job is being preempted: not retried"),
         ("fail", {"REFUSE": "1"}, 3, "scontrol requeue 40 failed: not retried"),
     ],
 )
