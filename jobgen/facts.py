@@ -17,7 +17,13 @@ RUN_ID_RE = re.compile(r"\d{8}-\d{6}-[0-9a-f]{4}")
 MANIFEST_SCHEMA = 1
 SPEC_SCHEMA = 1
 RESULT_SCHEMA = 1
-SCHEMAS = {"manifest.json": MANIFEST_SCHEMA, "spec.json": SPEC_SCHEMA, "result.json": RESULT_SCHEMA}
+RETRIES_SCHEMA = 1  # retries.json, written by the batch script (jobgen/templates/_retry.j2)
+SCHEMAS = {
+    "manifest.json": MANIFEST_SCHEMA,
+    "spec.json": SPEC_SCHEMA,
+    "result.json": RESULT_SCHEMA,
+    "retries.json": RETRIES_SCHEMA,
+}
 # Variables whose values are secrets: they never land in scripts, records or logs.
 SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 

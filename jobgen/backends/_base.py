@@ -32,6 +32,7 @@ class Scheduler:
     can_chain: ClassVar[bool] = False  # slurm.chain: segments that start when the one before ends
     can_array: ClassVar[bool] = False  # launch.array: a sweep as one job array
     can_test_only: ClassVar[bool] = False  # submit --test-only: ask the scheduler without queueing
+    can_retry: ClassVar[bool] = False  # slurm.retries: its batch script requeues a failed job elsewhere
 
     # ---- rendering and submitting
     def python(self) -> str:

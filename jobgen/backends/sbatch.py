@@ -20,6 +20,7 @@ class Sbatch(SlurmScheduler):
     can_chain = True
     can_array = True
     can_test_only = True
+    can_retry = True
 
     def submit_command(self, script: Path) -> list[str]:
         return ["sbatch", "--parsable", str(script)]

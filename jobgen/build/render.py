@@ -220,6 +220,7 @@ def job_context(job: Job, run: RunInfo) -> dict[str, Any]:
             job, run.run_dir, job_dir, cache_dir_for(job, run.run_dir.parent.parent), run.hf_home
         ),
         "hf_home": run.hf_home,
+        "retries": exp.slurm.retries,
         "strict": True,
     }
 
@@ -238,9 +239,12 @@ def sbatch_options(job: Job, job_dir: Path, tag: str | None = None) -> list[tupl
     # A requeued job keeps its id, hence its log files (whoever requeues it: its own warning signal,
     # `jobgen requeue`, or Slurm after a node failure); appending keeps the earlier attempt's lines.
     opts += [("output", f"{log}/slurm-%j.out"), ("error", f"{log}/slurm-%j.err"), ("open-mode", "append")]
+    if s.requeue or s.retries:
+        # A job that is not requeueable (JobRequeue=0 in slurm.conf, the site's default) cannot be
+        # requeued by its batch shell; with it, Slurm also requeues the job itself after a node failure.
+        opts.append(("requeue", None))
     if s.requeue:
-        signal = signal_name(s.signal)
-        opts += [("requeue", None), ("signal", f"{signal}@{s.signal_seconds}")]
+        opts.append(("signal", f"{signal_name(s.signal)}@{s.signal_seconds}"))
     extra = dict(s.extra)
     if tag:
         # At-most-once submission: `submit --resume` and `requeue` look for this tag (squeue, sacct)

@@ -174,6 +174,7 @@ def build(
         _check_stem(path, ctx)
     _check_paths(exp, ctx)
     _check_chain(exp, ctx)
+    _check_retries(exp, ctx)
     _check_extra_clashes(exp, ctx)
     _check_random(exp, ctx)
     for key, problem in container.problems(exp):
@@ -572,6 +573,16 @@ def _check_chain(exp: Experiment, ctx: _Context) -> None:
         ctx.fail("slurm.chain", "a job array cannot be chained: set launch.array = false (or slurm.chain = 1)")
     if exp.slurm.requeue:
         ctx.fail("slurm.chain", "slurm.requeue and slurm.chain both outlive the time limit: choose one")
+
+
+def _check_retries(exp: Experiment, ctx: _Context) -> None:
+    if exp.slurm.retries and not backends.get(exp.launch.backend).can_retry:
+        able = " or ".join(repr(n) for n in backends.names() if backends.get(n).can_retry)
+        ctx.fail(
+            "slurm.retries",
+            f"retries are requeued by jobgen's batch script on a Slurm node: use launch.backend = {able}, "
+            f"not {exp.launch.backend!r} (or slurm.retries = 0)",
+        )
 
 
 def _is(test: str, path: Path) -> bool:

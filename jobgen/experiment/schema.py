@@ -73,6 +73,13 @@ class SlurmSection:
     requeue: bool = opt(False, "On the warning signal, checkpoint and requeue the job (resumes there).")
     signal: str = opt("USR2", "Warning signal sent before the time limit (USR2 avoids NCCL's USR1).", kind="signal")
     signal_seconds: int = opt(120, "Seconds before the time limit to send the signal.", min=1, max=65535)
+    retries: int = opt(
+        0,
+        "Requeue a job that fails (not one cancelled or out of time) up to N times, each time away from "
+        "the nodes it failed on; it resumes from its newest checkpoint (sbatch backend).",
+        min=0,
+        max=100,
+    )
     chain: int = opt(
         1,
         "Submit each job as N segments, each starting when the previous ends (afterany) and resuming "

@@ -22,7 +22,7 @@ from jobgen.results import logs
 from jobgen.results.diagnose import LAST_LINE, Cause, find_cause
 from jobgen.results.state import settle
 from jobgen.results.status import progress
-from jobgen.run.model import Run, RunJob
+from jobgen.run.model import Retries, Run, RunJob
 from jobgen.states import JobInfo, State
 
 NO_RESULT = "no result.json"
@@ -75,6 +75,7 @@ class JobRow:
     job_dir: str = ""  # absolute, or relative to the current directory like run_dir
     backend: str = ""  # the run's launch.backend: its scheduler knows where the logs are
     segments: tuple[str, ...] = ()  # a chained job (slurm.chain): each segment's state, "?" where unknown
+    retries: Retries | None = None  # slurm.retries: the batch shell's record, once the job failed once
 
     @property
     def queue_wait_s(self) -> float | None:
@@ -144,6 +145,7 @@ def read_job(run: Run, job: RunJob) -> JobRow:
         job_dir=str(job.job_dir),
         backend=run.backend,
         segments=_segments(job),
+        retries=job.retries(),
     )
     if result is not None:
         return dataclasses.replace(row, problem=result.scoring) if result.scoring else row

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobgen.results.collect import JobRow
+from jobgen.states import State
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Line:
     problem: str = ""
     hint: str = ""
     detail: str = ""  # shown in the note column when there is no problem
+    excluded: tuple[str, ...] = ()  # slurm.retries: the nodes its jobs' retries excluded, sorted
     speedup: float | None = None
     is_baseline: bool = False
     jobs: list[JobRow] = field(default_factory=list)
@@ -73,6 +75,13 @@ def _peak_mem(result: Any) -> float | None:
     return peak
 
 
+def _retries(job: JobRow) -> float | None:
+    """Retries used: the batch shell's record says, and a job that ran without one was never retried."""
+    if job.retries is not None:
+        return float(job.retries.used)
+    return None if job.state in (State.DRY_RUN, State.NOT_SUBMITTED) else 0.0
+
+
 METRICS = (
     Metric("queue_wait_s", lambda job: job.queue_wait_s),
     Metric("train_s", _result(lambda r: r.train_s)),
@@ -82,6 +91,8 @@ METRICS = (
     Metric("test_acc", _result(lambda r: r.test_acc)),
     Metric("test_f1", _result(lambda r: r.test_f1)),
     Metric("requeues", _result(lambda r: None if r.requeue_count is None else float(r.requeue_count)), count=True),
+    # slurm.retries: requeues after a failure, by the batch shell (part of the requeues above).
+    Metric("retries", _retries, count=True),
     # From metrics.csv of jobs that have no result (yet): how far they got.
     Metric("val_acc_so_far", lambda job: job.partial_val_acc if job.result is None else None),
 )
@@ -174,6 +185,7 @@ COLUMNS = (
     Column("test acc (%)", _metric("test_acc", _percent), numeric=True, terminal="test acc\n(%)"),
     Column("test F1 (%)", _metric("test_f1", _percent), numeric=True, terminal="test F1\n(%)"),
     Column("requeues", _metric("requeues", "{:g}".format), numeric=True, terminal="re-\nqueues"),
+    Column("retries", _metric("retries", "{:g}".format), numeric=True, terminal="re-\ntries"),
     Column("speed-up", _speedup, numeric=True, terminal="speed-\nup"),
     Column("note", lambda line: line.problem or line.detail),
 )

@@ -20,7 +20,7 @@ from jobgen.states import State
 
 def status_table(run: Run) -> tuple[list[str], list[list[str]], bool]:
     """(header, rows, all_final) for `jobgen status` of a run whose states are settled."""
-    header = ["job", "sweep", "job id", "state", "elapsed", "nodes", "exit", "progress", "source"]
+    header = ["job", "sweep", "job id", "state", "elapsed", "nodes", "exit", "retries", "progress", "source"]
     table = []
     for job in run.jobs:
         info = job.live
@@ -41,6 +41,7 @@ def status_table(run: Run) -> tuple[list[str], list[list[str]], bool]:
                 (info.elapsed if info else "") or _recorded_elapsed(job.entry),
                 (info.nodelist or info.nodes if info else "") or str(job.entry.get("nodelist") or "-"),
                 (info.exit_code if info else "") or _recorded_exit(job.entry.get("exit_code")),
+                str(job.retries() or "-"),
                 where,
                 source,
             ]

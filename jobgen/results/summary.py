@@ -81,6 +81,9 @@ def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
     label = f"{first.run_id}/{_label(jobs)}" if many_runs else _label(jobs)
     problem, hint = _problem(jobs)
     run_ids = sorted({j.run_id for j in jobs})
+    excluded = tuple(sorted({node for j in jobs if j.retries for node in j.retries.excluded}))
+    detail = [f"{len(first.segments)} segments: {' → '.join(first.segments)}"] if first.segments else []
+    detail += [f"retried away from {', '.join(excluded)}"] if excluded else []
     return Line(
         label=f"{first.experiment}/{label}" if many_experiments else label,
         experiment=first.experiment,
@@ -92,7 +95,8 @@ def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
         mem_kind="gpu" if any(r.peak_gpu_mb is not None for r in results) else "host",
         problem=problem,
         hint=hint,
-        detail=f"{len(first.segments)} segments: {' → '.join(first.segments)}" if first.segments else "",
+        detail="; ".join(detail),
+        excluded=excluded,
         jobs=jobs,
     )
 
@@ -206,7 +210,7 @@ FIELDS = (
     ["experiment", "run", "config", "engine", "strategy", "precision", "compile", "nodes"]
     + ["devices_per_node", "accelerator", "state", "n"]
     + [name for metric in METRICS for name in (metric.name, f"{metric.name}_std")]
-    + ["peak_mem_kind", "speedup", "baseline", "problem", "hint"]
+    + ["peak_mem_kind", "speedup", "baseline", "excluded_nodes", "problem", "hint"]
 )
 
 
@@ -229,6 +233,7 @@ def record(line: Line) -> dict[str, Any]:
         peak_mem_kind=line.mem_kind,
         speedup=_round(line.speedup),
         baseline=line.is_baseline,
+        excluded_nodes=",".join(line.excluded) or None,
         problem=line.problem or None,
         hint=line.hint or None,
     )
@@ -272,8 +277,14 @@ def cells(line: Line) -> list[str]:
 
 
 def notes(lines: list[Line]) -> list[str]:
-    """One line per troubled configuration: what happened, then what to do."""
-    return [f"{ln.label}: {ln.problem}" + (f" -> {ln.hint}" if ln.hint else "") for ln in lines if ln.problem]
+    """The note column in full, one line per configuration that has one: what happened, then what to do."""
+    return [
+        f"{ln.label}: {ln.problem}" + (f" -> {ln.hint}" if ln.hint else "")
+        if ln.problem
+        else f"{ln.label}: {ln.detail}"
+        for ln in lines
+        if ln.problem or ln.detail
+    ]
 
 
 def render_markdown(lines: list[Line], **_: Any) -> str:

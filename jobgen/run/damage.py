@@ -22,7 +22,7 @@ from jobgen.facts import SCHEMAS
 PROGRESS_KEYS = ("epoch", "epochs", "batch", "batches")
 METRICS_FIELDS = ("epoch", "step", "split")  # the columns every metrics.csv starts with
 # A job's records, in the order it writes them.
-JOB_FILES = ("spec.json", "progress.json", "metrics.csv", "result.json")
+JOB_FILES = ("spec.json", "progress.json", "metrics.csv", "result.json", "retries.json")
 
 
 def read_json(path: Path) -> tuple[Any, str | None]:

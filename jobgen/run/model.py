@@ -16,11 +16,29 @@ from pathlib import Path
 from typing import Any
 
 from jobgen.errors import JobgenError
+from jobgen.facts import RETRIES_SCHEMA
 from jobgen.run import store
 from jobgen.run.damage import JOB_FILES, Verdicts, json_problem, metrics_problem, parse_json, stamp
 from jobgen.states import JobInfo, State, parse
 
 _NAMES = {name: Path(name) for name in JOB_FILES}
+
+
+@dataclass(frozen=True)
+class Retries:
+    """retries.json (slurm.retries): what the job's batch shell did after each failed attempt
+    (jobgen/templates/_retry.j2): retries used of the limit, the nodes it excluded, and why it did not
+    retry again (None while it still may)."""
+
+    used: int
+    limit: int
+    excluded: tuple[str, ...]
+    stopped: str | None = None
+
+    def __str__(self) -> str:
+        """'1/2 excl n1', '2/2 excl n1,n2: retries used up': a cell of `jobgen status`."""
+        text = f"{self.used}/{self.limit}" + (f" excl {','.join(self.excluded)}" if self.excluded else "")
+        return text + (f": {self.stopped}" if self.stopped else "")
 
 
 @dataclass
@@ -128,6 +146,19 @@ class RunJob:
             return tuple(int(doc[k]) for k in ("epoch", "epochs", "batch", "batches"))  # type: ignore[return-value]
         except (ValueError, KeyError, TypeError):
             return None
+
+    def retries(self) -> Retries | None:
+        """The job's retry record (slurm.retries); None before a first failure, or when it is damaged
+        (`problems` names it then)."""
+        doc, _ = self.json("retries.json")
+        try:
+            used, limit, excluded = int(doc["retries"]), int(doc["limit"]), doc["excluded"]
+            stopped = doc.get("stopped")
+        except (ValueError, KeyError, TypeError):
+            return None
+        if doc.get("schema") != RETRIES_SCHEMA or not isinstance(excluded, list):
+            return None
+        return Retries(used, limit, tuple(str(n) for n in excluded), str(stopped) if stopped else None)
 
     def spec(self) -> dict[str, Any]:
         doc, _ = self.json("spec.json")

@@ -30,7 +30,8 @@ DAMAGE = {
     "wrong type": lambda good: b"[1, 2]\n" if good.lstrip().startswith(b"{") else b"a;b\n1\n",
     "unknown schema": lambda good: json.dumps({**json.loads(good), "schema": 99}).encode(),
 }
-JOB_FILES = ["spec.json", "result.json", "progress.json", "metrics.csv"]
+JOB_FILES = ["spec.json", "result.json", "progress.json", "metrics.csv", "retries.json"]
+RETRIES = {"schema": 1, "retries": 1, "limit": 2, "excluded": ["n1"], "stopped": None}
 COMMANDS = {
     "status": ["status", "{run}"],
     "logs": ["logs", "{run}", "hurt"],
@@ -59,6 +60,7 @@ def _job(run: Path, name: str, index: int, state: str, result: bool) -> dict:
     (folder / "spec.json").write_text(json.dumps(spec))
     (folder / "progress.json").write_text(json.dumps(PROGRESS))
     (folder / "metrics.csv").write_text(METRICS)
+    (folder / "retries.json").write_text(json.dumps(RETRIES))
     (folder / f"slurm-{100 + index}.out").write_text(f"0: hello from {name}\n")
     (folder / "job.sbatch").write_text("#!/bin/bash\n")
     if result:
@@ -121,12 +123,12 @@ def _invoke(runner, run: Path, command: str):
     return result
 
 
-# Only spec.json and result.json carry a schema version.
+# Only spec.json, result.json and retries.json carry a schema version.
 CASES = [
     (name, damage)
     for name in JOB_FILES
     for damage in DAMAGE
-    if damage != "unknown schema" or name in ("spec.json", "result.json")
+    if damage != "unknown schema" or name in ("spec.json", "result.json", "retries.json")
 ]
 
 

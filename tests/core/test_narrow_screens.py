@@ -4,6 +4,7 @@ over two lines, and none is lost."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,9 @@ def _tokens(text: str) -> set[str]:
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c[:3]).replace("{run}", "RUN"))
 def test_no_token_is_split_or_lost_on_a_narrow_screen(tmp_path: Path, runner, monkeypatch, command) -> None:
     run = write_run(tmp_path, "exp", JOBS)
+    # A job retried twice (slurm.retries): status and summary name the nodes it was kept away from.
+    retried = {"schema": 1, "retries": 2, "limit": 3, "excluded": ["gpu-a17", "gpu-b03"], "stopped": None}
+    (run / "jobs" / "engine-torch" / "retries.json").write_text(json.dumps(retried))
     args = ["--output-root", str(tmp_path), *(a.format(run=run) for a in command)]
     monkeypatch.setenv("COLUMNS", "1000")
     wide = runner.invoke(main, args)
