@@ -527,7 +527,7 @@ def diff(ctx: click.Context, a: str, b: str, job: str | None, fmt: str) -> None:
 @main.command()
 @click.argument("run", shell_complete=run_refs)
 @click.argument("jobs", nargs=-1)
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Change one key on purpose: " + SET_HELP)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP + " Recorded as a change.")
 @click.option("--allow-drift", is_flag=True, help="Run it even where the record cannot be repeated as it was.")
 @click.option("--dry-run", is_flag=True, help="Write the new run and show what would run; submit nothing.")
 @click.option("--show", is_flag=True, help="With --dry-run: print every script too.")
