@@ -225,7 +225,9 @@ class Run:
         try:
             import pandas
         except ImportError:
-            raise JobgenError("Run.to_pandas() needs pandas (pip install pandas); Run.results() gives the rows") from None
+            raise JobgenError(
+                "Run.to_pandas() needs pandas (pip install pandas); Run.results() gives the rows"
+            ) from None
         return pandas.DataFrame(rows, columns=FIELDS)
 
     def rerun(

@@ -162,7 +162,9 @@ def _recorded(old: Run, job: RunJob) -> Recorded:
     except (OSError, UnicodeDecodeError) as exc:
         raise JobgenError(f"{script}: unreadable ({exc}); job {job.name} cannot be repeated from its record") from None
     if text is None:
-        raise JobgenError(f"{old.run_dir}: job {job.name} has no recorded script; it cannot be repeated from its record")
+        raise JobgenError(
+            f"{old.run_dir}: job {job.name} has no recorded script; it cannot be repeated from its record"
+        )
     return Recorded(job, spec, text)
 
 
@@ -276,7 +278,9 @@ def _render_drift(rec: Recorded, moved: tuple[dict[str, Any], str], now: tuple[d
     old_spec, new_spec = flatten(moved[0]), flatten(now[0])
     for key in sorted(set(old_spec) | set(new_spec)):
         if old_spec.get(key) != new_spec.get(key):
-            out.append(f"{rec.job.name}: spec {key} was {old_spec.get(key)!r}, jobgen renders {new_spec.get(key)!r} now")
+            out.append(
+                f"{rec.job.name}: spec {key} was {old_spec.get(key)!r}, jobgen renders {new_spec.get(key)!r} now"
+            )
     old_lines, new_lines = moved[1].splitlines(), now[1].splitlines()
     if old_lines != new_lines:
         n = next((i for i, (a, b) in enumerate(zip(old_lines, new_lines, strict=False)) if a != b), len(old_lines))
@@ -304,7 +308,9 @@ def packages(old: Run, recorded: list[Recorded], code: Path) -> tuple[list[str],
         return [], []
     python = job_python(recorded[0].spec, old.backend)
     if python is None:
-        return [], ["package versions not checked: the jobs' python comes from env.modules, conda or setup on the nodes"]
+        return [], [
+            "package versions not checked: the jobs' python comes from env.modules, conda or setup on the nodes"
+        ]
     try:
         now = installed(python, code)
     except JobgenError as exc:

@@ -104,7 +104,13 @@ def test_a_rerun_runs_the_snapshot_not_the_edited_checkout(runner, root: Path, t
     assert _acc(new, "lr-0.001") == _acc(new, "lr-0.002") == 0.51
     assert (new / "code" / "training" / "stand_in.py").read_text() == "VALUE = 0.5\n"
     doc = _manifest(new)
-    assert doc["rerun"] == {"of": old.name, "run_dir": str(old), "jobs": ["lr-0.001", "lr-0.002"], "sets": [], "drift": []}
+    assert doc["rerun"] == {
+        "of": old.name,
+        "run_dir": str(old),
+        "jobs": ["lr-0.001", "lr-0.002"],
+        "sets": [],
+        "drift": [],
+    }
     assert [j["state"] for j in doc["jobs"]] == ["COMPLETED", "COMPLETED"]
     for job in ("lr-0.001", "lr-0.002"):
         # The same script but for the run's folder and id; its PYTHONPATH names the new run's copy.
@@ -206,7 +212,9 @@ def test_every_backend_gets_the_recorded_files_moved(tmp_path: Path, backend: st
         command = " ".join(entry["submit_command"])
         assert f"{done.run_dir}/jobs/{entry['name']}/" in command and old.name not in command
     if backend == "sbatch":
-        assert f"--comment=jobgen:{done.run_dir.name}:lr-0.001" in (done.run_dir / "jobs/lr-0.001/job.sbatch").read_text()
+        assert (
+            f"--comment=jobgen:{done.run_dir.name}:lr-0.001" in (done.run_dir / "jobs/lr-0.001/job.sbatch").read_text()
+        )
 
 
 def test_a_moved_run_is_rerun_where_it_is_now(runner, root: Path, tmp_path: Path, checkout: Path):
