@@ -110,7 +110,7 @@ def rerun(
         entries = []
         for rec in recorded:
             spec, script = made.get(rec.job.name) or _moved(old, rec, run_id, new_dir)
-            files[str(rec.job.entry["spec"])] = record.dumps(spec)
+            files[str(rec.job.entry.get("spec") or f"{rec.job.dir}/spec.json")] = record.dumps(spec)
             files[str(rec.job.entry["script"])] = script
             entries.append(_entry(rec.job, scheduler.submit_command(new_dir / rec.job.entry["script"]), dry_run))
         for name in ("experiment.toml", "code.patch"):
