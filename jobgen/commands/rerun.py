@@ -34,6 +34,7 @@ from jobgen.run.model import Run, RunJob
 from jobgen.states import State
 
 SNAPSHOT = "code/training"
+KEPT = ("experiment.toml", "code.patch")  # the run's own records, copied as they are
 # A folder name every quoting of a script (shell, #SBATCH, %-escaped log paths) writes as it is.
 _PLAIN = re.compile(r"[A-Za-z0-9_./,:@+=-]+")
 # Asked of the python the jobs will run with, with the snapshot first on its path, as in the job.
@@ -93,12 +94,7 @@ def rerun(
     experiment = recorded_experiment(old, sets) if sets else None
 
     def make(run_id: str, new_dir: Path) -> tuple[dict[str, Any], Files]:
-        files: Files = {}
-        changed = list(drift)
-        if experiment is not None:
-            as_recorded = _render(recorded_experiment(old, []), recorded, run_id, new_dir, _git(old))
-            for rec in recorded:
-                changed += _render_drift(rec, _moved(old, rec, run_id, new_dir), as_recorded[rec.job.name])
+        changed = drift + (_render_drifts(old, recorded, run_id, new_dir) if experiment is not None else [])
         if changed and not allow_drift:
             more = f" (and {len(changed) - 3} more)" if len(changed) > 3 else ""
             raise DriftError(
@@ -107,44 +103,44 @@ def rerun(
                 changed,
             )
         made = _render(experiment, recorded, run_id, new_dir, _git(old)) if experiment is not None else {}
+        files: Files = {name: (old.run_dir / name).read_bytes() for name in KEPT if (old.run_dir / name).is_file()}
         entries = []
         for rec in recorded:
             spec, script = made.get(rec.job.name) or _moved(old, rec, run_id, new_dir)
             files[str(rec.job.entry.get("spec") or f"{rec.job.dir}/spec.json")] = record.dumps(spec)
             files[str(rec.job.entry["script"])] = script
             entries.append(_entry(rec.job, scheduler.submit_command(new_dir / rec.job.entry["script"]), dry_run))
-        for name in ("experiment.toml", "code.patch"):
-            path = old.run_dir / name
-            if path.is_file():
-                files[name] = path.read_bytes()
-        manifest = record.manifest_doc(
-            run_id,
-            old.experiment,
-            Path(str(old.manifest.get("experiment_file") or old.run_dir / "experiment.toml")),
-            old.backend,
-            dry_run,
-            *_git(old),
-            entries,
-            str(old.manifest.get("description") or ""),
-        )
-        overrides = [*(old.manifest.get("overrides") or []), *sets]
-        if overrides:
-            manifest["overrides"] = overrides
-        if old.manifest.get("site"):
-            manifest["site"] = old.manifest["site"]
-        manifest["rerun"] = {
-            "of": old.run_id,
-            "run_dir": str(old.run_dir),
-            "jobs": [rec.job.name for rec in recorded],
-            "sets": sets,
-            "drift": changed,
-        }
+        manifest = _manifest(old, run_id, entries, dry_run, sets, changed)
         files[record.MANIFEST] = record.dumps(manifest)
         record.check_no_secrets({k: v for k, v in files.items() if isinstance(v, str)})
         return manifest, files
 
     new_dir, manifest = write_new_run(old.run_dir.parent.parent, old.run_dir.parent.name, make, {SNAPSHOT: code})
     return Rerun(new_dir, manifest, old.run_dir, manifest["rerun"]["jobs"], manifest["rerun"]["drift"], notes)
+
+
+def _manifest(
+    old: Run, run_id: str, entries: list[dict[str, Any]], dry_run: bool, sets: list[str], drift: list[str]
+) -> dict[str, Any]:
+    """The new run's manifest: the old one's experiment, backend, git, overrides and site, and what repeats it."""
+    manifest = record.manifest_doc(
+        run_id,
+        old.experiment,
+        Path(str(old.manifest.get("experiment_file") or old.run_dir / "experiment.toml")),
+        old.backend,
+        dry_run,
+        *_git(old),
+        entries,
+        str(old.manifest.get("description") or ""),
+    )
+    overrides = [*(old.manifest.get("overrides") or []), *sets]
+    if overrides:
+        manifest["overrides"] = overrides
+    if old.manifest.get("site"):
+        manifest["site"] = old.manifest["site"]
+    jobs = [str(entry["name"]) for entry in entries]
+    manifest["rerun"] = {"of": old.run_id, "run_dir": str(old.run_dir), "jobs": jobs, "sets": sets, "drift": drift}
+    return manifest
 
 
 def _recorded(old: Run, job: RunJob) -> Recorded:
@@ -268,6 +264,14 @@ def _render(
 def _git(old: Run) -> tuple[str | None, bool]:
     git = old.manifest.get("git")
     return (git.get("sha"), bool(git.get("dirty"))) if isinstance(git, dict) else (None, False)
+
+
+def _render_drifts(old: Run, recorded: list[Recorded], run_id: str, new_dir: Path) -> list[str]:
+    """With --set: what this jobgen renders differently from the record, the recorded experiment as it was."""
+    now = _render(recorded_experiment(old, []), recorded, run_id, new_dir, _git(old))
+    return [
+        line for rec in recorded for line in _render_drift(rec, _moved(old, rec, run_id, new_dir), now[rec.job.name])
+    ]
 
 
 def _render_drift(rec: Recorded, moved: tuple[dict[str, Any], str], now: tuple[dict[str, Any], str]) -> list[str]:
