@@ -58,7 +58,7 @@ def _csv(value: object) -> str:
     return "" if value is None else ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
-def test_wait_gives_up_with_a_timeout_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_wait_gives_up_with_a_timeout_error(tmp_path: Path, runner, monkeypatch: pytest.MonkeyPatch):
     from jobgen.commands.submit import prepare
 
     path = tmp_path / "exp.toml"
@@ -77,6 +77,10 @@ def test_wait_gives_up_with_a_timeout_error(tmp_path: Path, monkeypatch: pytest.
     with pytest.raises(WaitTimeout) as caught:
         run.wait(timeout=0, interval=0.01)
     assert isinstance(caught.value, TimeoutError) and "still running after 0 s" in caught.value.message
+    # `jobgen status --watch` waits through the same reading, and gives up the same way.
+    shown = runner.invoke(main, ["status", str(run.path), "--watch", "--interval", "0.01", "--timeout", "0"])
+    assert shown.exit_code == 1 and shown.output.count("PENDING") == 1, shown.output
+    assert shown.output.strip().splitlines()[-1] == caught.value.format_message().join(["Error: ", ""])
 
 
 def test_the_readme_example_is_the_typed_file():
