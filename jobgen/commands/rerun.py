@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -345,8 +344,8 @@ def _norm(name: str) -> str:
 
 def job_python(spec: dict[str, Any], backend: str) -> str | None:
     """The python a job's script starts, as found on this machine; None when only the nodes know it."""
-    env = spec.get("env") if isinstance(spec.get("env"), dict) else {}
-    assert isinstance(env, dict)
+    env = spec.get("env")
+    env = env if isinstance(env, dict) else {}
     scheduler = backends.get(backend)
     python = str(env.get("python") or "")
     if not python and scheduler.runs_here:
@@ -359,12 +358,12 @@ def job_python(spec: dict[str, Any], backend: str) -> str | None:
     return python if os.sep in python else shutil.which(python) or python
 
 
-def installed(python: str, code: Path, run: Callable[..., Any] = subprocess.run) -> dict[str, str]:
+def installed(python: str, code: Path) -> dict[str, str]:
     """normalized name -> version of every distribution `python` sees, as training/results.py lists them."""
     path = os.environ.get("PYTHONPATH")
     env = {**os.environ, "PYTHONPATH": str(code.parent) + (f":{path}" if path else "")}
     try:
-        done = run([python, "-c", _LIST_PACKAGES], capture_output=True, text=True, timeout=120, env=env)
+        done = subprocess.run([python, "-c", _LIST_PACKAGES], capture_output=True, text=True, timeout=120, env=env)
     except (OSError, subprocess.SubprocessError) as exc:
         raise JobgenError(f"cannot check package versions: {python} does not run here ({exc})") from None
     try:
