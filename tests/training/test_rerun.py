@@ -63,7 +63,7 @@ def test_a_rerun_repeats_the_losses_of_the_snapshot_after_training_was_edited(tm
     experiment = tmp_path / "tiny.toml"
     experiment.write_text(TINY)
     runs = tmp_path / "runs"
-    env = subprocess_env({"PYTHONPATH": str(checkout), "JOBGEN_OUTPUT_ROOT": str(runs)})
+    env = {**subprocess_env({"JOBGEN_OUTPUT_ROOT": str(runs)}), "PYTHONPATH": str(checkout)}
 
     def jobgen(*args: str) -> Path:
         done = subprocess.run(
