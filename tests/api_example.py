@@ -1,6 +1,7 @@
 import jobgen.api as jobgen
 
-exp = jobgen.load("experiments/local_demo.toml", sets=["train.epochs=1", "train.deterministic=true"])
+sets = ["train.epochs=1", "train.deterministic=true", "data.partition=[400, 100, 100]"]  # a quick try
+exp = jobgen.load("experiments/local_demo.toml", sets=sets)
 print(exp.name, [job.name for job in jobgen.plan(exp)])
 
 run = jobgen.submit(exp)  # the local backend runs the jobs here; on Slurm it returns once they are queued
