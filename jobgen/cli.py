@@ -23,6 +23,7 @@ from jobgen.states import State
 # needs}. Given alone they are refused as usage errors, never silently ignored.
 NEEDS: dict[str, dict[str, tuple[str, ...]]] = {
     "submit": {"show": ("dry_run", "test_only")},
+    "rerun": {"show": ("dry_run",)},
     "status": {"interval": ("watch",), "timeout": ("watch",)},
 }
 # Options that contradict each other: command -> groups of which at most one may be given.
@@ -127,6 +128,7 @@ def main(debug: bool, output_root: str | None) -> None:
     jobgen status imdb_fsdp                         states of the latest run
     jobgen summary imdb_fsdp                        time and accuracy per job
     jobgen diff RUN_A RUN_B                         what differs between two runs, and their results
+    jobgen rerun RUN                                a new run of RUN's jobs, from its record
     jobgen report imdb_fsdp -o report.html          one HTML page to share: table, curves, causes
     jobgen requeue imdb_fsdp                        failed jobs resume from their checkpoints
     """
@@ -326,24 +328,16 @@ def status(
     ctx: click.Context, run: str | None, watch: bool, interval: float, timeout: float | None, refresh: bool
 ) -> None:
     """One row per job of RUN (a run folder, experiment name or file; default: the latest run)."""
-    import time
-
-    from jobgen.results.state import read_runs
+    from jobgen.commands.wait import watch as readings
     from jobgen.results.status import format_table, status_table
 
     run_dir = _one_run(ctx, run)
-    started = time.monotonic()
-    while True:
-        (loaded,) = read_runs([run_dir], refresh=refresh)
-        header, rows, final = status_table(loaded)
-        click.echo(f"run: {run_dir}\n{format_table(header, rows)}")
+    for n, loaded in enumerate(readings(run_dir, interval=interval, timeout=timeout, refresh=refresh)):
+        header, rows, _ = status_table(loaded)
+        click.echo(("\n" if n else "") + f"run: {run_dir}\n{format_table(header, rows)}")
         _warn([loaded])
-        if not watch or final:
+        if not watch:
             return
-        if timeout is not None and time.monotonic() - started > timeout:
-            raise JobgenError(f"jobs still running after {timeout:.0f} s; check again with: jobgen status {run_dir}")
-        time.sleep(interval)
-        click.echo()
 
 
 @main.command()
@@ -528,6 +522,52 @@ def diff(ctx: click.Context, a: str, b: str, job: str | None, fmt: str) -> None:
     _warn([one.run] if one.run.run_dir == two.run.run_dir else [one.run, two.run])
     for line in doc["warnings"]:
         click.echo(f"warning: {line}", err=True)
+
+
+@main.command()
+@click.argument("run", shell_complete=run_refs)
+@click.argument("jobs", nargs=-1)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP + " Recorded as a change.")
+@click.option("--allow-drift", is_flag=True, help="Run it even where the record cannot be repeated as it was.")
+@click.option("--dry-run", is_flag=True, help="Write the new run and show what would run; submit nothing.")
+@click.option("--show", is_flag=True, help="With --dry-run: print every script too.")
+@click.pass_context
+def rerun(
+    ctx: click.Context,
+    run: str,
+    jobs: tuple[str, ...],
+    sets: tuple[str, ...],
+    allow_drift: bool,
+    dry_run: bool,
+    show: bool,
+) -> None:
+    """Run the jobs of RUN again (all of them, or the JOBS named) as a new run made from RUN's record:
+    each job's recorded spec and script, the run's code/training snapshot, the same seed.
+
+    What cannot be repeated as recorded (no code snapshot, a package of another version, a script this
+    jobgen renders differently) is listed and refused; --allow-drift runs it anyway and records it.
+    """
+    from jobgen.commands import submit as sub
+    from jobgen.commands.rerun import rerun as rerun_jobs
+    from jobgen.errors import DriftError
+
+    try:
+        done = rerun_jobs(_one_run(ctx, run), list(jobs), list(sets), allow_drift=allow_drift, dry_run=dry_run)
+    except DriftError as exc:
+        for line in exc.drift:
+            click.echo(f"drift: {line}", err=True)
+        raise
+    for line in done.drift:
+        click.echo(f"drift (allowed): {line}", err=True)
+    for line in done.notes:
+        click.echo(f"note: {line}", err=True)
+    click.echo(f"rerun of {done.of}: {len(done.jobs)} job(s) from its record")
+    if dry_run:
+        click.echo("\n".join(sub.show(done.run_dir, done.manifest, show)))
+        click.echo(f"dry run: {len(done.jobs)} job(s) written, nothing submitted")
+        return
+    click.echo(f"run: {done.run_dir}")
+    _submit_and_report(done.run_dir)
 
 
 def _side(ctx: click.Context, ref: str, job: str | None) -> Any:

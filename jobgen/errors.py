@@ -53,6 +53,23 @@ class RunNotFound(JobgenError):
     """No run directory matches what the user named."""
 
 
+class DriftError(JobgenError):
+    """A run cannot be repeated as it was recorded (`jobgen rerun`): its code snapshot is missing, a package
+    has another version where the jobs would run, ... `drift` holds one line per difference."""
+
+    def __init__(self, message: str, drift: list[str]) -> None:
+        super().__init__(message)
+        self.drift = drift
+
+
+class WaitTimeout(JobgenError, TimeoutError):
+    """Jobs were still running when a wait for them (`status --watch --timeout`, `Run.wait`) gave up."""
+
+
+class BadArgument(JobgenError, TypeError):
+    """A function of jobgen.api was called with a value of the wrong type (or shape)."""
+
+
 class SubmitError(JobgenError):
     """The scheduler refused a job, or could not be reached.
 

@@ -6,4 +6,5 @@ cd "$(dirname "$0")/.."
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy --strict jobgen training
-echo "lint: ruff check, ruff format --check and mypy --strict jobgen training passed"
+.venv/bin/mypy --strict tests/api_example.py   # the README's example of jobgen.api, as a user's file
+echo "lint: ruff check, ruff format --check and mypy --strict jobgen training (and the README API example) passed"

@@ -33,7 +33,7 @@ def _complete(words: str, cwd: Path, root: Path | None = None) -> list[tuple[str
 
 def test_commands_complete(tmp_path: Path) -> None:
     offered = _complete("jobgen re", tmp_path)
-    assert [v for _, v in offered] == ["report", "requeue"]
+    assert [v for _, v in offered] == ["report", "requeue", "rerun"]
 
 
 def test_experiment_files_complete(tmp_path: Path) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +18,18 @@ if TYPE_CHECKING:
     from jobgen.experiment.config import Experiment
 
 LOG_NAME = "local.out"
+# Whether a job's output is copied to our stdout as it runs (the CLI) or only to its log (jobgen.api).
+_ECHO = contextvars.ContextVar("jobgen_local_echo", default=True)
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Jobs run inside this write their output to their log only, not to stdout."""
+    token = _ECHO.set(False)
+    try:
+        yield
+    finally:
+        _ECHO.reset(token)
 
 
 class Local(Scheduler):
@@ -64,11 +79,13 @@ def _run_teed(command: list[str], log_path: Path) -> int:
     ):
         try:
             assert proc.stdout is not None
+            echo = _ECHO.get()
             for line in proc.stdout:
                 log.write(line)
                 log.flush()
-                sys.stdout.buffer.write(line)
-                sys.stdout.flush()
+                if echo:
+                    sys.stdout.buffer.write(line)
+                    sys.stdout.flush()
             return proc.wait()
         except KeyboardInterrupt:
             proc.terminate()

@@ -30,6 +30,8 @@ from jobgen.run import store as record
 from jobgen.run.model import Run, RunJob
 from jobgen.states import State
 
+Files = dict[str, str | bytes]  # path relative to the run folder -> content
+
 
 @dataclass(frozen=True)
 class Prepared:
@@ -50,12 +52,19 @@ def load_experiment(
 ) -> config.Experiment:
     """Load an experiment; `--set` items and command-line choices (backend, array, ...) override it,
     and it overrides the site's defaults (`site` names one; see jobgen.experiment.sites.choose)."""
-    exp = config.with_sets(config.load(path), sets or [])
+    return customize(config.load(path), backend, sets, sites.choose(site), **launch)
+
+
+def customize(
+    exp: config.Experiment, backend: str | None, sets: list[str] | None, site: sites.Site | None, **launch: Any
+) -> config.Experiment:
+    """An experiment with its `--set` items, command-line choices and site applied (site < file < --set)."""
+    exp = config.with_sets(exp, sets or [])
     overrides = {k: v for k, v in {"backend": backend, **launch}.items() if v is not None}
     if overrides:
         raw = {**exp.raw, "launch": {**exp.raw.get("launch", {}), **overrides}}
         exp = config.build(raw, path=exp.path, text=exp.text, display=exp.label)
-    return sites.apply(exp, sites.choose(site))
+    return sites.apply(exp, site)
 
 
 def prepare(
@@ -73,18 +82,35 @@ def prepare(
     jobs = plan(exp)
     root = output_root_of(exp, output_root)
     code_dir = training_package_dir()
-    sha, dirty, patch = record.git_info(code_dir)
+    git = record.git_info(code_dir)
+    run_dir, manifest = write_new_run(
+        root,
+        exp.name,
+        lambda run_id, run_dir: _render(exp, jobs, root, run_id, run_dir, git, dry_run, sets),
+        {"code/training": code_dir},
+    )
+    return Prepared(run_dir=run_dir, manifest=manifest, jobs=jobs)
+
+
+def write_new_run(
+    root: Path,
+    experiment: str,
+    make: Callable[[str, Path], tuple[dict[str, Any], Files]],
+    copy_dirs: dict[str, Path],
+) -> tuple[Path, dict[str, Any]]:
+    """Claim a new run id under root/experiment and write the run whole: `make(run_id, run_dir)` gives its
+    manifest and files (every file made before anything is written: a job that cannot render leaves no
+    trace), `copy_dirs` the folders copied into it (the code snapshot)."""
     for _ in range(100):
         run_id = record.new_run_id()
-        run_dir = record.inside(root, exp.name, run_id)
-        # Everything is rendered before anything is written: a job that cannot render leaves no trace.
-        manifest, files = _render(exp, jobs, root, run_id, run_dir, (sha, dirty, patch), dry_run, sets)
-        if record.reserve_run(root, exp.name, run_id):
+        run_dir = record.inside(root, experiment, run_id)
+        manifest, files = make(run_id, run_dir)
+        if record.reserve_run(root, experiment, run_id):
             break
     else:
-        raise JobgenError(f"{root / exp.name}: no free run id after 100 tries; try again")
-    record.write_run(run_dir, files, {"code/training": code_dir})
-    return Prepared(run_dir=run_dir, manifest=manifest, jobs=jobs)
+        raise JobgenError(f"{root / experiment}: no free run id after 100 tries; try again")
+    record.write_run(run_dir, files, copy_dirs)
+    return run_dir, manifest
 
 
 def _render(
@@ -96,7 +122,7 @@ def _render(
     git: tuple[str | None, bool, str],
     dry_run: bool,
     sets: list[str] | None,
-) -> tuple[dict[str, Any], dict[str, str | bytes]]:
+) -> tuple[dict[str, Any], Files]:
     """The run's manifest and every file it holds, by path relative to the run folder."""
     sha, dirty, patch = git
     # Locally the jobs run with this very interpreter; on a cluster, with the nodes' `python`.

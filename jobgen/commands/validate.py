@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobgen.build.plan import plan
+from jobgen.build.plan import Job, plan
 from jobgen.build.render import RunInfo, render_job
 from jobgen.commands.submit import load_experiment
+from jobgen.experiment.config import Experiment
 from jobgen.experiment.sites import SiteDefaults
 
 
@@ -16,8 +17,13 @@ def validate_file(
     """Load, plan and render every job of an experiment in memory; the number of jobs and what the
     site gave."""
     exp = load_experiment(path, sets=sets, site=site)
+    return len(checked(exp)), exp.site
+
+
+def checked(exp: Experiment) -> list[Job]:
+    """The experiment's jobs, each planned and rendered in memory: every check submit makes before writing."""
     jobs = plan(exp)
     run = RunInfo(run_id="validate", run_dir=Path("/nonexistent/validate"))
     for job in jobs:
         render_job(job, run)
-    return len(jobs), exp.site
+    return jobs

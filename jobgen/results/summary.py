@@ -41,11 +41,24 @@ def summarize(
     from their files alone (and `live_states`)."""
     if fmt not in FORMATS:
         raise JobgenError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    lines = build_lines(collect(runs, live_states), combine)
-    apply_baseline(lines, baseline)
+    lines = summary_lines(runs, baseline, live_states, combine)
     if plot is not None:
         draw_plot(lines, plot)
     return RENDERERS[fmt](lines, color=color, width=width)
+
+
+def summary_lines(
+    runs: Sequence[Run | Path], baseline: str | None = None, live_states: LiveStates | None = None, combine: bool = True
+) -> list[Line]:
+    """The summary's lines of these runs, speed-ups measured against `baseline`: what every format shows."""
+    lines = build_lines(collect(runs, live_states), combine)
+    apply_baseline(lines, baseline)
+    return lines
+
+
+def records(runs: Sequence[Run | Path], baseline: str | None = None, combine: bool = True) -> list[dict[str, Any]]:
+    """The rows of `summary --format csv` (and json) as dicts, FIELDS their keys in order."""
+    return [record(line) for line in summary_lines(runs, baseline, combine=combine)]
 
 
 # --- rows -> lines ----------------------------------------------------------------------------------------

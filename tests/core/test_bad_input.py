@@ -396,3 +396,101 @@ def test_an_error_in_a_sweep_cites_the_line_that_gave_the_value(tmp_path: Path, 
     assert result.exit_code == 1, result.output
     line = next(n for n, ln in enumerate(text.splitlines(), start=1) if ln.strip() == bad)
     assert f"exp.toml:{line}: sweep point" in result.output, (line, result.output)
+
+
+def _written_run(tmp_path: Path, dry_run: bool = False) -> Path:
+    """A run as submit writes it (not queued: a real run, never a dry one unless asked)."""
+    from jobgen.commands.submit import prepare
+
+    path = tmp_path / "exp.toml"
+    path.write_text(SWEPT)
+    return prepare(path, tmp_path / "runs", dry_run=dry_run).run_dir
+
+
+def _garble(run: Path, rel: str) -> None:
+    (run / rel).write_text("{ not json")
+
+
+# (id, what is done to a written run, JOB and option arguments, words the one-line message must contain)
+RERUNS = [
+    ("rerun-dry-run", lambda run: None, ["--dry-run-source"], ["is a dry run", "nothing to repeat"]),
+    ("rerun-unknown-job", lambda run: None, ["seed-9"], ["no job 'seed-9'", "jobs: seed-1, seed-2"]),
+    ("rerun-damaged-manifest", lambda run: _garble(run, "manifest.json"), [], ["manifest.json: damaged"]),
+    ("rerun-damaged-spec", lambda run: _garble(run, "jobs/seed-1/spec.json"), [], ["spec.json", "cannot be repeated"]),
+    ("rerun-missing-script", lambda run: (run / "jobs/seed-2/job.sbatch").unlink(), [], ["job.sbatch", "cannot be"]),
+    ("rerun-set-unknown-key", lambda run: None, ["--set", "train.epoch=2"], ["--set: train.epoch", "did you mean"]),
+    ("rerun-set-swept-key", lambda run: None, ["--set", "train.seed=3"], ["--set train.seed", "the sweep sets"]),
+]
+
+
+@pytest.mark.parametrize(("damage", "args", "words"), [c[1:] for c in RERUNS], ids=[c[0] for c in RERUNS])
+def test_bad_rerun(tmp_path: Path, runner, damage, args: list[str], words: list[str]):
+    dry = "--dry-run-source" in args
+    run = _written_run(tmp_path, dry_run=dry)
+    damage(run)
+    before = sorted(run.parent.iterdir())
+    argv = [a for a in args if a != "--dry-run-source"]
+    result = runner.invoke(main, ["--output-root", str(tmp_path / "runs"), "rerun", str(run), *argv])
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and "Traceback" not in result.output, result.output
+    for word in words:
+        assert word in lines[0], f"{word!r} not in {lines[0]!r}"
+    assert sorted(run.parent.iterdir()) == before, "a refused rerun wrote a run"
+
+
+def test_rerun_of_no_run(tmp_path: Path, runner):
+    result = runner.invoke(main, ["--output-root", str(tmp_path), "rerun", "nothing-here"])
+    assert result.exit_code == 1 and "no run found for 'nothing-here'" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+# (id, call of jobgen.api with a value of the wrong type, words its BadArgument must contain)
+API_CALLS = [
+    ("load-path-int", lambda api, exp: api.load(3), ["jobgen.api.load: path must be a path", "not int 3"]),
+    ("load-sets-str", lambda api, exp: api.load(exp, "train.epochs=1"), ["sets must be a list", "not one string"]),
+    ("load-sets-ints", lambda api, exp: api.load(exp, [1]), ["sets must be a list of strings", "list [1]"]),
+    ("load-site-int", lambda api, exp: api.load(exp, site=1), ["site must be a string or None"]),
+    ("plan-path", lambda api, exp: api.plan(exp), ["jobgen.api.plan: experiment must be an Experiment"]),
+    ("submit-path", lambda api, exp: api.submit(exp), ["jobgen.api.submit: experiment must be an Experiment"]),
+    ("submit-dry-str", lambda api, exp: api.submit(api.load(exp), dry_run="yes"), ["dry_run must be True or False"]),
+    ("get-run-int", lambda api, exp: api.get_run(5), ["jobgen.api.get_run: ref must be a path"]),
+    ("rerun-path", lambda api, exp: api.rerun(exp), ["jobgen.api.rerun: run must be a Run"]),
+    ("run-bytes", lambda api, exp: api.Run(b"/tmp"), ["jobgen.api.Run: path must be a path"]),
+]
+
+
+@pytest.mark.parametrize(("call", "words"), [c[1:] for c in API_CALLS], ids=[c[0] for c in API_CALLS])
+def test_api_wrong_types(tmp_path: Path, call, words: list[str]):
+    from jobgen import api
+    from jobgen.errors import BadArgument
+
+    path = tmp_path / "exp.toml"
+    path.write_text(SWEPT)
+    with pytest.raises(BadArgument) as caught:
+        call(api, path)
+    assert isinstance(caught.value, TypeError) and "\n" not in caught.value.message
+    for word in words:
+        assert word in caught.value.message, caught.value.message
+    assert not (tmp_path / "runs").exists()
+
+
+def test_api_errors_are_jobgen_errors_not_exits(tmp_path: Path):
+    from jobgen import api
+    from jobgen.errors import ConfigError, DriftError, JobgenError, RunNotFound
+
+    path = tmp_path / "exp.toml"
+    path.write_text(with_lines(train="epochs = 0"))
+    with pytest.raises(ConfigError, match="train.epochs"):
+        api.load(path)
+    with pytest.raises(RunNotFound):
+        api.get_run("nothing", output_root=tmp_path)
+    run = api.Run(_written_run(tmp_path))
+    with pytest.raises(JobgenError, match="no job 'x'"):
+        run.rerun(["x"])
+    import shutil
+
+    shutil.rmtree(run.path / "code" / "training")
+    with pytest.raises(DriftError) as drift:
+        run.rerun(dry_run=True)
+    assert drift.value.drift[0].endswith("instead") and "code snapshot is missing" in drift.value.drift[0]

@@ -190,8 +190,9 @@ def test_secrets_never_land_in_files(runner, out_root: Path, monkeypatch: pytest
     assert not (tmp_path / "o2").exists() or not any((tmp_path / "o2").rglob("*.json"))
 
 
-def test_cli_import_stays_light():
-    code = "import jobgen.cli, sys; print(sorted({m.split('.')[0] for m in sys.modules}))"
+@pytest.mark.parametrize("module", ["jobgen.cli", "jobgen.api"])
+def test_cli_import_stays_light(module: str):
+    code = f"import {module}, sys; print(sorted({{m.split('.')[0] for m in sys.modules}}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     loaded = set(eval(out))
     assert not HEAVY & loaded, HEAVY & loaded

@@ -213,5 +213,7 @@ def test_the_readme_example_is_what_diff_prints(runner, tmp_path: Path):
     (b / "jobs/torch_fp32/result.json").write_text(json.dumps(result))
     shown = _diff(runner, root, "20261129-200000-ab12", "local_demo").stdout.replace(str(root), "runs")
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    block = readme.split("    $ jobgen diff 20261129-200000-ab12 local_demo\n", 1)[1].split("\n\n## ", 1)[0]
+    block = readme.split("    $ jobgen diff 20261129-200000-ab12 local_demo\n", 1)[1].split("\n\n#", 1)[
+        0
+    ]  # to the next heading
     assert shown.strip() == "\n".join(line[4:] for line in block.splitlines()).strip()

@@ -21,7 +21,9 @@ def _argv(command: str, name: str) -> list[str]:
     """The option on a command line: a flag alone, an option with a value it accepts."""
     param = _param(command, name)
     assert isinstance(param, click.Option)
-    return [param.opts[0]] if param.is_flag else [param.opts[0], "1"]
+    # A required argument is given a placeholder: the rule is checked before the command reads it.
+    needed = ["x" for p in main.commands[command].params if isinstance(p, click.Argument) and p.required]
+    return [*needed, *([param.opts[0]] if param.is_flag else [param.opts[0], "1"])]
 
 
 RULES = [(cmd, name, needs) for cmd, rules in NEEDS.items() for name, needs in rules.items()]
