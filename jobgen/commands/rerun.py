@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from jobgen import __version__, backends
-from jobgen.build.plan import plan
+from jobgen.build.plan import cache_dir_for, plan
 from jobgen.build.render import RunInfo, render_job
-from jobgen.build.spec import build_spec, cache_dir_for
+from jobgen.build.spec import build_spec
 from jobgen.commands.submit import Files, customize, training_package_dir, write_new_run
 from jobgen.errors import DriftError, JobgenError
 from jobgen.experiment import config, sites
