@@ -1,0 +1,187 @@
+"""What a job cost and how well it used what it held: GPU-hours, CPU-hours, energy, the share of its
+time limit it used, and its model FLOPs utilization (MFU).
+
+Hours are allocated resources × elapsed time, summed over every attempt of the job (a requeue, a chain
+segment, a job jobgen submitted again: each was paid for). They come from Slurm's accounting (`sacct
+-D`: AllocTRES, ElapsedRaw, TimelimitRaw, ConsumedEnergyRaw) when the cluster keeps it, else from the
+request (spec.json's `slurm` section) × the elapsed time Slurm reported, for a job that ran once. A
+number that cannot be known is None (shown blank), never a guess: no energy plugin, a job that ran
+several times without accounting, a job on the local backend (it holds no allocation).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jobgen import backends
+from jobgen.backends._base import Attempt
+from jobgen.experiment.config import time_seconds
+from jobgen.run.model import Run, RunJob
+from jobgen.states import State
+
+Accounting = Mapping[str, list[Attempt]]  # job id -> its attempts, as the scheduler's accounting says
+
+NEVER_SUBMITTED = frozenset({State.DRY_RUN, State.NOT_SUBMITTED})
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one job held and used, all its attempts together; None where it cannot be known."""
+
+    gpu_hours: float | None
+    cpu_hours: float | None
+    energy_kwh: float | None
+    time_used: float | None  # elapsed ÷ time limit, both summed over the attempts that started
+    source: str  # "sacct" or "request"
+
+
+def ask_accounting(runs: Iterable[Run]) -> dict[str, list[Attempt]]:
+    """Every attempt of every submitted job of these runs: one question per backend for all of them."""
+    asking: dict[str, list[str]] = {}
+    for run in runs:
+        for job in run.jobs:
+            if job.state not in NEVER_SUBMITTED:
+                asking.setdefault(run.backend, []).extend(job_ids(job))
+    found: dict[str, list[Attempt]] = {}
+    for backend, ids in asking.items():
+        if ids:
+            found |= backends.get(backend).usage(ids)
+    return found
+
+
+def job_ids(job: RunJob) -> list[str]:
+    """Every Slurm id the job ran under: the ones jobgen submitted it as before, then its segments or id."""
+    return [*job.previous_job_ids, *job.ids]
+
+
+def usage_of(job: RunJob, accounting: Accounting | None, requeues: int = 0) -> Usage | None:
+    """The job's usage from the accounting when it knows every id of the job, else from its request
+    (`requeues`: how often its result says it ran again). None when nothing is known, or it never started."""
+    ids = job_ids(job)
+    if not ids or job.state in NEVER_SUBMITTED:
+        return None
+    if accounting and all(i in accounting for i in ids):
+        return from_attempts([a for i in ids for a in accounting[i]])
+    return from_request(job) if requeues == 0 else None
+
+
+def from_attempts(attempts: list[Attempt]) -> Usage | None:
+    """Sums over the attempts that started; None when none did."""
+    ran = [a for a in attempts if a.started]
+    if not ran:
+        return None
+    limits = [a.limit_s for a in ran]
+    energy = [a.energy_j for a in ran]
+    return Usage(
+        gpu_hours=_hours(ran, "gpus"),
+        cpu_hours=_hours(ran, "cpus"),
+        # Every attempt's or none: a sum that leaves one out would be too small, and look right.
+        energy_kwh=None if None in energy else math.fsum(e or 0 for e in energy) / 3.6e6,
+        time_used=_fraction(sum(a.elapsed_s for a in ran), None if None in limits else sum(x or 0 for x in limits)),
+        source="sacct",
+    )
+
+
+def _hours(attempts: list[Attempt], resource: str) -> float | None:
+    counts = [getattr(a, resource) for a in attempts]
+    if None in counts:
+        return None
+    return math.fsum(n * a.elapsed_s for n, a in zip(counts, attempts, strict=True)) / 3600
+
+
+def _fraction(used: float, limit: float | None) -> float | None:
+    return used / limit if limit else None
+
+
+# sbatch options in slurm.extra that change what a job is allocated beyond its [slurm] request: with
+# one of them the request does not say what the job held.
+CHANGES_ALLOCATION = frozenset(
+    {"exclusive", "gres", "gpus", "gpus-per-task", "gpus-per-socket", "ntasks", "cpus-per-gpu", "mincpus"}
+    | {"ntasks-per-gpu", "ntasks-per-core", "ntasks-per-socket", "threads-per-core", "overcommit", "oversubscribe"}
+)
+
+
+def from_request(job: RunJob) -> Usage | None:
+    """What the job asked for (spec.json's `slurm`) × the elapsed time Slurm reported for it (this
+    command's answer, or the one jobgen recorded once the job ended). Only for a job that ran once: the
+    elapsed time of earlier attempts is recorded nowhere but in the accounting."""
+    slurm = job.spec().get("slurm")
+    if not isinstance(slurm, dict) or len(job_ids(job)) > 1:
+        return None
+    elapsed = _elapsed(job)
+    if elapsed is None:
+        return None
+    nodes, gpus, tasks, cpus = (_whole(slurm.get(k)) for k in ("nodes", "gpus_per_node", "ntasks_per_node", "cpus_per_task"))
+    extra = slurm.get("extra") if isinstance(slurm.get("extra"), dict) else {}
+    exact = not slurm.get("exclusive") and not CHANGES_ALLOCATION & {k for k, v in extra.items() if v is not False}
+    limit = time_seconds(slurm["time"]) if isinstance(slurm.get("time"), str) and slurm["time"][:1].isdigit() else None
+    held_gpus = nodes * gpus if exact and nodes and gpus is not None else None
+    held_cpus = nodes * tasks * cpus if exact and nodes and tasks and cpus else None
+    return Usage(
+        gpu_hours=None if held_gpus is None else held_gpus * elapsed / 3600,
+        cpu_hours=None if held_cpus is None else held_cpus * elapsed / 3600,
+        energy_kwh=None,
+        time_used=_fraction(elapsed, limit),
+        source="request",
+    )
+
+
+def _elapsed(job: RunJob) -> int | None:
+    """Seconds the job has held its allocation: Slurm's word in this command, else the one recorded when it
+    ended (a job last seen running has used more since)."""
+    said = job.live.elapsed if job.live is not None and job.live.source else ""
+    if not said and job.state.is_final:
+        said = str(job.entry.get("elapsed") or "")
+    return time_seconds(said) if re.fullmatch(r"(\d+-)?\d+(:\d+){1,2}", said) else None
+
+
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+# --- model FLOPs utilization ------------------------------------------------------------------------------
+
+TFLOPS = 1e12
+# Dense peak FLOP/s (no sparsity) per GPU by precision, from NVIDIA's data sheets: "bf16" and "fp16" on
+# the tensor cores, "fp32" without TF32 (torch's default for matmuls; training/ does not turn TF32 on).
+# A GPU whose name matches no pattern, or a precision a GPU has no peak for, gives no MFU.
+PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
+    (r"\bH100\b(?!.*(PCIe|NVL)).*(HBM3|SXM)", {"bf16": 989.4, "fp16": 989.4, "fp32": 67.0}),
+    (r"\bH100\b.*PCIe", {"bf16": 756.5, "fp16": 756.5, "fp32": 51.0}),
+    (r"\bH200\b(?!.*NVL)", {"bf16": 989.4, "fp16": 989.4, "fp32": 67.0}),
+    (r"\bA100\b", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}),
+    (r"\bV100-SXM2", {"fp16": 125.0, "fp32": 15.7}),
+    (r"\bV100-PCIE", {"fp16": 112.0, "fp32": 14.0}),
+    (r"\bL40S\b", {"bf16": 362.05, "fp16": 362.05, "fp32": 91.6}),
+    (r"\bL40\b", {"bf16": 181.05, "fp16": 181.05, "fp32": 90.5}),
+    (r"\bL4\b", {"bf16": 121.0, "fp16": 121.0, "fp32": 30.3}),
+    (r"\bA10\b", {"bf16": 125.0, "fp16": 125.0, "fp32": 31.2}),
+    (r"\bT4\b", {"fp16": 65.0, "fp32": 8.1}),
+)
+PRECISIONS = {"bf16-mixed": "bf16", "bf16-true": "bf16", "16-mixed": "fp16", "16-true": "fp16", "32-true": "fp32"}
+
+
+def peak_flops(gpu: str, precision: str | None) -> float | None:
+    """The GPU's dense peak FLOP/s at the precision the job ran in (Lightning's names); None if unknown."""
+    kind = PRECISIONS.get(precision or "")
+    for pattern, peaks in PEAKS:
+        if re.search(pattern, gpu, re.IGNORECASE):
+            return peaks[kind] * TFLOPS if kind in peaks else None
+    return None
+
+
+def mfu(
+    gpus: Iterable[str], precision: str | None, parameters: int | None, tokens_per_s: float | None, devices: int | None
+) -> float | None:
+    """Model FLOPs per second over the peak of the devices: 6 × parameters × tokens/s (the training
+    approximation of Kaplan et al. 2020, "Scaling Laws for Neural Language Models": forward 2N, backward
+    4N per token) ÷ (devices × one GPU's peak). None on CPU, for an unknown GPU, or mixed GPUs."""
+    names = set(gpus)
+    if len(names) != 1 or not parameters or not tokens_per_s or not devices:
+        return None
+    peak = peak_flops(names.pop(), precision)
+    return None if peak is None else 6 * parameters * tokens_per_s / (devices * peak)
