@@ -46,6 +46,11 @@ class FakeJob:
     result: str | dict[str, Any] | None = "ok"  # "ok": a valid result; str: raw text; dict: as is; None: none
     logs: dict[str, str] = field(default_factory=dict)  # file name -> text
     error: str | None = None
+    slurm: dict[str, Any] | None = None  # spec.json's [slurm] section (the request), when given
+    elapsed: str | None = None  # the elapsed time `jobgen status` recorded from Slurm
+    job_ids: list[str] | None = None  # [earlier ids..., id]: a job jobgen submitted again
+    gpus: list[str] = field(default_factory=list)  # ran_on.gpus
+    parameters: int | None = None
 
     def finished_at(self) -> datetime:
         return T0 + timedelta(seconds=(self.submitted_s or 0.0) + self.queue_s + self.total_s)
@@ -89,6 +94,8 @@ def result_json(job: FakeJob, experiment: str) -> dict[str, Any]:
         "git_sha": None,
         "slurm": {"job_id": "1", "array_task_id": None, "nodelist": "gpu001"},
         "finished_at": job.finished_at().isoformat(),
+        "parameters": None if job.parameters is None else {"total": job.parameters, "per_rank": []},
+        "ran_on": {"gpus": job.gpus},
     }
 
 
@@ -136,6 +143,8 @@ def _entry(job: FakeJob, index: int) -> dict[str, Any]:
         "submitted_at": submitted,
         "state": job.state,
         "error": job.error,
+        **({"elapsed": job.elapsed} if job.elapsed else {}),
+        **({"job_id": job.job_ids[-1], "previous_job_ids": job.job_ids[:-1]} if job.job_ids else {}),
     }
 
 
@@ -153,6 +162,7 @@ def _write_job(job_dir: Path, job: FakeJob, experiment: str) -> None:
             "num_nodes": job.nodes,
             "devices": job.devices,
         },
+        **({"slurm": job.slurm} if job.slurm is not None else {}),
     }
     (job_dir / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
     if job.result == "ok":
