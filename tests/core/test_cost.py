@@ -258,7 +258,7 @@ def test_mfu_is_model_flops_over_the_devices_peak(tmp_path: Path) -> None:
         FakeJob("gpu", state="COMPLETED", nodes=2, devices=4, gpus=["NVIDIA A100-SXM4-80GB"], parameters=10**8),
         FakeJob("cpu", state="COMPLETED", peak_gpu_mb=None, gpus=[], parameters=10**8),
         FakeJob("unknown", state="COMPLETED", gpus=["Some Future GPU"], parameters=10**8),
-        FakeJob("mixed", state="COMPLETED", gpus=["NVIDIA A100-SXM4-80GB", "Tesla T4"], parameters=10**8),
+        FakeJob("mixed", state="COMPLETED", gpus=["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"], parameters=10**8),
     ]
     rows = {r["config"]: r for r in _json([write_run(tmp_path, "exp", jobs)])["rows"]}
     tokens_per_s = jobs[0].samples_per_s * 100  # what synth writes
