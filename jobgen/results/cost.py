@@ -115,10 +115,13 @@ def from_request(job: RunJob) -> Usage | None:
     elapsed = _elapsed(job)
     if elapsed is None:
         return None
-    nodes, gpus, tasks, cpus = (_whole(slurm.get(k)) for k in ("nodes", "gpus_per_node", "ntasks_per_node", "cpus_per_task"))
-    extra = slurm.get("extra") if isinstance(slurm.get("extra"), dict) else {}
+    nodes, gpus, tasks, cpus = (
+        _whole(slurm.get(k)) for k in ("nodes", "gpus_per_node", "ntasks_per_node", "cpus_per_task")
+    )
+    extra = slurm.get("extra")
+    extra = extra if isinstance(extra, dict) else {}
     exact = not slurm.get("exclusive") and not CHANGES_ALLOCATION & {k for k, v in extra.items() if v is not False}
-    limit = time_seconds(slurm["time"]) if isinstance(slurm.get("time"), str) and slurm["time"][:1].isdigit() else None
+    limit = _seconds(slurm.get("time"))
     held_gpus = nodes * gpus if exact and nodes and gpus is not None else None
     held_cpus = nodes * tasks * cpus if exact and nodes and tasks and cpus else None
     return Usage(
@@ -136,7 +139,14 @@ def _elapsed(job: RunJob) -> int | None:
     said = job.live.elapsed if job.live is not None and job.live.source else ""
     if not said and job.state.is_final:
         said = str(job.entry.get("elapsed") or "")
-    return time_seconds(said) if re.fullmatch(r"(\d+-)?\d+(:\d+){1,2}", said) else None
+    return _seconds(said) if ":" in said else None  # Slurm's elapsed is [D-][HH:]MM:SS
+
+
+def _seconds(text: Any) -> int | None:
+    """A Slurm time (sbatch's forms: MM, MM:SS, HH:MM:SS, D-HH, ...) in seconds; None for UNLIMITED or junk."""
+    if not isinstance(text, str) or not re.fullmatch(r"(\d+-)?\d+(:\d+){0,2}", text):
+        return None
+    return time_seconds(text)
 
 
 def _whole(value: Any) -> int | None:
