@@ -13,7 +13,7 @@ from jobgen.cli import main
 from jobgen.results.charts import PALETTE, nice_ticks, time_unit, zoomed_range
 from tests.data.summary.synth import FakeJob, log, write_run
 
-# What the jobs asked Slurm for; with the elapsed time jobgen recorded, their GPU-hours (no accounting here).
+# What the jobs asked Slurm for; with the start and end jobgen recorded, their GPU-hours (no accounting here).
 REQUEST = {"nodes": 1, "gpus_per_node": 2, "ntasks_per_node": 2, "cpus_per_task": 4, "time": "01:00:00"}
 JOBS = [
     FakeJob(
@@ -23,7 +23,7 @@ JOBS = [
         train_s=95.0,
         test_acc=0.912,
         slurm=REQUEST,
-        elapsed="00:03:00",
+        ran_s=180,
         state="COMPLETED",
     ),
     FakeJob(
@@ -32,7 +32,7 @@ JOBS = [
         train_s=80.0,
         test_acc=0.934,
         slurm=REQUEST,
-        elapsed="00:02:30",
+        ran_s=150,
         state="COMPLETED",
     ),
     FakeJob(
@@ -42,7 +42,7 @@ JOBS = [
         train_s=70.0,
         test_acc=0.921,
         slurm=REQUEST,
-        elapsed="00:02:00",
+        ran_s=120,
         state="COMPLETED",
     ),
     FakeJob("oom", {"train.engine": "fabric"}, result=None, logs={"slurm-4000.out": log("oom.out")}),

@@ -15,6 +15,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from jobgen import backends
@@ -134,12 +135,24 @@ def from_request(job: RunJob) -> Usage | None:
 
 
 def _elapsed(job: RunJob) -> int | None:
-    """Seconds the job has held its allocation: Slurm's word in this command, else the one recorded when it
-    ended (a job last seen running has used more since)."""
-    said = job.live.elapsed if job.live is not None and job.live.source else ""
-    if not said and job.state.is_final:
-        said = str(job.entry.get("elapsed") or "")
-    return _seconds(said) if ":" in said else None  # Slurm's elapsed is [D-][HH:]MM:SS
+    """Seconds the job has held its allocation: Slurm's word in this command (so far, while it runs),
+    else the start and end jobgen recorded (an end is recorded only once Slurm says the job ended; an
+    elapsed time recorded while it ran would be too short)."""
+    if job.live is not None and job.live.source and job.live.state is not State.PENDING:
+        return _seconds(job.live.elapsed) if ":" in job.live.elapsed else None  # [D-][HH:]MM:SS
+    start, end = _when(job.entry.get("started_at")), _when(job.entry.get("ended_at"))
+    if start is None or end is None or end < start:
+        return None
+    return round((end - start).total_seconds())
+
+
+def _when(value: Any) -> datetime | None:
+    try:
+        when = datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    # Slurm prints naive local times; jobgen writes aware UTC ones.
+    return None if when is None else when if when.tzinfo else when.astimezone()
 
 
 def _seconds(text: Any) -> int | None:

@@ -153,7 +153,7 @@ def test_summary_takes_the_hours_from_sacct(tmp_path: Path, bin_dir: Path) -> No
         tmp_path,
         "exp",
         [
-            FakeJob("a", state="COMPLETED", slurm=REQUEST, elapsed="00:30:00"),
+            FakeJob("a", state="COMPLETED", slurm=REQUEST, ran_s=1800),
             FakeJob("b", state="COMPLETED", slurm=REQUEST, job_ids=["90", "91"]),  # jobgen submitted it again
         ],
     )
@@ -182,14 +182,16 @@ def test_summary_takes_the_hours_from_sacct(tmp_path: Path, bin_dir: Path) -> No
 def test_without_accounting_the_hours_come_from_the_request(tmp_path: Path, bin_dir: Path) -> None:
     _tool(bin_dir, "sacct", "echo 'sacct: error: Slurm accounting storage is disabled' >&2; exit 1\n")
     jobs = [
-        FakeJob("gpu", state="COMPLETED", slurm=REQUEST, elapsed="00:30:00"),
-        FakeJob("cpu", state="COMPLETED", slurm={**REQUEST, "gpus_per_node": 0, "time": "45"}, elapsed="1-00:00:00"),
-        FakeJob("exclusive", state="COMPLETED", slurm={**REQUEST, "exclusive": True}, elapsed="00:30:00"),
-        FakeJob("extra-gres", state="COMPLETED", slurm={**REQUEST, "extra": {"gres": "gpu:2"}}, elapsed="00:30:00"),
-        FakeJob("requeued", state="COMPLETED", slurm=REQUEST, elapsed="00:30:00", requeue_count=1),
-        FakeJob("resubmitted", state="COMPLETED", slurm=REQUEST, elapsed="00:30:00", job_ids=["1", "2"]),
+        FakeJob("gpu", state="COMPLETED", slurm=REQUEST, ran_s=1800),
+        FakeJob("cpu", state="COMPLETED", slurm={**REQUEST, "gpus_per_node": 0, "time": "45"}, ran_s=86400),
+        FakeJob("exclusive", state="COMPLETED", slurm={**REQUEST, "exclusive": True}, ran_s=1800),
+        FakeJob("extra-gres", state="COMPLETED", slurm={**REQUEST, "extra": {"gres": "gpu:2"}}, ran_s=1800),
+        FakeJob("requeued", state="COMPLETED", slurm=REQUEST, ran_s=1800, requeue_count=1),
+        FakeJob("resubmitted", state="COMPLETED", slurm=REQUEST, ran_s=1800, job_ids=["1", "2"]),
         FakeJob("no-elapsed", state="COMPLETED", slurm=REQUEST),
-        FakeJob("unlimited", state="COMPLETED", slurm={**REQUEST, "time": "UNLIMITED"}, elapsed="00:30:00"),
+        # Last seen running (an elapsed time, no end): it ran longer than that, for how long is unknown.
+        FakeJob("stale", state="COMPLETED", slurm=REQUEST, elapsed="00:10:00"),
+        FakeJob("unlimited", state="COMPLETED", slurm={**REQUEST, "time": "UNLIMITED"}, ran_s=1800),
     ]
     rows = {r["config"]: r for r in _json(read_some([write_run(tmp_path, "exp", jobs)]))["rows"]}
     gpu = rows["gpu"]
@@ -200,21 +202,21 @@ def test_without_accounting_the_hours_come_from_the_request(tmp_path: Path, bin_
     # Where the request does not say what the job held, or earlier attempts are recorded nowhere: blank.
     assert rows["exclusive"]["cpu_hours"] is None and rows["exclusive"]["gpu_hours"] is None
     assert rows["extra-gres"]["gpu_hours"] is None
-    for name in ("requeued", "resubmitted", "no-elapsed"):
+    for name in ("requeued", "resubmitted", "no-elapsed", "stale"):
         assert rows[name]["gpu_hours"] is None and rows[name]["time_used_fraction"] is None, name
     assert rows["unlimited"]["gpu_hours"] == pytest.approx(4.0) and rows["unlimited"]["time_used_fraction"] is None
 
 
 def test_a_copied_run_is_summarized_from_what_its_manifest_recorded(tmp_path: Path, monkeypatch) -> None:
-    """No Slurm at all (a run copied to a laptop): the request × the elapsed time jobgen recorded."""
+    """No Slurm at all (a run copied to a laptop): the request × the start and end jobgen recorded."""
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    run = write_run(tmp_path, "exp", [FakeJob("a", state="COMPLETED", slurm=REQUEST, elapsed="01:00:00")])
+    run = write_run(tmp_path, "exp", [FakeJob("a", state="COMPLETED", slurm=REQUEST, ran_s=3600)])
     (row,) = _json(read_some([run]))["rows"]
     assert row["gpu_hours"] == pytest.approx(8.0) and row["cpu_hours"] == pytest.approx(24.0)
 
 
 def test_blank_cells_are_blank_in_every_format(tmp_path: Path) -> None:
-    run = write_run(tmp_path, "exp", [FakeJob("a", state="COMPLETED", slurm=REQUEST, elapsed="00:30:00")])
+    run = write_run(tmp_path, "exp", [FakeJob("a", state="COMPLETED", slurm=REQUEST, ran_s=1800)])
     csv_text = summarize([run], fmt="csv")
     header, row = csv_text.splitlines()
     values = dict(zip(header.split(","), row.split(","), strict=True))

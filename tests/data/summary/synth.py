@@ -47,7 +47,8 @@ class FakeJob:
     logs: dict[str, str] = field(default_factory=dict)  # file name -> text
     error: str | None = None
     slurm: dict[str, Any] | None = None  # spec.json's [slurm] section (the request), when given
-    elapsed: str | None = None  # the elapsed time `jobgen status` recorded from Slurm
+    ran_s: float | None = None  # Slurm's start and end of the job, as `jobgen status` recorded them
+    elapsed: str | None = None  # Slurm's elapsed time, as `jobgen status` recorded it
     job_ids: list[str] | None = None  # [earlier ids..., id]: a job jobgen submitted again
     gpus: list[str] = field(default_factory=list)  # ran_on.gpus
     parameters: int | None = None
@@ -144,7 +145,20 @@ def _entry(job: FakeJob, index: int) -> dict[str, Any]:
         "state": job.state,
         "error": job.error,
         **({"elapsed": job.elapsed} if job.elapsed else {}),
+        **(_slurm_times(job) if job.ran_s is not None else {}),
         **({"job_id": job.job_ids[-1], "previous_job_ids": job.job_ids[:-1]} if job.job_ids else {}),
+    }
+
+
+def _slurm_times(job: FakeJob) -> dict[str, str]:
+    start = T0 + timedelta(seconds=(job.submitted_s or 0.0) + job.queue_s)
+    # As Slurm prints them: local time without a zone.
+    return {
+        "started_at": start.astimezone().replace(tzinfo=None).isoformat(timespec="seconds"),
+        "ended_at": (start + timedelta(seconds=job.ran_s or 0.0))
+        .astimezone()
+        .replace(tzinfo=None)
+        .isoformat(timespec="seconds"),
     }
 
 
