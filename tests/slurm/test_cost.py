@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jobgen.states import State
+from jobgen.states import State, from_slurm
 from tests.slurm.helpers import all_final, behave_experiment, jobgen, manifest, only_run, wait_states
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
@@ -60,7 +60,8 @@ def _wait_accounted(job_id: str, attempts: int, timeout: float = 60) -> list[dic
     deadline = time.monotonic() + timeout
     while True:
         found = _sacct_attempts(job_id)
-        if len(found) >= attempts and all(State(a["state"].split()[0]).is_final for a in found if a["state"]):
+        states = [from_slurm(a["state"]) for a in found]  # an attempt Slurm requeued is REQUEUED
+        if len(found) >= attempts and all(s.is_final or s is State.REQUEUED for s in states):
             return found
         if time.monotonic() > deadline:
             raise AssertionError(f"sacct did not record {attempts} ended attempt(s) of {job_id}: {found}")
