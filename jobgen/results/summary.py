@@ -216,7 +216,7 @@ FIELDS = (
     ["experiment", "run", "config", "engine", "strategy", "precision", "compile", "nodes"]
     + ["devices_per_node", "accelerator", "state", "n"]
     + [name for metric in METRICS for name in (metric.name, f"{metric.name}_std")]
-    + ["peak_mem_kind", "speedup", "scaling_efficiency", "baseline", "problem", "hint"]
+    + ["peak_mem_kind", "speedup", "scaling_efficiency", "usage_from", "baseline", "problem", "hint"]
 )
 
 
@@ -239,6 +239,8 @@ def record(line: Line) -> dict[str, Any]:
         peak_mem_kind=line.mem_kind,
         speedup=_round(line.speedup),
         scaling_efficiency=_round(line.scaling_efficiency),
+        # Where the hours came from: "sacct", "request" (no accounting), or both across seeds.
+        usage_from="+".join(sorted({j.usage.source for j in line.jobs if j.usage is not None})) or None,
         baseline=line.is_baseline,
         problem=line.problem or None,
         hint=line.hint or None,

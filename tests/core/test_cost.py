@@ -171,6 +171,7 @@ def test_summary_takes_the_hours_from_sacct(tmp_path: Path, bin_dir: Path) -> No
     assert a["gpu_hours"] == pytest.approx(8 * 0.5) and a["cpu_hours"] == pytest.approx(32 * 0.5)
     assert a["energy_kwh"] == pytest.approx(1.5) and a["time_used_fraction"] == pytest.approx(0.25)
     assert b["gpu_hours"] == pytest.approx(8 * 3) and b["energy_kwh"] is None
+    assert a["usage_from"] == b["usage_from"] == "sacct"
     assert b["time_used_fraction"] == pytest.approx(3 / 4)  # 3 h used of 2 × 2 h asked
     assert doc["totals"] == {"jobs": 2, "gpu_hours": pytest.approx(28.0), "cpu_hours": pytest.approx(112.0)} | {
         "energy_kwh": None  # one job's energy is unknown: so is the sweep's
@@ -197,6 +198,7 @@ def test_without_accounting_the_hours_come_from_the_request(tmp_path: Path, bin_
     gpu = rows["gpu"]
     assert gpu["gpu_hours"] == pytest.approx(2 * 4 * 0.5) and gpu["cpu_hours"] == pytest.approx(2 * 4 * 3 * 0.5)
     assert gpu["time_used_fraction"] == pytest.approx(0.25) and gpu["energy_kwh"] is None
+    assert gpu["usage_from"] == "request" and rows["no-elapsed"]["usage_from"] is None
     assert rows["cpu"]["gpu_hours"] == 0 and rows["cpu"]["cpu_hours"] == pytest.approx(24 * 24)
     assert rows["cpu"]["time_used_fraction"] == pytest.approx(24 * 60 / 45)  # "45" is minutes, as sbatch reads it
     # Where the request does not say what the job held, or earlier attempts are recorded nowhere: blank.
