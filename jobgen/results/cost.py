@@ -110,11 +110,9 @@ def from_request(job: RunJob) -> Usage | None:
     """What the job asked for (spec.json's `slurm`) × the elapsed time Slurm reported for it (this
     command's answer, or the one jobgen recorded once the job ended). Only for a job that ran once: the
     elapsed time of earlier attempts is recorded nowhere but in the accounting."""
-    slurm = job.spec().get("slurm")
-    if not isinstance(slurm, dict) or len(job_ids(job)) > 1:
-        return None
-    elapsed = _elapsed(job)
-    if elapsed is None:
+    elapsed = _elapsed(job) if len(job_ids(job)) == 1 else None
+    slurm = job.spec().get("slurm") if elapsed is not None else None  # spec.json only when it can help
+    if elapsed is None or not isinstance(slurm, dict):
         return None
     nodes, gpus, tasks, cpus = (
         _whole(slurm.get(k)) for k in ("nodes", "gpus_per_node", "ntasks_per_node", "cpus_per_task")
