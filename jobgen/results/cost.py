@@ -61,13 +61,14 @@ def job_ids(job: RunJob) -> list[str]:
 
 def usage_of(job: RunJob, accounting: Accounting | None, requeues: int = 0) -> Usage | None:
     """The job's usage from the accounting when it knows every id of the job, else from its request
-    (`requeues`: how often its result says it ran again). None when nothing is known, or it never started."""
+    (`requeues`: how often its result says it ran again; the manifest counts `jobgen requeue`s). None when
+    nothing is known, or it never started."""
     ids = job_ids(job)
     if not ids or job.state in NEVER_SUBMITTED:
         return None
     if accounting and all(i in accounting for i in ids):
         return from_attempts([a for i in ids for a in accounting[i]])
-    return from_request(job) if requeues == 0 else None
+    return from_request(job) if requeues == 0 and not job.entry.get("requeues") else None
 
 
 def from_attempts(attempts: list[Attempt]) -> Usage | None:
