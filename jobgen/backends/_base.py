@@ -27,7 +27,7 @@ class Attempt:
     elapsed_s: int  # wall seconds it held its allocation (so far, while it runs)
     limit_s: int | None  # its time limit (None: unlimited or unknown)
     cpus: int | None  # what it was allocated (None: the accounting does not say)
-    gpus: int | None
+    gpus: int | None  # None also where the accounting does not track GPUs
     energy_j: int | None  # None where the cluster records no energy (no plugin: sacct says 0 or nothing)
 
 

@@ -247,7 +247,7 @@ def parse_usage_line(line: str) -> tuple[str, Attempt] | None:
         elapsed_s=int(elapsed),
         limit_s=int(limit) * 60 if limit.isdigit() else None,  # TimelimitRaw is in minutes
         cpus=counts.get("cpu"),
-        gpus=tres_gpus(counts) if counts else None,
+        gpus=tres_gpus(counts),
         energy_j=int(energy) if energy.isdigit() and 0 < int(energy) < NO_VAL64 else None,
     )
 
@@ -263,12 +263,14 @@ def parse_tres(text: str) -> dict[str, int]:
     return counts
 
 
-def tres_gpus(counts: dict[str, int]) -> int:
+def tres_gpus(counts: dict[str, int]) -> int | None:
     """GPUs in an allocation: gres/gpu, which Slurm adds up over the types; only the typed counts
-    (gres/gpu:a100=4) when it is absent. 0 when the job had none."""
+    (gres/gpu:a100=4) when it is absent. None when it lists neither: a cluster whose accounting does not
+    track GPUs (AccountingStorageTRES without gres/gpu) leaves them out of every job, GPU jobs too."""
     if "gres/gpu" in counts:
         return counts["gres/gpu"]
-    return sum(n for name, n in counts.items() if name.startswith("gres/gpu:"))
+    typed = [n for name, n in counts.items() if name.startswith("gres/gpu:")]
+    return sum(typed) if typed else None
 
 
 def _squeue() -> dict[str, JobInfo]:

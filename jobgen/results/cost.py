@@ -11,6 +11,7 @@ several times without accounting, a job on the local backend (it holds no alloca
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -67,15 +68,21 @@ def usage_of(job: RunJob, accounting: Accounting | None, requeues: int = 0) -> U
     if not ids or job.state in NEVER_SUBMITTED:
         return None
     if accounting and all(i in accounting for i in ids):
-        return from_attempts([a for i in ids for a in accounting[i]])
+        attempts = [a for i in ids for a in accounting[i]]
+        # Slurm allocates exactly the GPUs --gpus-per-node asks for: the request says what the
+        # accounting leaves out where it does not track them.
+        asked = _asked(job)[0] if any(a.gpus is None for a in attempts) else None
+        return from_attempts(attempts, asked)
     return from_request(job) if requeues == 0 and not job.entry.get("requeues") else None
 
 
-def from_attempts(attempts: list[Attempt]) -> Usage | None:
-    """Sums over the attempts that started; None when none did."""
+def from_attempts(attempts: list[Attempt], asked_gpus: int | None = None) -> Usage | None:
+    """Sums over the attempts that started; None when none did. `asked_gpus`: the GPUs of an attempt
+    whose accounting does not list them (None: unknown)."""
     ran = [a for a in attempts if a.started]
     if not ran:
         return None
+    ran = [a if a.gpus is not None else dataclasses.replace(a, gpus=asked_gpus) for a in ran]
     limits = [a.limit_s for a in ran]
     energy = [a.energy_j for a in ran]
     return Usage(
@@ -112,18 +119,9 @@ def from_request(job: RunJob) -> Usage | None:
     command's answer, or the one jobgen recorded once the job ended). Only for a job that ran once: the
     elapsed time of earlier attempts is recorded nowhere but in the accounting."""
     elapsed = _elapsed(job) if len(job_ids(job)) == 1 else None
-    slurm = job.spec().get("slurm") if elapsed is not None else None  # spec.json only when it can help
-    if elapsed is None or not isinstance(slurm, dict):
+    if elapsed is None:
         return None
-    nodes, gpus, tasks, cpus = (
-        _whole(slurm.get(k)) for k in ("nodes", "gpus_per_node", "ntasks_per_node", "cpus_per_task")
-    )
-    extra = slurm.get("extra")
-    extra = extra if isinstance(extra, dict) else {}
-    exact = not slurm.get("exclusive") and not CHANGES_ALLOCATION & {k for k, v in extra.items() if v is not False}
-    limit = _seconds(slurm.get("time"))
-    held_gpus = nodes * gpus if exact and nodes and gpus is not None else None
-    held_cpus = nodes * tasks * cpus if exact and nodes and tasks and cpus else None
+    held_gpus, held_cpus, limit = _asked(job)
     return Usage(
         gpu_hours=None if held_gpus is None else held_gpus * elapsed / 3600,
         cpu_hours=None if held_cpus is None else held_cpus * elapsed / 3600,
@@ -131,6 +129,23 @@ def from_request(job: RunJob) -> Usage | None:
         time_used=_fraction(elapsed, limit),
         source="request",
     )
+
+
+def _asked(job: RunJob) -> tuple[int | None, int | None, int | None]:
+    """(GPUs, CPUs, time limit in seconds) the job asked for in spec.json's `slurm`; None for what the
+    request does not say (an option in slurm.extra that changes the allocation, whole nodes)."""
+    slurm = job.spec().get("slurm")
+    if not isinstance(slurm, dict):
+        return None, None, None
+    nodes, gpus, tasks, cpus = (
+        _whole(slurm.get(k)) for k in ("nodes", "gpus_per_node", "ntasks_per_node", "cpus_per_task")
+    )
+    extra = slurm.get("extra")
+    extra = extra if isinstance(extra, dict) else {}
+    exact = not slurm.get("exclusive") and not CHANGES_ALLOCATION & {k for k, v in extra.items() if v is not False}
+    held_gpus = nodes * gpus if exact and nodes and gpus is not None else None
+    held_cpus = nodes * tasks * cpus if exact and nodes and tasks and cpus else None
+    return held_gpus, held_cpus, _seconds(slurm.get("time"))
 
 
 def _elapsed(job: RunJob) -> int | None:

@@ -59,7 +59,8 @@ def _sacct(bin_dir: Path, usage_lines: list[str], state_lines: list[str] = ()) -
         # Slurm lists the typed count beside the total: the total, not their sum.
         ("billing=16,cpu=16,gres/gpu:a100=4,gres/gpu=4,mem=128G,node=2", 16, 4),
         ("cpu=4,gres/gpu:a100=2,gres/gpu:v100=1,node=1", 4, 3),  # typed counts only: their sum
-        ("billing=2,cpu=2,mem=1000M,node=1", 2, 0),  # a CPU job held no GPU: 0, known
+        # No gres/gpu: a CPU job, or a cluster whose accounting does not track GPUs: unknown here.
+        ("billing=2,cpu=2,mem=1000M,node=1", 2, None),
         ("", None, None),  # nothing allocated (never started): unknown
     ],
 )
@@ -180,6 +181,21 @@ def test_summary_takes_the_hours_from_sacct(tmp_path: Path, bin_dir: Path) -> No
     assert sum(track.USAGE_FIELDS in c for c in calls) == 1  # one question for the whole sweep
 
 
+def test_gpus_the_accounting_does_not_track_come_from_the_request(tmp_path: Path, bin_dir: Path) -> None:
+    """AccountingStorageTRES without gres/gpu: AllocTRES lists no GPUs for any job, GPU jobs too."""
+    jobs = [
+        FakeJob("gpu", state="COMPLETED", slurm=REQUEST),
+        FakeJob("cpu", state="COMPLETED", slurm={**REQUEST, "gpus_per_node": 0}),
+        FakeJob("whole-nodes", state="COMPLETED", slurm={**REQUEST, "exclusive": True}),
+    ]
+    run = write_run(tmp_path, "exp", jobs)
+    _sacct(bin_dir, [f"{4000 + i}|2026-01-01T00:00:00|3600|120|billing=32,cpu=32,mem=64G,node=2|" for i in range(3)])
+    rows = {r["config"]: r for r in _json(read_some([run]))["rows"]}
+    assert rows["gpu"]["gpu_hours"] == pytest.approx(2 * 4) and rows["gpu"]["cpu_hours"] == pytest.approx(32)
+    assert rows["cpu"]["gpu_hours"] == 0
+    assert rows["whole-nodes"]["gpu_hours"] is None and rows["whole-nodes"]["cpu_hours"] == pytest.approx(32)
+
+
 def test_without_accounting_the_hours_come_from_the_request(tmp_path: Path, bin_dir: Path) -> None:
     _tool(bin_dir, "sacct", "echo 'sacct: error: Slurm accounting storage is disabled' >&2; exit 1\n")
     jobs = [
@@ -188,6 +204,7 @@ def test_without_accounting_the_hours_come_from_the_request(tmp_path: Path, bin_
         FakeJob("exclusive", state="COMPLETED", slurm={**REQUEST, "exclusive": True}, ran_s=1800),
         FakeJob("extra-gres", state="COMPLETED", slurm={**REQUEST, "extra": {"gres": "gpu:2"}}, ran_s=1800),
         FakeJob("requeued", state="COMPLETED", slurm=REQUEST, ran_s=1800, requeue_count=1),
+        FakeJob("jobgen-requeued", state="COMPLETED", slurm=REQUEST, ran_s=1800, requeues=1),
         FakeJob("resubmitted", state="COMPLETED", slurm=REQUEST, ran_s=1800, job_ids=["1", "2"]),
         FakeJob("no-elapsed", state="COMPLETED", slurm=REQUEST),
         # Last seen running (an elapsed time, no end): it ran longer than that, for how long is unknown.
@@ -204,7 +221,7 @@ def test_without_accounting_the_hours_come_from_the_request(tmp_path: Path, bin_
     # Where the request does not say what the job held, or earlier attempts are recorded nowhere: blank.
     assert rows["exclusive"]["cpu_hours"] is None and rows["exclusive"]["gpu_hours"] is None
     assert rows["extra-gres"]["gpu_hours"] is None
-    for name in ("requeued", "resubmitted", "no-elapsed", "stale"):
+    for name in ("requeued", "jobgen-requeued", "resubmitted", "no-elapsed", "stale"):
         assert rows[name]["gpu_hours"] is None and rows[name]["time_used_fraction"] is None, name
     assert rows["unlimited"]["gpu_hours"] == pytest.approx(4.0) and rows["unlimited"]["time_used_fraction"] is None
 
