@@ -39,6 +39,7 @@ class Usage:
     energy_kwh: float | None
     time_used: float | None  # elapsed ÷ time limit, both summed over the attempts that started
     source: str  # "sacct" or "request"
+    ran: bool = True  # False: the accounting says no attempt started (every number is then None)
 
 
 def ask_accounting(runs: Iterable[Run]) -> dict[str, list[Attempt]]:
@@ -77,11 +78,11 @@ def usage_of(job: RunJob, accounting: Accounting | None, requeues: int = 0) -> U
 
 
 def from_attempts(attempts: list[Attempt], asked_gpus: int | None = None) -> Usage | None:
-    """Sums over the attempts that started; None when none did. `asked_gpus`: the GPUs of an attempt
-    whose accounting does not list them (None: unknown)."""
+    """Sums over the attempts that started (none did: a Usage that says so). `asked_gpus`: the GPUs of
+    an attempt whose accounting does not list them (None: unknown)."""
     ran = [a for a in attempts if a.started]
     if not ran:
-        return None
+        return Usage(None, None, None, None, "sacct", ran=False)
     ran = [a if a.gpus is not None else dataclasses.replace(a, gpus=asked_gpus) for a in ran]
     limits = [a.limit_s for a in ran]
     energy = [a.energy_j for a in ran]

@@ -100,18 +100,20 @@ def test_a_requeued_job_is_every_attempt_sacct_d_lists(bin_dir: Path) -> None:
             "81|2026-01-01T00:00:00|600|60|billing=8,cpu=8,gres/gpu=4,mem=64G,node=1|0",
             "81|2026-01-01T00:20:00|1800|60|billing=8,cpu=8,gres/gpu=4,mem=64G,node=1|0",
             "82|Unknown|0|60||0",  # still pending
+            "83|2026-01-01T00:30:00|0|Partition_Limit||0",  # cancelled in the queue: a Start, no allocation
         ],
     )
-    found = track.usage(["81", "82", "81"])
+    found = track.usage(["81", "82", "83", "81"])
     calls = (bin_dir / "sacct.calls").read_text().splitlines()
     assert len(calls) == 1 and " -D " in f" {calls[0]} " and " -X " in f" {calls[0]} "
-    assert calls[0].endswith("-j 81,82")  # each id once
+    assert calls[0].endswith("-j 81,82,83")  # each id once
     assert [a.elapsed_s for a in found["81"]] == [600, 1800]
     usage = cost.from_attempts(found["81"])
     assert usage.gpu_hours == pytest.approx(4 * 2400 / 3600) and usage.cpu_hours == pytest.approx(8 * 2400 / 3600)
     assert usage.time_used == pytest.approx(2400 / 7200)  # every attempt's elapsed over every attempt's limit
     assert usage.energy_kwh is None  # 0: no energy plugin, not "no energy"
-    assert cost.from_attempts(found["82"]) is None  # never started: nothing to count
+    for never in ("82", "83"):  # never started: nothing to count, and nothing unknown
+        assert not cost.from_attempts(found[never]).ran and cost.from_attempts(found[never]).gpu_hours is None
 
 
 def test_energy_of_every_attempt_or_none() -> None:
@@ -292,9 +294,14 @@ def test_mfu_is_model_flops_over_the_devices_peak(tmp_path: Path) -> None:
 _amounts = st.one_of(st.none(), st.floats(min_value=0, max_value=1e6, allow_nan=False))
 
 
+KINDS = ("ran", "never-started", "cancelled-in-queue")
+
+
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(_amounts, _amounts, _amounts, st.booleans()), min_size=1, max_size=30))
+@given(st.lists(st.tuples(_amounts, _amounts, _amounts, st.sampled_from(KINDS)), min_size=1, max_size=30))
 def test_totals_are_the_sum_over_jobs_or_unknown(jobs: list) -> None:
+    """Totals sum every job that ran; one that ran without a value makes the total unknown; a job that
+    never ran adds nothing (a job cancelled in the queue has a start time, but sacct says no attempt ran)."""
     from jobgen.results.collect import JobRow
     from jobgen.states import State
     from tests.data.summary.synth import T0
@@ -307,10 +314,10 @@ def test_totals_are_the_sum_over_jobs_or_unknown(jobs: list) -> None:
             name=f"j{i}",
             sweep={},
             state=State.COMPLETED,
-            started_at=T0 if started else None,
-            usage=cost.Usage(gpu, cpu, energy, None, "sacct") if (gpu, cpu, energy) != (None, None, None) else None,
+            started_at=None if kind == "never-started" else T0,
+            usage=_usage(gpu, cpu, energy, kind),
         )
-        for i, (gpu, cpu, energy, started) in enumerate(jobs)
+        for i, (gpu, cpu, energy, kind) in enumerate(jobs)
     ]
     # Lines of one to three jobs each, as seeds combine: totals sum jobs, not the lines' means.
     lines, i = [], 0
@@ -321,12 +328,19 @@ def test_totals_are_the_sum_over_jobs_or_unknown(jobs: list) -> None:
     found = totals(lines)
     assert found["jobs"] == len(rows)
     for k, name in enumerate(("gpu_hours", "cpu_hours", "energy_kwh")):
-        values = [job[k] for job in jobs]
-        unknown = any(v is None and job[3] for v, job in zip(values, jobs, strict=True))
-        if unknown:
+        values = [job[k] for job in jobs if job[3] == "ran"]
+        if None in values:
             assert found[name] is None
         else:
-            assert found[name] == pytest.approx(math.fsum(v for v in values if v is not None), abs=1e-6)
+            assert found[name] == pytest.approx(math.fsum(values), abs=1e-6)
+
+
+def _usage(gpu: float | None, cpu: float | None, energy: float | None, kind: str) -> cost.Usage | None:
+    if kind == "cancelled-in-queue":
+        return cost.Usage(None, None, None, None, "sacct", ran=False)
+    if kind == "never-started" or (gpu, cpu, energy) == (None, None, None):
+        return None  # nothing known
+    return cost.Usage(gpu, cpu, energy, None, "sacct")
 
 
 def _line(jobs: list) -> Line:
