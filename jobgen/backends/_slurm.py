@@ -243,7 +243,8 @@ def parse_usage_line(line: str) -> tuple[str, Attempt] | None:
     jid, start, elapsed, limit, tres, energy = (p.strip() for p in parts)
     counts = parse_tres(tres)
     return jid, Attempt(
-        started=_time(start) != "",
+        # A job cancelled in the queue has a Start (its end) but no allocation.
+        started=_time(start) != "" and bool(tres),
         elapsed_s=int(elapsed),
         limit_s=int(limit) * 60 if limit.isdigit() else None,  # TimelimitRaw is in minutes
         cpus=counts.get("cpu"),

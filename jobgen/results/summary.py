@@ -266,9 +266,11 @@ def totals(lines: list[Line]) -> dict[str, Any]:
     jobs = [job for line in lines for job in line.jobs]
     by_name = {metric.name: metric for metric in METRICS}
     out: dict[str, Any] = {"jobs": len(jobs)}
+    # A job ran when the accounting says so, else when it has a start time.
+    ran = [job.usage.ran if job.usage is not None else job.started_at is not None for job in jobs]
     for name in SUMMED:
         values = [by_name[name].of(job) for job in jobs]
-        missing = any(v is None and job.started_at is not None for v, job in zip(values, jobs, strict=True))
+        missing = any(v is None and did for v, did in zip(values, ran, strict=True))
         out[name] = None if missing else _round(math.fsum(v for v in values if v is not None))
     return out
 

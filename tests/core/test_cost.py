@@ -183,6 +183,23 @@ def test_summary_takes_the_hours_from_sacct(tmp_path: Path, bin_dir: Path) -> No
     assert sum(track.USAGE_FIELDS in c for c in calls) == 1  # one question for the whole sweep
 
 
+def test_a_chain_is_every_segment_that_ran(tmp_path: Path, bin_dir: Path) -> None:
+    run = write_run(
+        tmp_path, "exp", [FakeJob("chained", state="COMPLETED", slurm=REQUEST, segments=["70", "71", "72"])]
+    )
+    _sacct(
+        bin_dir,
+        [
+            "70|2026-01-01T00:00:00|7200|120|cpu=24,gres/gpu=8,node=2|",  # ran to its limit
+            "71|2026-01-01T02:00:00|1800|120|cpu=24,gres/gpu=8,node=2|",  # finished the training
+            "72|2026-01-01T02:30:00|0|120||",  # cancelled in the queue once the training was done
+        ],
+    )
+    (row,) = _json(read_some([run]))["rows"]
+    assert row["gpu_hours"] == pytest.approx(8 * 2.5) and row["cpu_hours"] == pytest.approx(24 * 2.5)
+    assert row["time_used_fraction"] == pytest.approx(2.5 / 4)  # of the two segments that ran
+
+
 def test_gpus_the_accounting_does_not_track_come_from_the_request(tmp_path: Path, bin_dir: Path) -> None:
     """AccountingStorageTRES without gres/gpu: AllocTRES lists no GPUs for any job, GPU jobs too."""
     jobs = [

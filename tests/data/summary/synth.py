@@ -51,6 +51,7 @@ class FakeJob:
     elapsed: str | None = None  # Slurm's elapsed time, as `jobgen status` recorded it
     job_ids: list[str] | None = None  # [earlier ids..., id]: a job jobgen submitted again
     requeues: int = 0  # times `jobgen requeue` queued it again (the manifest's count)
+    segments: list[str] | None = None  # a chained job's segment ids (slurm.chain)
     gpus: list[str] = field(default_factory=list)  # ran_on.gpus
     parameters: int | None = None
 
@@ -147,6 +148,7 @@ def _entry(job: FakeJob, index: int) -> dict[str, Any]:
         "error": job.error,
         **({"elapsed": job.elapsed} if job.elapsed else {}),
         **({"requeues": job.requeues} if job.requeues else {}),
+        **({"job_id": job.segments[0], "segments": job.segments} if job.segments else {}),
         **(_slurm_times(job) if job.ran_s is not None else {}),
         **({"job_id": job.job_ids[-1], "previous_job_ids": job.job_ids[:-1]} if job.job_ids else {}),
     }
