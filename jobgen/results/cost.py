@@ -64,7 +64,7 @@ def job_ids(job: RunJob) -> list[str]:
 def usage_of(job: RunJob, accounting: Accounting | None, requeues: int = 0) -> Usage | None:
     """The job's usage from the accounting when it knows every id of the job, else from its request
     (`requeues`: how often its result says it ran again; the manifest counts `jobgen requeue`s). None when
-    nothing is known, or it never started."""
+    nothing is known; `ran` False when the accounting says it never started."""
     ids = job_ids(job)
     if not ids or job.state in NEVER_SUBMITTED:
         return None
@@ -77,7 +77,7 @@ def usage_of(job: RunJob, accounting: Accounting | None, requeues: int = 0) -> U
     return from_request(job) if requeues == 0 and not job.entry.get("requeues") else None
 
 
-def from_attempts(attempts: list[Attempt], asked_gpus: int | None = None) -> Usage | None:
+def from_attempts(attempts: list[Attempt], asked_gpus: int | None = None) -> Usage:
     """Sums over the attempts that started (none did: a Usage that says so). `asked_gpus`: the GPUs of
     an attempt whose accounting does not list them (None: unknown)."""
     ran = [a for a in attempts if a.started]
@@ -117,7 +117,7 @@ CHANGES_ALLOCATION = frozenset(
 
 def from_request(job: RunJob) -> Usage | None:
     """What the job asked for (spec.json's `slurm`) × the elapsed time Slurm reported for it (this
-    command's answer, or the one jobgen recorded once the job ended). Only for a job that ran once: the
+    command's answer, or the start and end jobgen recorded). Only for a job that ran once: the
     elapsed time of earlier attempts is recorded nowhere but in the accounting."""
     elapsed = _elapsed(job) if len(job_ids(job)) == 1 else None
     if elapsed is None:
@@ -153,8 +153,11 @@ def _elapsed(job: RunJob) -> int | None:
     """Seconds the job has held its allocation: Slurm's word in this command (so far, while it runs),
     else the start and end jobgen recorded (an end is recorded only once Slurm says the job ended; an
     elapsed time recorded while it ran would be too short)."""
-    if job.live is not None and job.live.source and job.live.state is not State.PENDING:
-        return _seconds(job.live.elapsed) if ":" in job.live.elapsed else None  # [D-][HH:]MM:SS
+    live = job.live  # what a scheduler answered (its source named), or states a caller handed in
+    source = str(getattr(live, "source", None) or "")
+    if live is not None and source and live.state is not State.PENDING:
+        said = str(getattr(live, "elapsed", "") or "")
+        return _seconds(said) if ":" in said else None  # [D-][HH:]MM:SS
     start, end = _when(job.entry.get("started_at")), _when(job.entry.get("ended_at"))
     if start is None or end is None or end < start:
         return None
