@@ -378,14 +378,14 @@ def test_summary_of_a_real_local_sweep(tmp_path: Path, runner) -> None:
     assert len(rows) == len(manifest["jobs"])
     by_csv = _rows(outputs["csv"])
     # A local job holds no allocation (no GPU-, CPU-hours, limit) and a CPU job no MFU: blank, not 0.
-    blank = ("mfu", "gpu_hours", "cpu_hours", "energy_kwh", "time_used_fraction")
+    blank = ("mfu", "gpu_hours", "cpu_hours", "energy_kwh", "time_used_fraction", "usage_from")
     unfilled = ("problem", "hint", "val_acc_so_far", *blank)
     filled = [f for f in FIELDS if not f.endswith("_std") and f not in unfilled]
     for row in rows:
         result = json.loads((run / "jobs" / row["config"] / "result.json").read_text())
         assert row["state"] == "COMPLETED"
-        assert all(row[f] is not None and by_csv[row["config"]][f] != "" for f in filled), row
-        assert all(row[f] is None and by_csv[row["config"]][f] == "" for f in blank), row
+        assert [f for f in filled if row[f] is None or by_csv[row["config"]][f] == ""] == [], row
+        assert [f for f in blank if row[f] is not None or by_csv[row["config"]][f] != ""] == [], row
         assert row["train_s"] == pytest.approx(result["times_s"]["train"])
         assert row["test_acc"] == pytest.approx(result["test_acc"])
         assert row["best_val_acc"] == pytest.approx(result["best_val_acc"])
