@@ -13,10 +13,38 @@ from jobgen.cli import main
 from jobgen.results.charts import PALETTE, nice_ticks, time_unit, zoomed_range
 from tests.data.summary.synth import FakeJob, log, write_run
 
+# What the jobs asked Slurm for; with the start and end jobgen recorded, their GPU-hours (no accounting here).
+REQUEST = {"nodes": 1, "gpus_per_node": 2, "ntasks_per_node": 2, "cpus_per_task": 4, "time": "01:00:00"}
 JOBS = [
-    FakeJob("engine-torch", {"train.engine": "torch"}, engine="torch", train_s=95.0, test_acc=0.912),
-    FakeJob("engine-lightning", {"train.engine": "lightning"}, train_s=80.0, test_acc=0.934),
-    FakeJob("engine-fabric", {"train.engine": "fabric"}, engine="fabric", train_s=70.0, test_acc=0.921),
+    FakeJob(
+        "engine-torch",
+        {"train.engine": "torch"},
+        engine="torch",
+        train_s=95.0,
+        test_acc=0.912,
+        slurm=REQUEST,
+        ran_s=180,
+        state="COMPLETED",
+    ),
+    FakeJob(
+        "engine-lightning",
+        {"train.engine": "lightning"},
+        train_s=80.0,
+        test_acc=0.934,
+        slurm=REQUEST,
+        ran_s=150,
+        state="COMPLETED",
+    ),
+    FakeJob(
+        "engine-fabric",
+        {"train.engine": "fabric"},
+        engine="fabric",
+        train_s=70.0,
+        test_acc=0.921,
+        slurm=REQUEST,
+        ran_s=120,
+        state="COMPLETED",
+    ),
     FakeJob("oom", {"train.engine": "fabric"}, result=None, logs={"slurm-4000.out": log("oom.out")}),
 ]
 
@@ -100,8 +128,9 @@ def test_report_has_one_row_per_job_and_loads_nothing(tmp_path: Path, runner) ->
     for href in page.links:
         assert (out.parent / unquote(href)).resolve().is_file(), href
     assert any(href.endswith("engine-torch/slurm-4000.out") for href in page.links)
-    # Curves and the time/accuracy chart, one coloured line per job that logged metrics.
-    assert html.count('<svg xmlns="http://www.w3.org/2000/svg" class="chart') == 5
+    # Curves and the time/accuracy and cost/accuracy charts, one coloured line per job that logged metrics.
+    assert html.count('<svg xmlns="http://www.w3.org/2000/svg" class="chart') == 6
+    assert f"total of {len(JOBS)} jobs: {2 * (180 + 150 + 120) / 3600:.3f} GPU-h" in html
     assert html.count(f'stroke="{PALETTE[0]}"') == 4 and html.count(f'stroke="{PALETTE[3]}"') == 0
     # The failed job: its cause, the hint, and a link to the log that says so.
     assert "CUDA out of memory" in html and "lower batch_size" in html
@@ -152,6 +181,7 @@ def test_report_renders_in_a_real_browser(tmp_path: Path, runner) -> None:
     charts = page.values["charts"]
     assert [c[4] for c in charts] == [
         "Training time vs test accuracy",
+        "GPU-hours vs test accuracy",
         "Training loss",
         "Training loss over time",
         "Validation accuracy",

@@ -134,7 +134,7 @@ def test_human_formats_fill_every_column(tmp_path: Path, fmt: str) -> None:
 def test_narrow_terminal_stacks_two_tables_and_loses_no_column(tmp_path: Path) -> None:
     text = summarize([write_run(tmp_path, "exp", CONFIGS)], width=120)
     torch_lines = [ln for ln in text.splitlines() if ln.startswith("engine-torch")]
-    assert len(torch_lines) == 2  # packed in order: the first table as wide as fits, then the rest
+    assert len(torch_lines) == 3  # packed in order: each table as wide as fits, then the rest
     assert "auto" in torch_lines[0] and "5m00s" in torch_lines[0] and "baseline" in torch_lines[1]
 
 
@@ -332,9 +332,10 @@ def test_large_tables_skip_rich_but_keep_the_columns(tmp_path: Path) -> None:
     jobs = [FakeJob(f"j{i}", train_s=100.0 + i) for i in range(summary.RICH_MAX_ROWS + 1)]
     text = summarize([write_run(tmp_path, "exp", jobs)])
     lines = text.splitlines()
-    assert lines[0].startswith("speed-up: samples/s ÷") and len(lines) == len(jobs) + 3
+    assert lines[0].startswith("speed-up: samples/s ÷") and len(lines) == len(jobs) + 4
     assert all(h in lines[1] for h in HEADERS)
     assert lines[3].startswith("j0 ") and "COMPLETED" in lines[3]
+    assert lines[-1].startswith(f"total of {len(jobs)} jobs: ")
 
 
 def test_empty_run(tmp_path: Path) -> None:
@@ -376,13 +377,15 @@ def test_summary_of_a_real_local_sweep(tmp_path: Path, runner) -> None:
     rows = json.loads(outputs["json"])["rows"]
     assert len(rows) == len(manifest["jobs"])
     by_csv = _rows(outputs["csv"])
-    filled = [
-        f for f in FIELDS if not f.endswith("_std") and f not in ("problem", "hint", "val_acc_so_far", "excluded_nodes")
-    ]
+    # A local job holds no allocation (no GPU-, CPU-hours, limit) and a CPU job no MFU: blank, not 0.
+    blank = ("mfu", "gpu_hours", "cpu_hours", "energy_kwh", "time_used_fraction", "usage_from")
+    unfilled = ("problem", "hint", "val_acc_so_far", "excluded_nodes", *blank)
+    filled = [f for f in FIELDS if not f.endswith("_std") and f not in unfilled]
     for row in rows:
         result = json.loads((run / "jobs" / row["config"] / "result.json").read_text())
         assert row["state"] == "COMPLETED"
-        assert all(row[f] is not None and by_csv[row["config"]][f] != "" for f in filled), row
+        assert [f for f in filled if row[f] is None or by_csv[row["config"]][f] == ""] == [], row
+        assert [f for f in blank if row[f] is not None or by_csv[row["config"]][f] != ""] == [], row
         assert row["train_s"] == pytest.approx(result["times_s"]["train"])
         assert row["test_acc"] == pytest.approx(result["test_acc"])
         assert row["best_val_acc"] == pytest.approx(result["best_val_acc"])

@@ -8,6 +8,7 @@ backend names: it asks the run's scheduler (docs/backends.md).
 from __future__ import annotations
 
 import fnmatch
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -16,6 +17,18 @@ from jobgen.states import JobInfo
 
 if TYPE_CHECKING:
     from jobgen.experiment.config import Experiment
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One time a job ran, as the scheduler's accounting recorded it (a requeue runs a job again)."""
+
+    started: bool  # False: it never started (pending, or cancelled in the queue); the rest is then zero
+    elapsed_s: int  # wall seconds it held its allocation (so far, while it runs)
+    limit_s: int | None  # its time limit (None: unlimited or unknown)
+    cpus: int | None  # what it was allocated (None: the accounting does not say)
+    gpus: int | None  # None also where the accounting does not track GPUs
+    energy_j: int | None  # None where the cluster records no energy (no plugin: sacct says 0 or nothing)
 
 
 class Scheduler:
@@ -74,6 +87,11 @@ class Scheduler:
 
     def cancel(self, job_ids: list[str]) -> None:
         return None
+
+    def usage(self, job_ids: list[str]) -> dict[str, list[Attempt]]:
+        """Every attempt of each job id the scheduler's accounting knows; {} where it keeps
+        none (the summary then reckons from the request). Asked by summary and report, never by status."""
+        return {}
 
     def requeue_refusal(self, run_dir: Path) -> str | None:
         """Why `jobgen requeue` cannot work for this scheduler's runs (None: it can)."""

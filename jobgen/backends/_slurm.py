@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobgen.backends import _tools as slurm
-from jobgen.backends._base import Scheduler
+from jobgen.backends._base import Attempt, Scheduler
 from jobgen.errors import SubmitError
 from jobgen.facts import submit_tag
 from jobgen.states import JobInfo, from_slurm
@@ -26,6 +26,9 @@ class SlurmScheduler(Scheduler):
 
     def states(self, job_ids: list[str]) -> dict[str, JobInfo]:
         return query(job_ids)
+
+    def usage(self, job_ids: list[str]) -> dict[str, list[Attempt]]:
+        return usage(job_ids)
 
     def cancel(self, job_ids: list[str]) -> None:
         if job_ids:
@@ -206,6 +209,69 @@ def expand_array_id(jid: str) -> list[str]:
         low, _, high = part.partition("-")
         ids += [f"{base}_{i}" for i in range(int(low), int(high or low) + 1)]
     return ids
+
+
+# --- what jobs were allocated and used: summary and report ask, status never does ----------------------
+
+# -D: every attempt of a requeued job, each with its own allocation, elapsed time and limit (users pay
+# for all of them). AllocTRES is the job's whole allocation: "billing=8,cpu=8,gres/gpu=4,mem=64G,node=1".
+USAGE_FIELDS = "JobID,Start,ElapsedRaw,TimelimitRaw,AllocTRES,ConsumedEnergyRaw"
+NO_VAL64 = 2**63  # sacct prints Slurm's "no value" markers (0xfffffffffffffffe) as huge numbers
+
+
+def usage(job_ids: list[str]) -> dict[str, list[Attempt]]:
+    """Every attempt of each job id that the accounting database knows: one sacct per SACCT_CHUNK ids.
+    {} without accounting (sacct refuses, or is missing: a copied run read elsewhere)."""
+    ids = list(dict.fromkeys(j for j in job_ids if j))
+    out: dict[str, list[Attempt]] = {}
+    for start in range(0, len(ids), SACCT_CHUNK):
+        chunk = ids[start : start + SACCT_CHUNK]
+        said = slurm.ask(["sacct", "-n", "-P", "-X", "-D", f"--format={USAGE_FIELDS}", "-j", ",".join(chunk)])
+        for line in said.splitlines() if said is not None else []:
+            parsed = parse_usage_line(line)
+            if parsed is not None:
+                for one in expand_array_id(parsed[0]):
+                    out.setdefault(one, []).append(parsed[1])
+    return out
+
+
+def parse_usage_line(line: str) -> tuple[str, Attempt] | None:
+    """One line of the USAGE_FIELDS query -> (job id, attempt); None for a line of another shape."""
+    parts = line.split("|")
+    if len(parts) != 6 or not parts[2].strip().isdigit():
+        return None
+    jid, start, elapsed, limit, tres, energy = (p.strip() for p in parts)
+    counts = parse_tres(tres)
+    return jid, Attempt(
+        # A job cancelled in the queue has a Start (its end) but no allocation.
+        started=_time(start) != "" and bool(tres),
+        elapsed_s=int(elapsed),
+        limit_s=int(limit) * 60 if limit.isdigit() else None,  # TimelimitRaw is in minutes
+        cpus=counts.get("cpu"),
+        gpus=tres_gpus(counts),
+        energy_j=int(energy) if energy.isdigit() and 0 < int(energy) < NO_VAL64 else None,
+    )
+
+
+def parse_tres(text: str) -> dict[str, int]:
+    """'billing=8,cpu=8,gres/gpu=4,mem=64G,node=1' -> the whole counts {billing: 8, cpu: 8, gres/gpu: 4,
+    node: 1}; sizes (mem=64G) and anything unreadable are left out."""
+    counts = {}
+    for item in text.split(","):
+        name, _, value = item.partition("=")
+        if name and value.isdigit():
+            counts[name.strip()] = int(value)
+    return counts
+
+
+def tres_gpus(counts: dict[str, int]) -> int | None:
+    """GPUs in an allocation: gres/gpu, which Slurm adds up over the types; only the typed counts
+    (gres/gpu:a100=4) when it is absent. None when it lists neither: a cluster whose accounting does not
+    track GPUs (AccountingStorageTRES without gres/gpu) leaves them out of every job, GPU jobs too."""
+    if "gres/gpu" in counts:
+        return counts["gres/gpu"]
+    typed = [n for name, n in counts.items() if name.startswith("gres/gpu:")]
+    return sum(typed) if typed else None
 
 
 def _squeue() -> dict[str, JobInfo]:

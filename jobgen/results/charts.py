@@ -185,10 +185,11 @@ def scatter_chart(
     y_range: tuple[float, float] | None = None,
     width: int = WIDTH,
     height: int = HEIGHT,
+    missing: str = "no finished job has both a time and an accuracy",
 ) -> str:
-    """Labelled dots: (label, x, y, colour)."""
+    """Labelled dots: (label, x, y, colour); `missing` says why there are none."""
     if not points:
-        return empty_chart(title, "no finished job has both a time and an accuracy")
+        return empty_chart(title, missing)
     xs, ys = [p[1] for p in points], [p[2] for p in points]
     x_low, x_high = zoomed_range(xs, floor=0.0)
     frame = _Frame((x_low, x_high), y_range or zoomed_range(ys), width, height)

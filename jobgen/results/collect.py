@@ -19,6 +19,7 @@ from typing import Any
 
 from jobgen.facts import RESULT_SCHEMA
 from jobgen.results import logs
+from jobgen.results.cost import Accounting, Usage, ask_accounting, usage_of
 from jobgen.results.diagnose import LAST_LINE, Cause, find_cause
 from jobgen.results.state import settle
 from jobgen.results.status import progress
@@ -52,6 +53,10 @@ class Result:
     epochs_done: int | None = None
     finished_at: datetime | None = None
     scoring: str | None = None  # a split scored on other than its size: the accuracy is not the split's
+    world_size: int | None = None
+    parameters: int | None = None  # the whole model's parameter elements
+    tokens_per_s: float | None = None  # real (non-padding) tokens, all ranks
+    gpus: tuple[str, ...] = ()  # the GPUs rank 0 saw (ran_on.gpus); () on CPU
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,7 @@ class JobRow:
     backend: str = ""  # the run's launch.backend: its scheduler knows where the logs are
     segments: tuple[str, ...] = ()  # a chained job (slurm.chain): each segment's state, "?" where unknown
     retries: Retries | None = None  # slurm.retries: the batch shell's record, once the job failed once
+    usage: Usage | None = None  # what it held and used, all attempts together (jobgen.results.cost)
 
     @property
     def queue_wait_s(self) -> float | None:
@@ -90,16 +96,21 @@ LiveStates = Mapping[tuple[str, str], State | JobInfo]  # (run id, job name) -> 
 
 
 def collect(runs: Sequence[Run | Path], live_states: LiveStates | None = None) -> list[JobRow]:
-    """Rows for every job of every run, in run order then manifest order."""
+    """Rows for every job of every run, in run order then manifest order. The loaded runs' schedulers are
+    asked once (per backend, for all their jobs) what the jobs were allocated and used."""
+    accounting = ask_accounting([run for run in runs if isinstance(run, Run)])
     rows: list[JobRow] = []
     for run in runs:
-        rows.extend(collect_run(run, live_states))
+        rows.extend(collect_run(run, live_states, accounting))
     return rows
 
 
-def collect_run(run: Run | Path, live_states: LiveStates | None = None) -> list[JobRow]:
+def collect_run(
+    run: Run | Path, live_states: LiveStates | None = None, accounting: Accounting | None = None
+) -> list[JobRow]:
     """Rows for one run. A run given as a folder is loaded here, its states decided from its files and
-    `live_states` (keyed by (run id, job name)) without asking Slurm; a loaded Run keeps its states."""
+    `live_states` (keyed by (run id, job name)) without asking Slurm, its usage from its request and what
+    jobgen recorded; a loaded Run keeps its states, and takes its usage from `accounting` when it has it."""
     if not isinstance(run, Run):
         folder = Path(run)
         try:
@@ -110,7 +121,7 @@ def collect_run(run: Run | Path, live_states: LiveStates | None = None) -> list[
             given = (live_states or {}).get((run.run_id, job.name))
             job.live = JobInfo(given) if isinstance(given, State) else given
         settle([run], live=False, record=False)
-    return [read_job(run, job) for job in run.jobs]
+    return [read_job(run, job, accounting) for job in run.jobs]
 
 
 def _broken_run_row(run_dir: Path, exc: Exception) -> JobRow:
@@ -125,7 +136,7 @@ def _broken_run_row(run_dir: Path, exc: Exception) -> JobRow:
     )
 
 
-def read_job(run: Run, job: RunJob) -> JobRow:
+def read_job(run: Run, job: RunJob, accounting: Accounting | None = None) -> JobRow:
     """One job of a run (its state already decided) -> a row."""
     result, problem = result_of(job)
     if result is not None and job.previous_job_ids:
@@ -146,6 +157,7 @@ def read_job(run: Run, job: RunJob) -> JobRow:
         backend=run.backend,
         segments=_segments(job),
         retries=job.retries(),
+        usage=usage_of(job, accounting, (result.requeue_count or 0) if result else 0),
     )
     if result is not None:
         return dataclasses.replace(row, problem=result.scoring) if result.scoring else row
@@ -295,6 +307,10 @@ def parse_result(data: Mapping[str, Any]) -> Result:
         epochs_done=_int(data.get("epochs_done")),
         finished_at=_time(data.get("finished_at")),
         scoring=_scoring_problem(data),
+        world_size=_int(data.get("world_size")),
+        parameters=_int(_get(data, "parameters", "total")),
+        tokens_per_s=_num(_get(data, "throughput", "tokens_per_s")),
+        gpus=tuple(g for g in _list(_get(data, "ran_on", "gpus")) if isinstance(g, str)),
     )
 
 
@@ -389,6 +405,10 @@ def _num(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if value == value else None  # NaN is "unknown"
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _int(value: Any) -> int | None:

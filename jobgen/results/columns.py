@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobgen.results.collect import JobRow
+from jobgen.results.cost import mfu
 from jobgen.states import State
 
 
@@ -53,6 +54,7 @@ class Line:
     detail: str = ""  # shown in the note column when there is no problem
     excluded: tuple[str, ...] = ()  # slurm.retries: the nodes its jobs' retries excluded, sorted
     speedup: float | None = None
+    scaling_efficiency: float | None = None  # speed-up ÷ (devices ÷ the baseline's devices)
     is_baseline: bool = False
     jobs: list[JobRow] = field(default_factory=list)
 
@@ -82,6 +84,17 @@ def _retries(job: JobRow) -> float | None:
     return None if job.state in (State.DRY_RUN, State.NOT_SUBMITTED) else 0.0
 
 
+def _usage(field: str) -> Callable[[JobRow], float | None]:
+    return lambda job: None if job.usage is None else getattr(job.usage, field)
+
+
+def _mfu(result: Any) -> float | None:
+    if result.accelerator != "gpu":
+        return None  # a CPU job has no GPU peak to compare with
+    devices = result.world_size or (result.nodes or 0) * (result.devices_per_node or 0)
+    return mfu(result.gpus, result.precision, result.parameters, result.tokens_per_s, devices)
+
+
 METRICS = (
     Metric("queue_wait_s", lambda job: job.queue_wait_s),
     Metric("train_s", _result(lambda r: r.train_s)),
@@ -95,7 +108,15 @@ METRICS = (
     Metric("retries", _retries, count=True),
     # From metrics.csv of jobs that have no result (yet): how far they got.
     Metric("val_acc_so_far", lambda job: job.partial_val_acc if job.result is None else None),
+    # What it cost (jobgen.results.cost): every attempt, from sacct, else from the request.
+    Metric("mfu", _result(_mfu)),
+    Metric("gpu_hours", _usage("gpu_hours")),
+    Metric("cpu_hours", _usage("cpu_hours")),
+    Metric("energy_kwh", _usage("energy_kwh")),
+    Metric("time_used_fraction", _usage("time_used")),
 )
+# Summed over every job (not over the lines' means) into the sweep's totals.
+SUMMED = ("gpu_hours", "cpu_hours", "energy_kwh")
 
 
 def duration(seconds: float) -> str:
@@ -117,6 +138,13 @@ def whole_seconds(seconds: float) -> str:
 
 def _percent(value: float) -> str:
     return f"{100 * value:.1f}"  # the header carries the unit
+
+
+def amount(value: float) -> str:
+    """Three significant digits, never in exponent form (0.00123, 1.23, 12.3, 1,234)."""
+    if value == 0 or abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.{2 - math.floor(math.log10(abs(value)))}f}"
 
 
 def _stat(stat: Stat, show: Callable[[float], str]) -> str:
@@ -155,6 +183,10 @@ def _speedup(line: Line) -> str:
     return "baseline" if line.is_baseline else ("" if line.speedup is None else f"{line.speedup:.2f}×")
 
 
+def _efficiency(line: Line) -> str:
+    return "" if line.scaling_efficiency is None else _percent(line.scaling_efficiency)
+
+
 def _config(key: str) -> Callable[[Line], str]:
     return lambda line: line.config[key] or ""
 
@@ -187,5 +219,11 @@ COLUMNS = (
     Column("requeues", _metric("requeues", "{:g}".format), numeric=True, terminal="re-\nqueues"),
     Column("retries", _metric("retries", "{:g}".format), numeric=True, terminal="re-\ntries"),
     Column("speed-up", _speedup, numeric=True, terminal="speed-\nup"),
+    Column("scaling eff. (%)", _efficiency, numeric=True, terminal="scaling\neff. (%)"),
+    Column("MFU (%)", _metric("mfu", _percent), numeric=True, terminal="MFU\n(%)"),
+    Column("GPU-h", _metric("gpu_hours", amount), numeric=True),
+    Column("CPU-h", _metric("cpu_hours", amount), numeric=True),
+    Column("energy (kWh)", _metric("energy_kwh", amount), numeric=True, terminal="energy\n(kWh)"),
+    Column("time used (%)", _metric("time_used_fraction", _percent), numeric=True, terminal="time\nused (%)"),
     Column("note", lambda line: line.problem or line.detail),
 )

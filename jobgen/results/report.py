@@ -20,7 +20,7 @@ from jobgen.results import logs
 from jobgen.results.charts import Series, color, line_chart, scatter_chart, time_unit, zoomed_range
 from jobgen.results.collect import JobRow, LiveStates, collect, read_metrics
 from jobgen.results.columns import Line
-from jobgen.results.summary import HEADERS, NUMERIC, apply_baseline, build_lines, cells
+from jobgen.results.summary import HEADERS, NUMERIC, apply_baseline, build_lines, cells, totals_text
 from jobgen.run.model import Run
 
 CSS = """
@@ -67,7 +67,8 @@ def build_report(
         f'<p class="meta">{len(lines)} job(s) from {names} &middot; jobgen {__version__} &middot; {created}</p>',
         "<h2>Summary</h2>",
         _table(lines, out.parent, colors),
-        "<h2>Time and accuracy</h2>",
+        *(f'<p class="meta">{escape(total)}</p>' for total in totals_text(lines)),
+        "<h2>Time, cost and accuracy</h2>",
         _tradeoff(lines, colors),
         "<h2>Curves</h2>",
         _legend(lines, colors),
@@ -165,10 +166,29 @@ def _tradeoff(lines: list[Line], colors: dict[int, str]) -> str:
         "test accuracy (%)",
         points,
         y_range=y_range,
-        width=760,
-        height=380,
+        height=380,  # two side by side on a laptop's screen: the default width
     )
-    return f'<div class="charts">{chart}</div>'
+    return f'<div class="charts">{chart}{_cost_chart(lines, colors)}</div>'
+
+
+def _cost_chart(lines: list[Line], colors: dict[int, str]) -> str:
+    """What each job cost (GPU-hours, or CPU-hours where no job held a GPU) against its test accuracy."""
+    used_gpus = any(job.usage is not None and job.usage.gpu_hours for ln in lines for job in ln.jobs)
+    metric, what = ("gpu_hours", "GPU-hours") if used_gpus else ("cpu_hours", "CPU-hours")
+    priced = [ln for ln in lines if ln.metrics[metric].mean is not None and ln.metrics["test_acc"].mean is not None]
+    points = [
+        (ln.label, ln.metrics[metric].mean or 0.0, 100 * (ln.metrics["test_acc"].mean or 0.0), colors[id(ln)])
+        for ln in priced
+    ]
+    return scatter_chart(
+        f"{what} vs test accuracy",
+        f"{what} (all attempts)",
+        "test accuracy (%)",
+        points,
+        y_range=zoomed_range([p[2] for p in points], 0.0, 100.0) if points else None,
+        height=380,  # two side by side on a laptop's screen: the default width
+        missing="no finished job has both a cost and an accuracy (the Summary's GPU-h and CPU-h columns say why)",
+    )
 
 
 def _legend(lines: list[Line], colors: dict[int, str]) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 from jobgen.errors import JobgenError
 from jobgen.results.collect import JobRow, LiveStates, collect
-from jobgen.results.columns import COLUMNS, METRICS, Line, Stat
+from jobgen.results.columns import COLUMNS, METRICS, SUMMED, Line, Stat, amount
 from jobgen.results.diagnose import LAST_LINE
 from jobgen.run.model import Run
 from jobgen.states import State
@@ -180,10 +181,18 @@ def apply_baseline(lines: list[Line], name: str | None) -> Line | None:
         return None
     base.is_baseline = True
     base_rate = base.metrics["samples_per_s"].mean
+    base_devices = devices(base)
     for line in lines:
         rate = line.metrics["samples_per_s"].mean
         line.speedup = rate / base_rate if base_rate and rate else None
+        ratio = devices(line) / base_devices if base_devices and devices(line) else None
+        line.scaling_efficiency = line.speedup / ratio if line.speedup is not None and ratio else None
     return base
+
+
+def devices(line: Line) -> int:
+    """GPUs, or CPU processes, of a line's configuration (0: unknown)."""
+    return int(line.config["nodes"] or 0) * int(line.config["devices_per_node"] or 0)
 
 
 def pick_baseline(lines: list[Line], name: str | None) -> Line | None:
@@ -197,6 +206,7 @@ def pick_baseline(lines: list[Line], name: str | None) -> Line | None:
 
 
 SPEEDUP_MEANS = "samples/s ÷ the baseline's samples/s, both over the timed window of docs/contracts.md"
+EFFICIENCY_MEANS = "speed-up ÷ (nodes×devices ÷ the baseline's nodes×devices)"
 
 
 def speedup_caption(lines: list[Line]) -> list[str]:
@@ -223,7 +233,7 @@ FIELDS = (
     ["experiment", "run", "config", "engine", "strategy", "precision", "compile", "nodes"]
     + ["devices_per_node", "accelerator", "state", "n"]
     + [name for metric in METRICS for name in (metric.name, f"{metric.name}_std")]
-    + ["peak_mem_kind", "speedup", "baseline", "excluded_nodes", "problem", "hint"]
+    + ["peak_mem_kind", "speedup", "scaling_efficiency", "usage_from", "baseline", "excluded_nodes", "problem", "hint"]
 )
 
 
@@ -245,6 +255,9 @@ def record(line: Line) -> dict[str, Any]:
     out.update(
         peak_mem_kind=line.mem_kind,
         speedup=_round(line.speedup),
+        scaling_efficiency=_round(line.scaling_efficiency),
+        # Where the hours came from: "sacct", "request" (no accounting), or both across seeds.
+        usage_from="+".join(sorted({j.usage.source for j in line.jobs if j.usage is not None})) or None,
         baseline=line.is_baseline,
         excluded_nodes=",".join(line.excluded) or None,
         problem=line.problem or None,
@@ -257,9 +270,52 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
 
 
+TOTALS_MEAN = (
+    "gpu_hours, cpu_hours and energy_kwh summed over every job that started (each job's attempts "
+    "included); null when one of those jobs has no value"
+)
+
+
+def totals(lines: list[Line]) -> dict[str, Any]:
+    """The sweep's GPU-hours, CPU-hours and energy: the sum over every job of every line, not over the
+    lines' means. A job that never started adds nothing; one that started without a value (no
+    accounting, no energy plugin) makes the total unknown (None): a total that leaves a job out would
+    look right and be too small."""
+    jobs = [job for line in lines for job in line.jobs]
+    by_name = {metric.name: metric for metric in METRICS}
+    out: dict[str, Any] = {"jobs": len(jobs)}
+    # A job ran when the accounting says so, else when it has a start time.
+    ran = [job.usage.ran if job.usage is not None else job.started_at is not None for job in jobs]
+    for name in SUMMED:
+        values = [by_name[name].of(job) for job in jobs]
+        missing = any(v is None and did for v, did in zip(values, ran, strict=True))
+        out[name] = None if missing else _round(math.fsum(v for v in values if v is not None))
+    return out
+
+
+def totals_text(lines: list[Line]) -> list[str]:
+    """The totals as one line under a human table: 'total of 12 jobs: 3.45 GPU-h, 6.78 CPU-h, energy unknown'."""
+    if not lines:
+        return []
+    found = totals(lines)
+    units = [("gpu_hours", "GPU-h", "GPU-h"), ("cpu_hours", "CPU-h", "CPU-h"), ("energy_kwh", "kWh", "energy")]
+    parts = [
+        f"{amount(found[name])} {unit}" if found[name] is not None else f"{unknown} unknown"
+        for name, unit, unknown in units
+    ]
+    return [f"total of {found['jobs']} job{'s' if found['jobs'] != 1 else ''}: {', '.join(parts)}"]
+
+
 def render_json(lines: list[Line], **_: Any) -> str:
     base = next((ln.label for ln in lines if ln.is_baseline), None)
-    doc = {"baseline": base, "speedup": SPEEDUP_MEANS, "rows": [record(ln) for ln in lines]}
+    doc = {
+        "baseline": base,
+        "speedup": SPEEDUP_MEANS,
+        "scaling_efficiency": EFFICIENCY_MEANS,
+        "totals": totals(lines),
+        "totals_mean": TOTALS_MEAN,
+        "rows": [record(ln) for ln in lines],
+    }
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -308,6 +364,7 @@ def render_markdown(lines: list[Line], **_: Any) -> str:
     out = [*caption, ""] if caption else []
     out += [row(HEADERS), row(["---:" if h in NUMERIC else "---" for h in HEADERS])]
     out += [row(cells(ln)) for ln in lines]
+    out += ["", *totals_text(lines)]
     hints = [f"- {ln.label}: {ln.hint}" for ln in lines if ln.hint]
     if hints:
         out += ["", "What to do:", "", *hints]
@@ -346,6 +403,8 @@ def render_table(lines: list[Line], color: bool = False, width: int | None = Non
                 texts[STATE].stylize(STATE_STYLES.get(line.state, "red"))
             table.add_row(*texts.values(), style="bold" if line.is_baseline else None)
         console.print(table)
+    for total in totals_text(lines):
+        console.print(Text(total))
     for note in notes(lines):
         console.print(Text(f"• {note}"))
     return buf.getvalue()
@@ -419,6 +478,7 @@ def plain_table(lines: list[Line], color: bool = False) -> str:
 
     out = [*speedup_caption(lines), join(list(HEADERS)), "  ".join("─" * w for w in widths)]
     out += [join(row, line.state) for row, line in zip(rows, lines, strict=True)]
+    out += totals_text(lines)
     out += [f"• {note}" for note in notes(lines)]
     return "\n".join(out) + "\n"
 

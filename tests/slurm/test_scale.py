@@ -68,7 +68,7 @@ def test_status_of_an_ended_500_job_run_asks_slurm_a_few_times(slurm, root: Path
     _, calls = _jobgen(["status", str(run_dir)], root, counted)
     assert calls == [], calls  # every job's final state is recorded now: Slurm is not asked again
     _, calls = _jobgen(["summary", str(run_dir), "--format", "json"], root, counted)
-    assert calls == [], calls
+    assert calls == ["sacct"], calls  # the states are recorded; what the 1000 jobs used is one question
     states = {j["state"] for j in manifest(run_dir)["jobs"]}
     assert states == {State.COMPLETED.value}, states
 

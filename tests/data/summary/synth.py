@@ -46,6 +46,14 @@ class FakeJob:
     result: str | dict[str, Any] | None = "ok"  # "ok": a valid result; str: raw text; dict: as is; None: none
     logs: dict[str, str] = field(default_factory=dict)  # file name -> text
     error: str | None = None
+    slurm: dict[str, Any] | None = None  # spec.json's [slurm] section (the request), when given
+    ran_s: float | None = None  # Slurm's start and end of the job, as `jobgen status` recorded them
+    elapsed: str | None = None  # Slurm's elapsed time, as `jobgen status` recorded it
+    job_ids: list[str] | None = None  # [earlier ids..., id]: a job jobgen submitted again
+    requeues: int = 0  # times `jobgen requeue` queued it again (the manifest's count)
+    segments: list[str] | None = None  # a chained job's segment ids (slurm.chain)
+    gpus: list[str] = field(default_factory=list)  # ran_on.gpus
+    parameters: int | None = None
 
     def finished_at(self) -> datetime:
         return T0 + timedelta(seconds=(self.submitted_s or 0.0) + self.queue_s + self.total_s)
@@ -89,6 +97,8 @@ def result_json(job: FakeJob, experiment: str) -> dict[str, Any]:
         "git_sha": None,
         "slurm": {"job_id": "1", "array_task_id": None, "nodelist": "gpu001"},
         "finished_at": job.finished_at().isoformat(),
+        "parameters": None if job.parameters is None else {"total": job.parameters, "per_rank": []},
+        "ran_on": {"gpus": job.gpus},
     }
 
 
@@ -136,6 +146,23 @@ def _entry(job: FakeJob, index: int) -> dict[str, Any]:
         "submitted_at": submitted,
         "state": job.state,
         "error": job.error,
+        **({"elapsed": job.elapsed} if job.elapsed else {}),
+        **({"requeues": job.requeues} if job.requeues else {}),
+        **({"job_id": job.segments[0], "segments": job.segments} if job.segments else {}),
+        **(_slurm_times(job) if job.ran_s is not None else {}),
+        **({"job_id": job.job_ids[-1], "previous_job_ids": job.job_ids[:-1]} if job.job_ids else {}),
+    }
+
+
+def _slurm_times(job: FakeJob) -> dict[str, str]:
+    start = T0 + timedelta(seconds=(job.submitted_s or 0.0) + job.queue_s)
+    # As Slurm prints them: local time without a zone.
+    return {
+        "started_at": start.astimezone().replace(tzinfo=None).isoformat(timespec="seconds"),
+        "ended_at": (start + timedelta(seconds=job.ran_s or 0.0))
+        .astimezone()
+        .replace(tzinfo=None)
+        .isoformat(timespec="seconds"),
     }
 
 
@@ -153,6 +180,7 @@ def _write_job(job_dir: Path, job: FakeJob, experiment: str) -> None:
             "num_nodes": job.nodes,
             "devices": job.devices,
         },
+        **({"slurm": job.slurm} if job.slurm is not None else {}),
     }
     (job_dir / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
     if job.result == "ok":

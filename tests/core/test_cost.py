@@ -1,0 +1,386 @@
+"""What jobs cost (jobgen.results.cost): sacct's accounting read from stub output, the request when there is
+none, MFU against the GPU table, and the rules every size must keep (totals, scaling efficiency)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jobgen.backends import _slurm as track
+from jobgen.backends._base import Attempt
+from jobgen.results import cost
+from jobgen.results.columns import Line, Stat
+from jobgen.results.state import read_some
+from jobgen.results.summary import apply_baseline, summarize, totals
+from tests.data.summary.synth import FakeJob, write_run
+
+
+def _tool(bin_dir: Path, name: str, body: str) -> None:
+    path = bin_dir / name
+    path.write_text("#!/bin/bash\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+@pytest.fixture
+def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    return folder
+
+
+def _sacct(bin_dir: Path, usage_lines: list[str], state_lines: list[str] = ()) -> None:
+    """A stub sacct that answers the usage query (USAGE_FIELDS) with `usage_lines` and the status query
+    with `state_lines`, and writes down every call."""
+    usage = " ".join(f"'{line}'" for line in usage_lines) or "''"
+    states = " ".join(f"'{line}'" for line in state_lines) or "''"
+    _tool(
+        bin_dir,
+        "sacct",
+        f'echo "$*" >> "$(dirname "$0")/sacct.calls"\n'
+        f'case "$*" in *--format={track.USAGE_FIELDS}*) printf "%s\\n" {usage};; *) printf "%s\\n" {states};; esac\n',
+    )
+
+
+# --- AllocTRES, ElapsedRaw, TimelimitRaw, ConsumedEnergyRaw -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tres", "cpus", "gpus"),
+    [
+        ("billing=8,cpu=8,gres/gpu=4,mem=64G,node=1", 8, 4),
+        # Slurm lists the typed count beside the total: the total, not their sum.
+        ("billing=16,cpu=16,gres/gpu:a100=4,gres/gpu=4,mem=128G,node=2", 16, 4),
+        ("cpu=4,gres/gpu:a100=2,gres/gpu:v100=1,node=1", 4, 3),  # typed counts only: their sum
+        # No gres/gpu: a CPU job, or a cluster whose accounting does not track GPUs: unknown here.
+        ("billing=2,cpu=2,mem=1000M,node=1", 2, None),
+        ("", None, None),  # nothing allocated (never started): unknown
+    ],
+)
+def test_alloc_tres_gives_cpus_and_gpus(tres: str, cpus: int | None, gpus: int | None) -> None:
+    jid, attempt = track.parse_usage_line(f"71|2026-01-01T00:00:00|3600|60|{tres}|")
+    assert jid == "71" and attempt.cpus == cpus and attempt.gpus == gpus
+    assert attempt.elapsed_s == 3600 and attempt.limit_s == 3600  # TimelimitRaw is minutes
+
+
+@pytest.mark.parametrize(
+    ("raw", "joules"),
+    [("0", None), ("", None), ("18446744073709551614", None), ("7200000", 7_200_000)],
+)
+def test_energy_is_unknown_where_the_cluster_records_none(raw: str, joules: int | None) -> None:
+    _, attempt = track.parse_usage_line(f"5|2026-01-01T00:00:00|10|UNLIMITED|cpu=1,node=1|{raw}")
+    assert attempt.energy_j == joules
+    assert attempt.limit_s is None  # an unlimited job has no share of its limit
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "11|COMPLETED|0:0|00:01:02|2|n[1-2]|x|2026-01-01T00:00:00|2026-01-01T00:01:02",  # the status query's shape
+        "12|Unknown|N/A|60|cpu=1|",  # no ElapsedRaw
+        "",
+    ],
+)
+def test_lines_of_another_shape_are_not_read_as_usage(line: str) -> None:
+    assert track.parse_usage_line(line) is None
+
+
+def test_a_requeued_job_is_every_attempt_sacct_d_lists(bin_dir: Path) -> None:
+    _sacct(
+        bin_dir,
+        [
+            # Slurm requeued 81 once: the first attempt ran 600 s on 4 GPUs, the second 1800 s.
+            "81|2026-01-01T00:00:00|600|60|billing=8,cpu=8,gres/gpu=4,mem=64G,node=1|0",
+            "81|2026-01-01T00:20:00|1800|60|billing=8,cpu=8,gres/gpu=4,mem=64G,node=1|0",
+            "82|Unknown|0|60||0",  # still pending
+            "83|2026-01-01T00:30:00|0|Partition_Limit||0",  # cancelled in the queue: a Start, no allocation
+        ],
+    )
+    found = track.usage(["81", "82", "83", "81"])
+    calls = (bin_dir / "sacct.calls").read_text().splitlines()
+    assert len(calls) == 1 and " -D " in f" {calls[0]} " and " -X " in f" {calls[0]} "
+    assert calls[0].endswith("-j 81,82,83")  # each id once
+    assert [a.elapsed_s for a in found["81"]] == [600, 1800]
+    usage = cost.from_attempts(found["81"])
+    assert usage.gpu_hours == pytest.approx(4 * 2400 / 3600) and usage.cpu_hours == pytest.approx(8 * 2400 / 3600)
+    assert usage.time_used == pytest.approx(2400 / 7200)  # every attempt's elapsed over every attempt's limit
+    assert usage.energy_kwh is None  # 0: no energy plugin, not "no energy"
+    for never in ("82", "83"):  # never started: nothing to count, and nothing unknown
+        assert not cost.from_attempts(found[never]).ran and cost.from_attempts(found[never]).gpu_hours is None
+
+
+def test_energy_of_every_attempt_or_none() -> None:
+    one = Attempt(True, 100, 600, 4, 1, 3_600_000)
+    assert cost.from_attempts([one, one]).energy_kwh == pytest.approx(2.0)
+    assert cost.from_attempts([one, Attempt(True, 100, 600, 4, 1, None)]).energy_kwh is None
+
+
+def test_without_accounting_usage_is_empty(bin_dir: Path) -> None:
+    _tool(bin_dir, "sacct", "echo 'sacct: error: Slurm accounting storage is disabled' >&2; exit 1\n")
+    assert track.usage(["1", "2"]) == {}
+
+
+def test_usage_is_one_sacct_per_chunk_of_ids(bin_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _sacct(bin_dir, [])
+    monkeypatch.setattr(track, "SACCT_CHUNK", 3)
+    track.usage([str(i) for i in range(7)])
+    assert len((bin_dir / "sacct.calls").read_text().splitlines()) == 3
+
+
+# --- summary: sacct where the cluster keeps accounting, else the request ------------------------------------
+
+REQUEST = {
+    "nodes": 2,
+    "gpus_per_node": 4,
+    "ntasks_per_node": 4,
+    "cpus_per_task": 3,
+    "time": "02:00:00",
+    "exclusive": False,
+    "extra": {},
+}
+
+
+def _json(runs: list) -> dict:
+    return json.loads(summarize(runs, fmt="json", combine=False))
+
+
+def test_summary_takes_the_hours_from_sacct(tmp_path: Path, bin_dir: Path) -> None:
+    run = write_run(
+        tmp_path,
+        "exp",
+        [
+            FakeJob("a", state="COMPLETED", slurm=REQUEST, ran_s=1800),
+            FakeJob("b", state="COMPLETED", slurm=REQUEST, job_ids=["90", "91"]),  # jobgen submitted it again
+        ],
+    )
+    _sacct(
+        bin_dir,
+        [
+            # sacct knows better than the request: 24 CPUs asked, 32 held (whole cores).
+            "4000|2026-01-01T00:00:00|1800|120|billing=32,cpu=32,gres/gpu=8,mem=64G,node=2|5400000",
+            "90|2026-01-01T00:00:00|7200|120|cpu=32,gres/gpu:h100=8,gres/gpu=8,node=2|",
+            "91|2026-01-01T02:00:00|3600|120|cpu=32,gres/gpu:h100=8,gres/gpu=8,node=2|",
+        ],
+    )
+    doc = _json(read_some([run]))
+    a, b = doc["rows"]
+    assert a["gpu_hours"] == pytest.approx(8 * 0.5) and a["cpu_hours"] == pytest.approx(32 * 0.5)
+    assert a["energy_kwh"] == pytest.approx(1.5) and a["time_used_fraction"] == pytest.approx(0.25)
+    assert b["gpu_hours"] == pytest.approx(8 * 3) and b["energy_kwh"] is None
+    assert a["usage_from"] == b["usage_from"] == "sacct"
+    assert b["time_used_fraction"] == pytest.approx(3 / 4)  # 3 h used of 2 × 2 h asked
+    assert doc["totals"] == {"jobs": 2, "gpu_hours": pytest.approx(28.0), "cpu_hours": pytest.approx(112.0)} | {
+        "energy_kwh": None  # one job's energy is unknown: so is the sweep's
+    }
+    calls = (bin_dir / "sacct.calls").read_text().splitlines()
+    assert sum(track.USAGE_FIELDS in c for c in calls) == 1  # one question for the whole sweep
+
+
+def test_a_chain_is_every_segment_that_ran(tmp_path: Path, bin_dir: Path) -> None:
+    run = write_run(
+        tmp_path, "exp", [FakeJob("chained", state="COMPLETED", slurm=REQUEST, segments=["70", "71", "72"])]
+    )
+    _sacct(
+        bin_dir,
+        [
+            "70|2026-01-01T00:00:00|7200|120|cpu=24,gres/gpu=8,node=2|",  # ran to its limit
+            "71|2026-01-01T02:00:00|1800|120|cpu=24,gres/gpu=8,node=2|",  # finished the training
+            "72|2026-01-01T02:30:00|0|120||",  # cancelled in the queue once the training was done
+        ],
+    )
+    (row,) = _json(read_some([run]))["rows"]
+    assert row["gpu_hours"] == pytest.approx(8 * 2.5) and row["cpu_hours"] == pytest.approx(24 * 2.5)
+    assert row["time_used_fraction"] == pytest.approx(2.5 / 4)  # of the two segments that ran
+
+
+def test_gpus_the_accounting_does_not_track_come_from_the_request(tmp_path: Path, bin_dir: Path) -> None:
+    """AccountingStorageTRES without gres/gpu: AllocTRES lists no GPUs for any job, GPU jobs too."""
+    jobs = [
+        FakeJob("gpu", state="COMPLETED", slurm=REQUEST),
+        FakeJob("cpu", state="COMPLETED", slurm={**REQUEST, "gpus_per_node": 0}),
+        FakeJob("whole-nodes", state="COMPLETED", slurm={**REQUEST, "exclusive": True}),
+    ]
+    run = write_run(tmp_path, "exp", jobs)
+    _sacct(bin_dir, [f"{4000 + i}|2026-01-01T00:00:00|3600|120|billing=32,cpu=32,mem=64G,node=2|" for i in range(3)])
+    rows = {r["config"]: r for r in _json(read_some([run]))["rows"]}
+    assert rows["gpu"]["gpu_hours"] == pytest.approx(2 * 4) and rows["gpu"]["cpu_hours"] == pytest.approx(32)
+    assert rows["cpu"]["gpu_hours"] == 0
+    assert rows["whole-nodes"]["gpu_hours"] is None and rows["whole-nodes"]["cpu_hours"] == pytest.approx(32)
+
+
+def test_without_accounting_the_hours_come_from_the_request(tmp_path: Path, bin_dir: Path) -> None:
+    _tool(bin_dir, "sacct", "echo 'sacct: error: Slurm accounting storage is disabled' >&2; exit 1\n")
+    jobs = [
+        FakeJob("gpu", state="COMPLETED", slurm=REQUEST, ran_s=1800),
+        FakeJob("cpu", state="COMPLETED", slurm={**REQUEST, "gpus_per_node": 0, "time": "45"}, ran_s=86400),
+        FakeJob("exclusive", state="COMPLETED", slurm={**REQUEST, "exclusive": True}, ran_s=1800),
+        FakeJob("extra-gres", state="COMPLETED", slurm={**REQUEST, "extra": {"gres": "gpu:2"}}, ran_s=1800),
+        FakeJob("requeued", state="COMPLETED", slurm=REQUEST, ran_s=1800, requeue_count=1),
+        FakeJob("jobgen-requeued", state="COMPLETED", slurm=REQUEST, ran_s=1800, requeues=1),
+        FakeJob("resubmitted", state="COMPLETED", slurm=REQUEST, ran_s=1800, job_ids=["1", "2"]),
+        FakeJob("no-elapsed", state="COMPLETED", slurm=REQUEST),
+        # Last seen running (an elapsed time, no end): it ran longer than that, for how long is unknown.
+        FakeJob("stale", state="COMPLETED", slurm=REQUEST, elapsed="00:10:00"),
+        FakeJob("unlimited", state="COMPLETED", slurm={**REQUEST, "time": "UNLIMITED"}, ran_s=1800),
+    ]
+    rows = {r["config"]: r for r in _json(read_some([write_run(tmp_path, "exp", jobs)]))["rows"]}
+    gpu = rows["gpu"]
+    assert gpu["gpu_hours"] == pytest.approx(2 * 4 * 0.5) and gpu["cpu_hours"] == pytest.approx(2 * 4 * 3 * 0.5)
+    assert gpu["time_used_fraction"] == pytest.approx(0.25) and gpu["energy_kwh"] is None
+    assert gpu["usage_from"] == "request" and rows["no-elapsed"]["usage_from"] is None
+    assert rows["cpu"]["gpu_hours"] == 0 and rows["cpu"]["cpu_hours"] == pytest.approx(24 * 24)
+    assert rows["cpu"]["time_used_fraction"] == pytest.approx(24 * 60 / 45)  # "45" is minutes, as sbatch reads it
+    # Where the request does not say what the job held, or earlier attempts are recorded nowhere: blank.
+    assert rows["exclusive"]["cpu_hours"] is None and rows["exclusive"]["gpu_hours"] is None
+    assert rows["extra-gres"]["gpu_hours"] is None
+    for name in ("requeued", "jobgen-requeued", "resubmitted", "no-elapsed", "stale"):
+        assert rows[name]["gpu_hours"] is None and rows[name]["time_used_fraction"] is None, name
+    assert rows["unlimited"]["gpu_hours"] == pytest.approx(4.0) and rows["unlimited"]["time_used_fraction"] is None
+
+
+def test_a_copied_run_is_summarized_from_what_its_manifest_recorded(tmp_path: Path, monkeypatch) -> None:
+    """No Slurm at all (a run copied to a laptop): the request × the start and end jobgen recorded."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    run = write_run(tmp_path, "exp", [FakeJob("a", state="COMPLETED", slurm=REQUEST, ran_s=3600)])
+    (row,) = _json(read_some([run]))["rows"]
+    assert row["gpu_hours"] == pytest.approx(8.0) and row["cpu_hours"] == pytest.approx(24.0)
+
+
+def test_blank_cells_are_blank_in_every_format(tmp_path: Path) -> None:
+    run = write_run(tmp_path, "exp", [FakeJob("a", state="COMPLETED", slurm=REQUEST, ran_s=1800)])
+    csv_text = summarize([run], fmt="csv")
+    header, row = csv_text.splitlines()
+    values = dict(zip(header.split(","), row.split(","), strict=True))
+    assert values["energy_kwh"] == "" and values["gpu_hours"] == "4.0"
+    table = summarize([run], width=400)
+    assert "total of 1 job: 4.00 GPU-h, 12.0 CPU-h, energy unknown" in table
+    assert "total of 1 job: 4.00 GPU-h" in summarize([run], fmt="markdown")
+
+
+# --- MFU ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "precision", "tflops"),
+    [
+        ("NVIDIA H100 80GB HBM3", "bf16-mixed", 989.4),
+        ("NVIDIA H100 PCIe", "16-mixed", 756.5),
+        ("NVIDIA H200", "bf16-true", 989.4),
+        ("NVIDIA H200", "32-true", 67.0),
+        ("NVIDIA A100-SXM4-80GB", "bf16-mixed", 312.0),
+        ("NVIDIA A100-PCIE-40GB", "32-true", 19.5),
+        ("Tesla V100-SXM2-32GB", "16-mixed", 125.0),
+        ("NVIDIA L40S", "bf16-mixed", 362.05),
+        ("NVIDIA L4", "bf16-mixed", 121.0),
+        ("NVIDIA A10", "bf16-mixed", 125.0),
+        ("Tesla T4", "16-mixed", 65.0),
+        ("Tesla T4", "bf16-mixed", None),  # no bf16 tensor cores: no peak to compare with
+        ("NVIDIA A10G", "bf16-mixed", None),  # not in the table: blank, not a neighbour's peak
+        ("NVIDIA H100 NVL", "bf16-mixed", None),
+        ("NVIDIA GH200 480GB", "bf16-mixed", None),
+        ("NVIDIA H200", "64-true", None),
+    ],
+)
+def test_peak_by_gpu_name_and_precision(name: str, precision: str, tflops: float | None) -> None:
+    peak = cost.peak_flops(name, precision)
+    assert peak == (None if tflops is None else pytest.approx(tflops * 1e12))
+
+
+def test_mfu_is_model_flops_over_the_devices_peak(tmp_path: Path) -> None:
+    jobs = [
+        FakeJob("gpu", state="COMPLETED", nodes=2, devices=4, gpus=["NVIDIA A100-SXM4-80GB"], parameters=10**8),
+        FakeJob("cpu", state="COMPLETED", peak_gpu_mb=None, gpus=[], parameters=10**8),
+        FakeJob("unknown", state="COMPLETED", gpus=["Some Future GPU"], parameters=10**8),
+        FakeJob("mixed", state="COMPLETED", gpus=["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"], parameters=10**8),
+    ]
+    rows = {r["config"]: r for r in _json([write_run(tmp_path, "exp", jobs)])["rows"]}
+    tokens_per_s = jobs[0].samples_per_s * 100  # what synth writes
+    assert rows["gpu"]["mfu"] == pytest.approx(6 * 10**8 * tokens_per_s / (8 * 312e12), abs=1e-6)  # JSON: 6 places
+    assert rows["cpu"]["mfu"] is None and rows["unknown"]["mfu"] is None and rows["mixed"]["mfu"] is None
+
+
+# --- rules for all sizes ------------------------------------------------------------------------------------
+
+_amounts = st.one_of(st.none(), st.floats(min_value=0, max_value=1e6, allow_nan=False))
+
+
+KINDS = ("ran", "never-started", "cancelled-in-queue")
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(_amounts, _amounts, _amounts, st.sampled_from(KINDS)), min_size=1, max_size=30))
+def test_totals_are_the_sum_over_jobs_or_unknown(jobs: list) -> None:
+    """Totals sum every job that ran; one that ran without a value makes the total unknown; a job that
+    never ran adds nothing (a job cancelled in the queue has a start time, but sacct says no attempt ran)."""
+    from jobgen.results.collect import JobRow
+    from jobgen.states import State
+    from tests.data.summary.synth import T0
+
+    rows = [
+        JobRow(
+            run_dir=Path("r"),
+            run_id="r",
+            experiment="e",
+            name=f"j{i}",
+            sweep={},
+            state=State.COMPLETED,
+            started_at=None if kind == "never-started" else T0,
+            usage=_usage(gpu, cpu, energy, kind),
+        )
+        for i, (gpu, cpu, energy, kind) in enumerate(jobs)
+    ]
+    # Lines of one to three jobs each, as seeds combine: totals sum jobs, not the lines' means.
+    lines, i = [], 0
+    while i < len(rows):
+        size = 1 + i % 3
+        lines.append(_line(rows[i : i + size]))
+        i += size
+    found = totals(lines)
+    assert found["jobs"] == len(rows)
+    for k, name in enumerate(("gpu_hours", "cpu_hours", "energy_kwh")):
+        values = [job[k] for job in jobs if job[3] == "ran"]
+        if None in values:
+            assert found[name] is None
+        else:
+            assert found[name] == pytest.approx(math.fsum(values), abs=1e-6)
+
+
+def _usage(gpu: float | None, cpu: float | None, energy: float | None, kind: str) -> cost.Usage | None:
+    if kind == "cancelled-in-queue":
+        return cost.Usage(None, None, None, None, "sacct", ran=False)
+    if kind == "never-started" or (gpu, cpu, energy) == (None, None, None):
+        return None  # nothing known
+    return cost.Usage(gpu, cpu, energy, None, "sacct")
+
+
+def _line(jobs: list) -> Line:
+    config = {"nodes": 1, "devices_per_node": 1, "engine": "torch"}
+    return Line("x", "e", "r", config, "COMPLETED", len(jobs), {}, "gpu", jobs=jobs)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 64), st.integers(1, 8), st.floats(0.01, 1e6, allow_nan=False)), min_size=1, max_size=12
+    ),
+    st.data(),
+)
+def test_scaling_efficiency_of_the_baseline_is_one(shapes: list, data) -> None:
+    lines = []
+    for n, (nodes, per_node, rate) in enumerate(shapes):
+        config = {"nodes": nodes, "devices_per_node": per_node, "engine": "torch"}
+        lines.append(Line(f"c{n}", "e", "r", config, "COMPLETED", 1, {"samples_per_s": Stat(rate, None, 1)}, "gpu"))
+    base = data.draw(st.sampled_from(lines))
+    apply_baseline(lines, base.label)
+    assert base.scaling_efficiency == 1.0
+    base_devices = base.config["nodes"] * base.config["devices_per_node"]
+    for line in lines:
+        ratio = line.config["nodes"] * line.config["devices_per_node"] / base_devices
+        assert line.scaling_efficiency * ratio == pytest.approx(line.speedup)
