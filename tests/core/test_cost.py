@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import stat
 from pathlib import Path
 
 import pytest
@@ -19,21 +17,8 @@ from jobgen.results import cost
 from jobgen.results.columns import Line, Stat
 from jobgen.results.state import read_some
 from jobgen.results.summary import apply_baseline, summarize, totals
+from tests.core.conftest import stub_tool
 from tests.data.summary.synth import FakeJob, write_run
-
-
-def _tool(bin_dir: Path, name: str, body: str) -> None:
-    path = bin_dir / name
-    path.write_text("#!/bin/bash\n" + body)
-    path.chmod(path.stat().st_mode | stat.S_IEXEC)
-
-
-@pytest.fixture
-def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "bin"
-    folder.mkdir()
-    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
-    return folder
 
 
 def _sacct(bin_dir: Path, usage_lines: list[str], state_lines: list[str] = ()) -> None:
@@ -41,7 +26,7 @@ def _sacct(bin_dir: Path, usage_lines: list[str], state_lines: list[str] = ()) -
     with `state_lines`, and writes down every call."""
     usage = " ".join(f"'{line}'" for line in usage_lines) or "''"
     states = " ".join(f"'{line}'" for line in state_lines) or "''"
-    _tool(
+    stub_tool(
         bin_dir,
         "sacct",
         f'echo "$*" >> "$(dirname "$0")/sacct.calls"\n'
@@ -123,7 +108,7 @@ def test_energy_of_every_attempt_or_none() -> None:
 
 
 def test_without_accounting_usage_is_empty(bin_dir: Path) -> None:
-    _tool(bin_dir, "sacct", "echo 'sacct: error: Slurm accounting storage is disabled' >&2; exit 1\n")
+    stub_tool(bin_dir, "sacct", "echo 'sacct: error: Slurm accounting storage is disabled' >&2; exit 1\n")
     assert track.usage(["1", "2"]) == {}
 
 
@@ -216,7 +201,7 @@ def test_gpus_the_accounting_does_not_track_come_from_the_request(tmp_path: Path
 
 
 def test_without_accounting_the_hours_come_from_the_request(tmp_path: Path, bin_dir: Path) -> None:
-    _tool(bin_dir, "sacct", "echo 'sacct: error: Slurm accounting storage is disabled' >&2; exit 1\n")
+    stub_tool(bin_dir, "sacct", "echo 'sacct: error: Slurm accounting storage is disabled' >&2; exit 1\n")
     jobs = [
         FakeJob("gpu", state="COMPLETED", slurm=REQUEST, ran_s=1800),
         FakeJob("cpu", state="COMPLETED", slurm={**REQUEST, "gpus_per_node": 0, "time": "45"}, ran_s=86400),

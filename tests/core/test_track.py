@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 import pytest
@@ -13,24 +12,11 @@ from jobgen.results.logs import label
 from jobgen.results.status import progress
 from jobgen.run.model import RunJob
 from jobgen.states import State, from_slurm
-
-
-def _tool(bin_dir: Path, name: str, body: str) -> None:
-    path = bin_dir / name
-    path.write_text("#!/bin/bash\n" + body)
-    path.chmod(path.stat().st_mode | stat.S_IEXEC)
-
-
-@pytest.fixture
-def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "bin"
-    folder.mkdir()
-    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
-    return folder
+from tests.core.conftest import stub_tool
 
 
 def test_sacct_rows_map_to_states(bin_dir: Path):
-    _tool(
+    stub_tool(
         bin_dir,
         "sacct",
         "printf '%s\\n' '11|COMPLETED|0:0|00:01:02|2|n[1-2]|x|2026-01-01T00:00:00|2026-01-01T00:01:02' "
@@ -43,14 +29,14 @@ def test_sacct_rows_map_to_states(bin_dir: Path):
 
 
 def test_without_accounting_falls_back_to_squeue_then_scontrol(bin_dir: Path):
-    _tool(bin_dir, "sacct", "echo 'sacct: error: Slurm accounting storage is disabled' >&2; exit 1\n")
-    _tool(
+    stub_tool(bin_dir, "sacct", "echo 'sacct: error: Slurm accounting storage is disabled' >&2; exit 1\n")
+    stub_tool(
         bin_dir,
         "squeue",
         # Asked once for every job it holds (-t all), not once per id.
         'echo "$*" >> "$(dirname "$0")/squeue.calls"; echo "21|RUNNING|0:07|1|n2|2026-01-01T00:00:00"\n',
     )
-    _tool(
+    stub_tool(
         bin_dir,
         "scontrol",
         'echo "$*" >> "$(dirname "$0")/scontrol.calls"; echo "JobId=22 JobState=TIMEOUT RunTime=00:01:12 NumNodes=1 '
@@ -69,7 +55,7 @@ def test_without_accounting_falls_back_to_squeue_then_scontrol(bin_dir: Path):
 
 def test_the_controller_wins_over_a_lagging_accounting_database(bin_dir: Path):
     # slurmdbd is written after slurmctld: under load sacct still calls ended jobs pending or running.
-    _tool(
+    stub_tool(
         bin_dir,
         "sacct",
         "printf '%s\\n' '41|RUNNING|0:0|00:00:09|1|n1|x|2026-01-01T00:00:00|Unknown' "
@@ -77,14 +63,14 @@ def test_the_controller_wins_over_a_lagging_accounting_database(bin_dir: Path):
         "'43|COMPLETED|0:0|00:00:03|1|n2|x|2026-01-01T00:00:00|2026-01-01T00:00:03' "
         "'44|PENDING|0:0|00:00:00|1|None assigned|x|Unknown|Unknown'\n",
     )
-    _tool(
+    stub_tool(
         bin_dir,
         "squeue",
         'echo "$*" >> "$(dirname "$0")/squeue.calls"; printf "%s\\n" "41|COMPLETED|0:11|1|n1|2026-01-01T00:00:00" '
         '"42_0|COMPLETED|0:05|1|n1|2026-01-01T00:00:00" "42_1|RUNNING|0:04|1|n3|2026-01-01T00:00:01" '
         '"43|COMPLETED|0:03|1|n2|2026-01-01T00:00:00"\n',
     )
-    _tool(
+    stub_tool(
         bin_dir,
         "scontrol",
         'echo "JobId=41 JobState=COMPLETED RunTime=00:00:11 NumNodes=1 NodeList=n1 ExitCode=0:0 '
@@ -102,9 +88,9 @@ def test_the_controller_wins_over_a_lagging_accounting_database(bin_dir: Path):
 
 
 def test_jobs_accounting_says_ended_are_not_asked_again(bin_dir: Path):
-    _tool(bin_dir, "sacct", "echo '61|COMPLETED|0:0|00:00:03|1|n2|x|2026-01-01T00:00:00|2026-01-01T00:00:03'\n")
+    stub_tool(bin_dir, "sacct", "echo '61|COMPLETED|0:0|00:00:03|1|n2|x|2026-01-01T00:00:00|2026-01-01T00:00:03'\n")
     for tool in ("squeue", "scontrol"):
-        _tool(bin_dir, tool, f'echo "$*" >> "$(dirname "$0")/{tool}.calls"\n')
+        stub_tool(bin_dir, tool, f'echo "$*" >> "$(dirname "$0")/{tool}.calls"\n')
     assert track.query(["61"])["61"].state is State.COMPLETED
     assert not (bin_dir / "squeue.calls").exists() and not (bin_dir / "scontrol.calls").exists()
 
