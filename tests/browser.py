@@ -105,6 +105,8 @@ class Browser:
                 deviceScaleFactor=1,
                 mobile=False,
             )
+            # Enabling the domains replays what an earlier page of this tab logged: only this page's count.
+            page.errors.clear()
             self._call(ws, page, "Page.navigate", url=path.resolve().as_uri())
             self._wait(ws, page, "Page.loadEventFired")
             for name, expression in expressions.items():

@@ -5,15 +5,22 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Iterator
 from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlparse
 from urllib.request import url2pathname
+
+import pytest
 
 from jobgen.cli import main
 from jobgen.results.charts import PALETTE, nice_ticks, time_unit, zoomed_range
 from tests.data.summary.synth import FakeJob, log, write_run
+
+if TYPE_CHECKING:
+    from tests.browser import Browser
 
 # What the jobs asked Slurm for; with the start and end jobgen recorded, their GPU-hours (no accounting here).
 REQUEST = {"nodes": 1, "gpus_per_node": 2, "ntasks_per_node": 2, "cpus_per_task": 4, "time": "01:00:00"}
@@ -169,10 +176,17 @@ def test_chart_scales() -> None:
     assert zoomed_range([99.9, 100.0], 0, 100)[1] == 100
 
 
-def test_report_renders_in_a_real_browser(tmp_path: Path, runner) -> None:
-    from PIL import Image
-
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """One headless Chromium for this file's tests (starting one costs seconds); each load sets its width."""
     from tests.browser import Browser
+
+    with Browser(width=1280, height=2400) as started:
+        yield started
+
+
+def test_report_renders_in_a_real_browser(tmp_path: Path, runner, browser: Browser) -> None:
+    from PIL import Image
 
     _, out, _ = _report(tmp_path, runner)
     js = {
@@ -180,8 +194,7 @@ def test_report_renders_in_a_real_browser(tmp_path: Path, runner) -> None:
         "charts": "[...document.querySelectorAll('svg.chart')].map(e => {const r = e.getBoundingClientRect();"
         " return [r.left, r.top, r.width, r.height, e.getAttribute('aria-label')]})",
     }
-    with Browser(width=1280, height=2400) as browser:
-        page = browser.load(out, js)
+    page = browser.load(out, js, width=1280)
     assert page.errors == []
     assert page.values["rows"] == len(JOBS)
     charts = page.values["charts"]
@@ -205,17 +218,14 @@ def test_report_renders_in_a_real_browser(tmp_path: Path, runner) -> None:
         assert all(n >= 20 for n in counts.values()), (title, counts)
 
 
-def test_the_browser_check_sees_console_errors_and_network_loads(tmp_path: Path) -> None:
+def test_the_browser_check_sees_console_errors_and_network_loads(tmp_path: Path, browser: Browser) -> None:
     """The harness above is only worth its silence if it hears a page that misbehaves."""
-    from tests.browser import Browser
-
     bad = tmp_path / "bad.html"
     bad.write_text(
         '<!DOCTYPE html><html><head><script src="https://cdn.invalid/chart.js"></script></head>'
         '<body><script>console.error("boom"); undefinedFunction();</script></body></html>'
     )
-    with Browser(width=400, height=300) as browser:
-        page = browser.load(bad, {})
+    page = browser.load(bad, {}, width=400)
     assert any("cdn.invalid" in e for e in page.errors), page.errors
     assert any("boom" in e for e in page.errors) and any("exception" in e for e in page.errors), page.errors
 
@@ -243,11 +253,9 @@ FAILED_LOG = "".join(f"step {n}: loss 0.{n:02d}\n" for n in range(60)) + (
 )
 
 
-def test_report_reads_well_at_1000_and_1400_px(tmp_path: Path, runner, monkeypatch) -> None:
+def test_report_reads_well_at_1000_and_1400_px(tmp_path: Path, runner, monkeypatch, browser: Browser) -> None:
     """Labels of close points never overlap (each other or a dot), the page never scrolls sideways, its
     log links resolve from wherever the page is opened, and a failed job's log tail is in the page."""
-    from tests.browser import Browser
-
     failed = FakeJob("crashed", {"train.lr": "1"}, result=None, state="FAILED", logs={"slurm-4012.out": FAILED_LOG})
     monkeypatch.chdir(tmp_path)  # the runs are named relative to where the command runs
     write_run(Path("runs"), "sweep", [*CLOSE, failed])
@@ -279,22 +287,21 @@ def test_report_reads_well_at_1000_and_1400_px(tmp_path: Path, runner, monkeypat
         " texts: [...svg.querySelectorAll('text')].map(e => [e.textContent, ...box(e)]),"
         " dots: svg.classList.contains('scatter') ? [...svg.querySelectorAll('circle')].map(box) : []}})",
     }
-    with Browser(height=1600) as browser:
-        for width in (1000, 1400):
-            shown = browser.load(moved, js, width=width)
-            assert shown.errors == []
-            scroll_width, client_width, rightmost = shown.values["scroll"]
-            assert scroll_width <= client_width and rightmost <= client_width, (width, shown.values["scroll"])
-            charts = shown.values["charts"]
-            scatters = [c for c in charts if c["title"].endswith("vs test accuracy")]
-            assert [c["points"] for c in scatters] == [len(CLOSE), len(CLOSE)]
-            for chart in charts:
-                texts = chart["texts"]
-                for i, (a, *box_a) in enumerate(texts):
-                    for b, *box_b in texts[i + 1 :]:
-                        assert not _overlap(box_a, box_b), (width, chart["title"], a, b)
-                    for dot in chart["dots"]:
-                        assert not _overlap(box_a, dot), (width, chart["title"], a, dot)
+    for width in (1000, 1400):
+        shown = browser.load(moved, js, width=width)
+        assert shown.errors == []
+        scroll_width, client_width, rightmost = shown.values["scroll"]
+        assert scroll_width <= client_width and rightmost <= client_width, (width, shown.values["scroll"])
+        charts = shown.values["charts"]
+        scatters = [c for c in charts if c["title"].endswith("vs test accuracy")]
+        assert [c["points"] for c in scatters] == [len(CLOSE), len(CLOSE)]
+        for chart in charts:
+            texts = chart["texts"]
+            for i, (a, *box_a) in enumerate(texts):
+                for b, *box_b in texts[i + 1 :]:
+                    assert not _overlap(box_a, box_b), (width, chart["title"], a, b)
+                for dot in chart["dots"]:
+                    assert not _overlap(box_a, dot), (width, chart["title"], a, dot)
 
 
 def _target(page: Path, href: str) -> Path:
