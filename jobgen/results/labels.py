@@ -27,7 +27,8 @@ ASCENT_EM, DESCENT_EM = 0.95, 0.26  # of the text's box around its baseline
 PAD = 2.0  # free pixels kept around every label box
 RINGS = 14  # distances tried, RING_STEP apart after the first
 RING_STEP = 11.0
-MANY = 40  # more dots than this: labels only right beside their dots
+MANY = 40  # more dots than this: labels only right beside their dots (no leaders)
+MAX_LABELLED = 300  # more than this: no labels at all (they would cover the chart); the dots keep tooltips
 # Directions, preferred first: beside the dot, then diagonal, then above and below.
 _DIRECTIONS = [(1, 0), (-1, 0), (1, -1), (1, 1), (-1, -1), (-1, 1), (0, -1), (0, 1)]
 _FINE = [(math.cos(a), math.sin(a)) for a in (math.radians(d) for d in range(0, 360, 15))]
@@ -71,19 +72,23 @@ def place(
     dots: Sequence[tuple[float, float]], labels: Sequence[str], frame: Box, size: float, radius: float
 ) -> list[Placed | None]:
     """A place for each dot's label; None for a label that has no free place (its dot keeps its tooltip)."""
+    if len(dots) > MAX_LABELLED:
+        return [None] * len(dots)
     dot_boxes = [Box(x - radius, y - radius, x + radius, y + radius) for x, y in dots]
-    order = sorted(range(len(dots)), key=lambda i: -_crowding(dots, i))
-    rings = RINGS if len(dots) <= MANY else 2  # hundreds of labels cannot all be read; keep it quick
-    taken: list[Box] = []
+    many = len(dots) > MANY  # hundreds of labels cannot all be read: only beside their dots, and quick
+    order = range(len(dots)) if many else sorted(range(len(dots)), key=lambda i: -_crowding(dots, i))
+    obstacles = _Grid()
+    for dot in dot_boxes:
+        obstacles.add(dot)
     leaders: list[tuple[float, float, float, float]] = []
     out: list[Placed | None] = [None] * len(dots)
     for i in order:
         best: tuple[float, Placed] | None = None
-        for cost, placed in _candidates(dots[i], labels[i], size, radius, rings):
+        for cost, placed in _candidates(dots[i], labels[i], size, radius, 1 if many else RINGS):
             if best is not None and cost >= best[0]:
                 break  # candidates come in rising base cost: nothing later can win
             padded = placed.box.grown(PAD)
-            if not placed.box.inside(frame) or any(padded.hits(b) for b in taken + dot_boxes):
+            if not placed.box.inside(frame) or any(padded.hits(b) for b in obstacles.near(padded)):
                 continue
             if placed.leader is not None:
                 cost += 40 * sum(_crosses(placed.leader, other) for other in leaders)
@@ -92,10 +97,31 @@ def place(
                 best = (cost, placed)
         if best is not None:
             out[i] = best[1]
-            taken.append(best[1].box)
+            obstacles.add(best[1].box)
             if best[1].leader is not None:
                 leaders.append(best[1].leader)
     return out
+
+
+class _Grid:
+    """Boxes filed by the CELL-pixel squares they cover: a box is checked against its neighbours only."""
+
+    CELL = 48.0
+
+    def __init__(self) -> None:
+        self.cells: dict[tuple[int, int], list[Box]] = {}
+
+    def _keys(self, box: Box) -> list[tuple[int, int]]:
+        c = self.CELL
+        xs = range(math.floor(box.x0 / c), math.floor(box.x1 / c) + 1)
+        return [(x, y) for x in xs for y in range(math.floor(box.y0 / c), math.floor(box.y1 / c) + 1)]
+
+    def add(self, box: Box) -> None:
+        for key in self._keys(box):
+            self.cells.setdefault(key, []).append(box)
+
+    def near(self, box: Box) -> list[Box]:
+        return [b for key in self._keys(box) for b in self.cells.get(key, ())]
 
 
 def _crowding(dots: Sequence[tuple[float, float]], i: int) -> int:
