@@ -68,7 +68,7 @@ code { font-size: 12px; }
 
 
 def build_report(runs: Sequence[Run | Path], baseline: str | None = None, live_states: LiveStates | None = None) -> str:
-    """The report's HTML for these runs (`out`: where it will be written)."""
+    """The report's HTML for these runs: one page that needs nothing beside it but the runs' log files."""
     lines = build_lines(collect(runs, live_states), combine=False)
     apply_baseline(lines, baseline)
     colors = {id(line): color(i) for i, line in enumerate(lines)}
