@@ -145,11 +145,25 @@ def _svg(body: list[str], width: int, height: int, css_class: str, title: str) -
 
 
 def empty_chart(title: str, message: str, width: int = WIDTH, height: int = 120) -> str:
-    body = [
-        f'<text x="{width / 2:.0f}" y="20" class="title">{escape(title)}</text>',
-        f'<text x="{width / 2:.0f}" y="64" class="label">{escape(message)}</text>',
+    body = [f'<text x="{width / 2:.0f}" y="20" class="title">{escape(title)}</text>']
+    lines = _wrap(message, width - 40, 12)  # the message stays inside the chart, on as many lines as it needs
+    top = 64 - 8 * (len(lines) - 1)
+    body += [
+        f'<text x="{width / 2:.0f}" y="{top + 16 * n}" class="label">{escape(line)}</text>'
+        for n, line in enumerate(lines)
     ]
     return _svg(body, width, height, "empty", title)
+
+
+def _wrap(text: str, width: float, size: float) -> list[str]:
+    """The words of `text` on lines no wider than `width` pixels (a longer word has a line of its own)."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and text_width(f"{lines[-1]} {word}", size) <= width:
+            lines[-1] += f" {word}"
+        else:
+            lines.append(word)
+    return lines or [""]
 
 
 def line_chart(

@@ -19,7 +19,8 @@ _EM = {
     **dict.fromkeys("fijlrtI!|.,:;'`()[]{} ", 0.42),
     **dict.fromkeys("-/\\", 0.4),
     **dict.fromkeys("mwMW%@", 1.0),
-    **dict.fromkeys("=+<>~#&_×", 0.84),
+    **dict.fromkeys("=+<>~#&×", 0.84),
+    "_": 0.52,
     **dict.fromkeys("ABCDEFGHJKLNOPQRSTUVXYZ", 0.78),
 }
 DEFAULT_EM = 0.65

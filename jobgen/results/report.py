@@ -120,17 +120,19 @@ def _table(lines: list[Line], colors: dict[int, str]) -> str:
     empty = [h for i, h in enumerate(HEADERS) if i not in shown]
     log_cells = [_log_links(line.jobs) for line in lines]
     widths = {i: _column_px(HEADERS[i], [row[i] for row in rows]) for i in shown}
-    groups = _fold([i for i in shown if HEADERS[i] != "config"], widths, TABLE_PX - widths[0] - LOGS_PX)
+    widths[LOGS] = LOGS_PX
+    groups = _fold([*(i for i in shown if HEADERS[i] != "config"), LOGS], widths, TABLE_PX - widths[0])
     tables = []
-    for n, group in enumerate(groups):
-        last = n == len(groups) - 1
+    for group in groups:
         # The config keeps its width: where the browser must narrow a table, headers wrap first.
         head = f'<th style="min-width:{widths[0] - 12:.0f}px">config</th>'
-        head += "".join(f"<th>{escape(HEADERS[i])}</th>" for i in group) + ("<th>logs</th>" if last else "")
+        head += "".join("<th>logs</th>" if i == LOGS else f"<th>{escape(HEADERS[i])}</th>" for i in group)
         body = []
         for line, values, links in zip(lines, rows, log_cells, strict=True):
-            tds = [_cell(line, HEADERS[i], values[i], colors) for i in [0, *group]]
-            tds += [f'<td class="logs">{links}</td>'] if last else []
+            tds = [
+                f'<td class="logs">{links}</td>' if i == LOGS else _cell(line, HEADERS[i], values[i], colors)
+                for i in [0, *group]
+            ]
             attrs = ' class="baseline"' if line.is_baseline else ""
             body.append(f"<tr{attrs}>{''.join(tds)}</tr>")
         tables.append(f'<table class="summary"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
@@ -140,7 +142,7 @@ def _table(lines: list[Line], colors: dict[int, str]) -> str:
 
 # Widths the summary tables are packed to: a 1000-px screen less the page's margins, with room to spare.
 TABLE_PX = 900
-LOGS_PX = 130
+LOGS, LOGS_PX = -1, 130  # the logs column, last, after the summary's columns
 CONFIG_MAX_PX, NOTE_MAX_PX = 220, 240  # these two wrap (CSS max-width), every other cell stays whole
 ALWAYS = ("config", "state")
 CLASSES = {"config": "config", "note": "note"}
@@ -170,8 +172,10 @@ def _column_px(header: str, values: list[str]) -> float:
     # Measured on the longest few texts only: a 10,000-job report stays quick, and width follows length.
     parts = heapq.nlargest(8, {part for v in values for part in v.split(" ± ")}, key=len)
     widest = max((text_width(part, 12.5) for part in parts), default=0.0)
+    if header == "config":
+        widest += 16  # the colour swatch before the label
     cap = CONFIG_MAX_PX if header == "config" else NOTE_MAX_PX if header == "note" else widest
-    return max(widest_word, min(widest + 16, cap)) + 12  # + the swatch; + padding
+    return max(widest_word, min(widest, cap)) + 12  # + padding
 
 
 def _fold(columns: list[int], widths: dict[int, float], budget: float) -> list[list[int]]:
