@@ -25,6 +25,8 @@ from typing import Any
 
 from training import progress
 
+HEARTBEAT_MARGIN = 0.8  # a heartbeat once nothing was said for 80% of the promised interval
+
 # Warnings that say nothing to a jobgen user, each matched by its exact text (a regex of its start).
 KNOWN_WARNINGS = (
     # torch 2.13 deprecates LeafSpec; Lightning 2.6's _pytree still builds one. Not the user's code.
@@ -153,9 +155,12 @@ class Console:
         return time.monotonic() - self._last
 
     def _beat(self) -> None:
-        while not self._stop.wait(max(0.05, self.interval - self.quiet_for())):
+        # Due a little before the promised interval: a thread waits for the interpreter while the main
+        # thread holds it (loading a C extension such as torch's can take seconds on a busy machine).
+        due = self.interval * HEARTBEAT_MARGIN
+        while not self._stop.wait(max(0.05, due - self.quiet_for())):
             with self._lock:
-                if self.quiet_for() < self.interval:
+                if self.quiet_for() < due:
                     continue
                 tracker = self._tracker
                 text = tracker.line() if tracker is not None else None
@@ -195,7 +200,8 @@ class Tracker:
         with CONSOLE._lock:
             self.epoch, self.batch, self.step = epoch, batch, step
             self.add_loss(loss, losses)
-            due = not self._printed or batch >= self.batches or CONSOLE.quiet_for() >= CONSOLE.interval
+            quiet = CONSOLE.quiet_for() >= CONSOLE.interval * HEARTBEAT_MARGIN
+            due = not self._printed or batch >= self.batches or quiet
             if due:
                 self._printed = True
                 say(self.line())
