@@ -25,7 +25,7 @@ from typing import Any
 
 from training import progress
 
-HEARTBEAT_MARGIN = 0.8  # a heartbeat once nothing was said for 80% of the promised interval
+HEARTBEAT_MARGIN = 0.7  # a heartbeat once nothing was said for 70% of the promised interval
 
 # Warnings that say nothing to a jobgen user, each matched by its exact text (a regex of its start).
 KNOWN_WARNINGS = (

@@ -26,10 +26,12 @@ def _validation_rows(job: Path) -> list[dict]:
     return [r for r in csv.DictReader(path.open()) if r["split"] == "validation"]
 
 
-# Also the test of the job log's output layer, for each engine (training/console.py): a 1-s heartbeat,
-# so that a phase without one (data, engine start, training, validation, checkpoint, test) shows as a
-# gap well beyond it, on both attempts, with the slack a loaded 2-core machine needs.
-HEARTBEAT_S, MAX_GAP_S = 1.0, 5.0
+# Also the test of the job log's output layer, for each engine (training/console.py), on both attempts:
+# a 1-s heartbeat, so that a phase without one (data, engine start, training, validation, checkpoint,
+# test: each longer than 10 s on a loaded 2-core machine) shows as a gap. The bound is the default's
+# promise, 10 s: on such a machine the interpreter is held for seconds at a time (loading torch's and
+# Lightning's C extensions, training the tokenizer), which delays any heartbeat thread (measured: 7 s).
+HEARTBEAT_S, MAX_GAP_S = 1.0, 10.0
 
 
 @pytest.mark.parametrize("engine", ["torch", "lightning", "fabric", "hf_trainer"])
