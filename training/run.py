@@ -10,7 +10,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from training import ranks, requeue, trackers
+from training import probe, ranks, requeue, trackers
 from training.data import Prepared
 from training.results import Clock, Stats, build_result, write_result
 from training.spec import Spec, to_dict
@@ -31,6 +31,7 @@ def run(spec: Spec, spec_path: Path | None = None) -> int:
         # installed) is noise: a local run is not meant to use srun. Inside a job it stays a real hint.
         warnings.filterwarnings("ignore", message="The `srun` command is available on your system but is not used")
     spec.job_dir.mkdir(parents=True, exist_ok=True)
+    spec = probe.budget(spec)  # a probe: the same job on a step budget (jobgen probe)
     if ranks.needs_local_launch(spec):  # Lightning and Fabric start their own ranks; these engines cannot
         return ranks.launch_locally(spec, spec_path or _write_spec(spec))
     stats = Stats(world_size=spec.train.world_size)
@@ -46,6 +47,7 @@ def run(spec: Spec, spec_path: Path | None = None) -> int:
     with Clock(stats, "data_prep"):
         prepared = data.prepare(spec)
     _say_ready(spec, prepared)
+    prepared = probe.slice_eval(spec, prepared)
     engine = importlib.import_module(ENGINE_MODULES[spec.train.engine])
     from training.engines import common
 
@@ -54,6 +56,7 @@ def run(spec: Spec, spec_path: Path | None = None) -> int:
     trackers.start(spec)
     try:
         rank = engine.run(spec, prepared, stats, watcher)  # fit and test; the process group is still up
+        probe.engine_done()
     except SystemExit as exc:
         _end_after_failure(exc)
         # A library that ends the run with a clean exit (Lightning on SIGTERM) must not leave a job without
@@ -71,6 +74,7 @@ def run(spec: Spec, spec_path: Path | None = None) -> int:
                 # step that dies after this point has lost no work (jobgen/templates/_result_guard.j2).
                 path = write_result(spec, build_result(spec, stats, requeue.requeue_count()))
                 print(f"training: wrote {path}", flush=True)
+                probe.write(spec, stats, rank)
     finally:
         common.end_process_group()  # the other ranks wait in its barrier, even if writing failed
     trackers.finish("KILLED" if stats.interrupted else "FINISHED")
