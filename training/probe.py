@@ -56,6 +56,7 @@ def budget(spec: Spec) -> Spec:
     """The spec this process runs: for a probe, training stops after warm-up + steps optimizer steps."""
     global RECORDER
     if not spec.probe:
+        RECORDER = None  # an earlier probe in this process (tests run several jobs in one) is over
         return spec
     t = spec.train
     warmup = int(spec.probe.get("warmup_steps", 5))
@@ -74,7 +75,7 @@ def budget(spec: Spec) -> Spec:
 
 def slice_eval(spec: Spec, prepared: Any) -> Any:
     """Record the full job's split sizes, then keep an evenly spaced slice of validation and test."""
-    if RECORDER is None:
+    if RECORDER is None or not spec.probe:
         return prepared
     world = spec.train.world_size
     sizes = {split: len(rows) for split, rows in prepared.splits.items()}
@@ -131,7 +132,7 @@ def measurements(rec: Recorder, stats: Any) -> dict[str, Any]:
 
 def write(spec: Spec, stats: Any, rank: int) -> None:
     """Rank 0 writes probe.json (after result.json), atomically."""
-    if RECORDER is None or rank != 0:
+    if RECORDER is None or not spec.probe or rank != 0:
         return
     from training.results import atomic_write, peak_memory_mb
 
