@@ -20,7 +20,9 @@ from jobgen.commands import limits, submit
 from jobgen.commands.wait import watch
 from jobgen.errors import JobgenError
 from jobgen.facts import now_iso
+from jobgen.results import logs
 from jobgen.results.cost import elapsed_seconds
+from jobgen.results.diagnose import find_cause
 from jobgen.results.predict import Prediction, predict
 from jobgen.run import store
 from jobgen.run.model import Run, RunJob
@@ -76,7 +78,9 @@ def probe(
         on_run(prepared.run_dir)
     submit.submit_pending(prepared.run_dir)
     run = _last(watch(prepared.run_dir, interval=interval, timeout=timeout))
-    points = [point_of(job, plan) for job, plan in zip(_in_order(run, prepared.jobs), prepared.jobs, strict=True)]
+    points = [
+        point_of(job, plan, run.backend) for job, plan in zip(_in_order(run, prepared.jobs), prepared.jobs, strict=True)
+    ]
     doc = {
         "schema": limits.PREDICTIONS_SCHEMA,
         "created": now_iso(),
@@ -106,8 +110,9 @@ def _in_order(run: Run, jobs: list[Job]) -> list[RunJob]:
     return [by_name[job.name] for job in jobs]
 
 
-def point_of(job: RunJob, planned: Job) -> Point:
-    """The point's prediction from its probe.json and the probe job's own elapsed time."""
+def point_of(job: RunJob, planned: Job, backend: str) -> Point:
+    """The point's prediction from its probe.json and the probe job's own elapsed time; else why not,
+    from its logs (jobgen.results.diagnose, as the summary says it)."""
     measured, problem = job.json("probe.json")
     if isinstance(measured, dict) and not problem:
         try:
@@ -115,7 +120,7 @@ def point_of(job: RunJob, planned: Job) -> Point:
             return Point(job.name, job.state.value, predict(job.name, measured, elapsed_seconds(job), ranks))
         except (KeyError, TypeError, ValueError) as exc:
             problem = f"probe.json lacks {exc}"
-    cause = job.cause
+    cause = job.cause or find_cause(logs.files(backend, job.job_dir), job.run_dir)
     if cause is not None:
         return Point(job.name, job.state.value, None, cause.message, cause.hint)
     said = problem or "the job wrote no probe.json"

@@ -306,3 +306,17 @@ def test_the_probe_measures_warm_up_steady_batches_and_the_epoch_end():
     assert m["samples_per_s"] == pytest.approx(3 * 8 * 2 / 1.5)  # the steady windows only, all ranks
     assert m["epoch_end_s"] == pytest.approx(3.0 - 1.0) and m["engine_s"] == pytest.approx(8.5)
     assert m["eval_rows"] == 6
+
+
+def test_a_failed_point_shows_the_cause_and_hint_from_its_log(tmp_path: Path):
+    from jobgen.commands.probe import point_of
+    from jobgen.results.state import read_runs
+    from tests.data.summary.synth import FakeJob, write_run
+
+    oom = (Path(__file__).parents[1] / "data" / "summary" / "logs" / "oom_kill.out").read_text()
+    run_dir = write_run(tmp_path, "exp", [FakeJob("j", state="OUT_OF_MEMORY", result=None, logs={"slurm-1.out": oom})])
+    (run,) = read_runs([run_dir], live=False)
+    planned = submit.prepare(_experiment(tmp_path), tmp_path / "runs", probe={"steps": 1}).jobs[0]
+    point = point_of(run.jobs[0], planned, "sbatch")
+    assert point.prediction is None and point.state == "OUT_OF_MEMORY"
+    assert "out of memory" in point.cause.lower() and "raise slurm.mem" in point.hint
