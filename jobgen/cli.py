@@ -316,7 +316,7 @@ def _warn(runs: Any) -> None:
 @main.command()
 @click.argument("experiment", type=click.Path(dir_okay=False), shell_complete=experiment_files)
 @click.option(
-    "--steps", default=30, show_default=True, type=click.IntRange(1, 100_000), help="Timed optimizer steps per point."
+    "--steps", default=20, show_default=True, type=click.IntRange(1, 100_000), help="Timed optimizer steps per point."
 )
 @click.option(
     "--warmup-steps",

@@ -1,7 +1,7 @@
 """A probe: the job itself, on a step budget, measured so that jobgen can predict the full job
 (`jobgen probe`, docs/contracts.md "Probes").
 
-The spec's `probe` section ({"steps": 30, "warmup_steps": 5, "eval_samples": 256}) turns a job into its
+The spec's `probe` section ({"steps": 20, "warmup_steps": 5, "eval_samples": 256}) turns a job into its
 probe: training stops after warm-up + steps optimizer steps (the engines' own `max_steps`), validation
 and test score an evenly spaced slice of `eval_samples` rows each, and the epoch's end runs as usual
 (the best weights and the resume checkpoint are saved). Every engine's timing window
@@ -62,7 +62,7 @@ def budget(spec: Spec) -> Spec:
     warmup = int(spec.probe.get("warmup_steps", 5))
     if t.compile:
         warmup = max(warmup, t.warmup_compile_steps)
-    steps = warmup + int(spec.probe.get("steps", 30))
+    steps = warmup + int(spec.probe.get("steps", 20))
     RECORDER = Recorder(warmup=warmup * t.grad_accum)  # in batches: the window closes once per batch
     # A launcher that starts the ranks itself hands them this spec again: the full job's max_steps stays known.
     full_max = int(spec.probe.get("full_max_steps", t.max_steps))

@@ -27,7 +27,7 @@ from jobgen.results.predict import Prediction, predict
 from jobgen.run import store
 from jobgen.run.model import Run, RunJob
 
-DEFAULT_STEPS = 30
+DEFAULT_STEPS = 20
 DEFAULT_WARMUP_STEPS = 5
 DEFAULT_EVAL_SAMPLES = 256
 

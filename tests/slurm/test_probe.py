@@ -22,7 +22,7 @@ from tests.slurm.helpers import PYTHON, all_final, jobgen, manifest, wait_states
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training]
 
-TRAIN_ROWS = 2400  # ~80 s of training per job on the 2-core test machine, three jobs at once
+TRAIN_ROWS = 1200  # ~60 s of training per job on the 2-core test machine, three jobs at once
 
 
 def _experiment(folder: Path) -> Path:
