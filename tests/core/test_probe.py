@@ -4,6 +4,7 @@ refusals, in-process (no training, no cluster: the probe's measurements are writ
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -320,3 +321,15 @@ def test_a_failed_point_shows_the_cause_and_hint_from_its_log(tmp_path: Path):
     point = point_of(run.jobs[0], planned, "sbatch")
     assert point.prediction is None and point.state == "OUT_OF_MEMORY"
     assert "out of memory" in point.cause.lower() and "raise slurm.mem" in point.hint
+
+
+def test_a_rerun_with_set_keeps_the_limits_auto_chose_then(tmp_path: Path):
+    from jobgen.commands.rerun import _as_limited
+
+    job = submit.prepare(_experiment(tmp_path), tmp_path / "runs", probe={"steps": 1}).jobs[0]
+    auto = dataclasses.replace(
+        job, exp=dataclasses.replace(job.exp, slurm=dataclasses.replace(job.exp.slurm, time="auto", mem="auto"))
+    )
+    again = _as_limited(auto, {"slurm": {"time": "00:07:00", "mem": "900M"}})
+    assert (again.exp.slurm.time, again.exp.slurm.mem) == ("00:07:00", "900M")
+    assert _as_limited(job, {"slurm": {"time": "00:07:00"}}) is job  # a limit given by hand stays
