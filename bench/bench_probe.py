@@ -52,6 +52,7 @@ def measure(
     folder: Path, batch_size: int, max_length: int, steps: int, warmup: int, eval_samples: int
 ) -> dict[str, Any]:
     """One real probe on this machine; its probe.json and elapsed seconds."""
+    folder.mkdir(parents=True, exist_ok=True)
     exp = folder / "bench_probe.toml"
     exp.write_text(
         f"""[experiment]

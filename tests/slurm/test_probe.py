@@ -22,7 +22,9 @@ from tests.slurm.helpers import PYTHON, all_final, jobgen, manifest, wait_states
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training]
 
-TRAIN_ROWS = 1200  # ~60 s of training per job on the 2-core test machine, three jobs at once
+# ~50 s of training per job on an idle 2-core test machine, three jobs at once: the full jobs then run
+# 60-90 s, long enough for time used >= 50% of a limit in whole minutes (a busy machine makes them longer).
+TRAIN_ROWS = 1600
 
 
 def _experiment(folder: Path) -> Path:
@@ -50,7 +52,7 @@ log_every_n_steps = 50
 
 [data]
 dataset = "builtin:synthetic"
-partition = [{TRAIN_ROWS}, 200, 200]
+partition = [{TRAIN_ROWS}, 100, 100]
 max_length = 32
 
 [sweep.grid]
@@ -71,7 +73,7 @@ def _sacct(job_id: str) -> tuple[str, int, int]:
     return state, int(elapsed), int(limit) * 60  # TimelimitRaw is in minutes
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(3000)  # a guard against a hang: on a busy 2-core machine this takes 15+ minutes
 def test_probe_predicts_the_full_jobs_and_auto_limits_fit(slurm, root: Path, tmp_path: Path):
     exp = _experiment(tmp_path)
     done = jobgen(
@@ -88,9 +90,9 @@ def test_probe_predicts_the_full_jobs_and_auto_limits_fit(slurm, root: Path, tmp
         "--interval",
         "2",
         "--timeout",
-        "400",
+        "1200",
         root=root,
-        timeout=480,
+        timeout=1300,
     )
     points = {p["name"]: p for p in json.loads(done.stdout)}
     assert len(points) == 3 and all(p["predicted_wall_s"] and p["predicted_peak_mem_mb"] for p in points.values())
@@ -100,7 +102,7 @@ def test_probe_predicts_the_full_jobs_and_auto_limits_fit(slurm, root: Path, tmp
     done = jobgen("submit", str(exp), root=root)
     (run,) = [p for p in (root / "probe3").iterdir() if not p.name.startswith(".") and p != probe_run]
     assert "limits: " in done.stdout and probe_run.name in done.stdout
-    states = wait_states(run, all_final, timeout=400, poll=3)
+    states = wait_states(run, all_final, timeout=1500, poll=3)
     assert set(states.values()) == {State.COMPLETED}, states
 
     lines = []
