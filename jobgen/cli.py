@@ -224,6 +224,8 @@ def submit(
         array=array,
         array_parallelism=array_parallelism,
     )
+    for note in prepared.notes:
+        click.echo(f"limits: {note}")
     if dry_run:
         click.echo("\n".join(sub.show(prepared.run_dir, prepared.manifest, show)))
         click.echo(f"dry run: {len(prepared.jobs)} job(s) written, nothing submitted")
@@ -309,6 +311,83 @@ def _warn(runs: Any) -> None:
             continue  # its manifest is damaged: the command's own output says so
         for line in run.problems():
             click.echo(f"warning: {run.run_dir}/{line}", err=True)
+
+
+@main.command()
+@click.argument("experiment", type=click.Path(dir_okay=False), shell_complete=experiment_files)
+@click.option(
+    "--steps", default=20, show_default=True, type=click.IntRange(1, 100_000), help="Timed optimizer steps per point."
+)
+@click.option(
+    "--warmup-steps",
+    default=5,
+    show_default=True,
+    type=click.IntRange(0, 100_000),
+    help="Optimizer steps before the timed ones (compilation adds train.warmup_compile_steps).",
+)
+@click.option(
+    "--eval-samples",
+    default=256,
+    show_default=True,
+    type=click.IntRange(1, 10_000_000),
+    help="Rows of validation and of test each point scores.",
+)
+@click.option("--backend", type=click.Choice(backends.names()), help="Override launch.backend.")
+@click.option("--timeout", type=click.FloatRange(min=0), help="Give up waiting after this many seconds.")
+@click.option(
+    "--interval",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds between looks.",
+)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
+@site_option
+@click.pass_context
+def probe(
+    ctx: click.Context,
+    experiment: str,
+    steps: int,
+    warmup_steps: int,
+    eval_samples: int,
+    backend: str | None,
+    timeout: float | None,
+    interval: float,
+    fmt: str,
+    sets: tuple[str, ...],
+    site: str | None,
+) -> None:
+    """Run every sweep point of EXPERIMENT for a few steps, as real jobs, and predict each full job's wall
+    time and peak memory (what slurm.time = "auto" and slurm.mem = "auto" ask for)."""
+    import json
+
+    from jobgen.commands import probe as probing
+    from jobgen.results.status import format_table
+
+    def started(run_dir: Path) -> None:
+        click.echo(f"probe run: {run_dir} (waiting for its jobs)", err=fmt == "json")
+
+    done = probing.probe(
+        experiment,
+        _root(ctx),
+        backend=backend,
+        sets=list(sets),
+        site=site,
+        steps=steps,
+        warmup_steps=warmup_steps,
+        eval_samples=eval_samples,
+        timeout=timeout,
+        interval=interval,
+        on_run=started,
+    )
+    if fmt == "json":
+        click.echo(json.dumps([p.as_json() for p in done.points], indent=2))
+        return
+    click.echo(format_table(*probing.table(done.points)))
+    for line in probing.failures(done.points):
+        click.echo(f"failed: {line}")
+    click.echo(f'predictions in {done.run_dir / "predictions.json"}; slurm.time = "auto" uses them')
 
 
 @main.command()

@@ -242,7 +242,8 @@ def value_problem(value: Any, meta: Any, kinds: dict[str, Callable[[Any], str | 
 def bounds(meta: Any) -> str:
     """A numeric field's valid range in words ('positive and at most 64'); '' when it has none."""
     low, high = meta["min"], meta["max"]
-    words = [] if low is None else ["positive" if low == 1 else f"at least {low}" if low else "zero or more"]
+    positive = low == 1 and not isinstance(low, float)  # an integer's 1 is "positive"; a float's 1.0 is not
+    words = [] if low is None else ["positive" if positive else f"at least {low}" if low else "zero or more"]
     return " and ".join(words + ([] if high is None else [f"at most {high}"]))
 
 

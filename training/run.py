@@ -10,7 +10,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from training import console, progress, ranks, requeue, trackers
+from training import console, probe, progress, ranks, requeue, trackers
 from training.data import Prepared
 from training.results import Clock, Stats, build_result, write_result
 from training.spec import Spec, to_dict
@@ -33,6 +33,7 @@ def run(spec: Spec, spec_path: Path | None = None) -> int:
     spec.job_dir.mkdir(parents=True, exist_ok=True)
     accelerator = spec.train.accelerator
     console.quiet_libraries(on_cpu=accelerator == "cpu" or (accelerator != "gpu" and not _has_gpu()))
+    spec = probe.budget(spec)  # a probe: the same job on a step budget (jobgen probe)
     if ranks.needs_local_launch(spec):  # Lightning and Fabric start their own ranks; these engines cannot
         return ranks.launch_locally(spec, spec_path or _write_spec(spec))
     console.start(console.rank_from_env())  # the heartbeat: a line at least every JOBGEN_HEARTBEAT_S
@@ -57,6 +58,7 @@ def _run(spec: Spec) -> int:
     with Clock(stats, "data_prep"):
         prepared = data.prepare(spec)
     _say_ready(spec, prepared)
+    prepared = probe.slice_eval(spec, prepared)
     console.phase(f"starting the {spec.train.engine} engine")
     engine = importlib.import_module(ENGINE_MODULES[spec.train.engine])
     from training.engines import common
@@ -66,6 +68,7 @@ def _run(spec: Spec) -> int:
     trackers.start(spec)
     try:
         rank = engine.run(spec, prepared, stats, watcher)  # fit and test; the process group is still up
+        probe.engine_done()
     except SystemExit as exc:
         _end_after_failure(exc)
         # A library that ends the run with a clean exit (Lightning on SIGTERM) must not leave a job without
@@ -86,6 +89,7 @@ def _run(spec: Spec) -> int:
                 path = write_result(spec, result)
                 console.say(progress.result_line(result["throughput"]["samples_per_s"], stats.times_s["train"]))
                 console.say(f"training: wrote {path}")
+                probe.write(spec, stats, rank)
     finally:
         common.end_process_group()  # the other ranks wait in its barrier, even if writing failed
     trackers.finish("KILLED" if stats.interrupted else "FINISHED")

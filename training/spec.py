@@ -65,6 +65,7 @@ class Spec:
     slurm: dict[str, Any] = field(default_factory=dict)
     env: dict[str, Any] = field(default_factory=dict)
     container: dict[str, Any] = field(default_factory=dict)  # runtime and image, when the job ran in one
+    probe: dict[str, Any] = field(default_factory=dict)  # a probe's step budget (training/probe.py); {} = the job
 
     @property
     def checkpoint_dir(self) -> Path:

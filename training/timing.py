@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from training import probe
 from training.loaders import repeats, token_counts
 from training.results import Stats, graphs_compiled
 from training.spec import Spec
@@ -81,6 +82,7 @@ class TrainClock:
             c["timed_samples"] += rows
             c["timed_tokens"] += real
         self.batches_this_attempt += 1
+        probe.on_batch(self.tick, seconds, rows)
         if TRACE_DIR:
             trace_rows(Path(TRACE_DIR), epoch, batch)
         return seconds

@@ -71,6 +71,11 @@ class Scheduler:
         """How many tasks one job array may have (jobs of a bigger sweep go in several arrays)."""
         raise JobgenError(f"the {self.name} backend has no job arrays")
 
+    def max_time(self, partition: str) -> int | None:
+        """The longest time limit, in seconds, a job of this partition ("" = the default one) may ask
+        for; None when there is none (or the scheduler keeps no time limits)."""
+        return None
+
     def test_only(self, script: Path) -> tuple[bool, str]:
         """Whether the scheduler would accept a script, and its words; queues nothing."""
         raise JobgenError(f"the {self.name} backend cannot check scripts without submitting them")

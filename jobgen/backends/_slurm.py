@@ -81,6 +81,11 @@ class SlurmScheduler(Scheduler):
         match = re.search(r"^MaxArraySize\s*=\s*(\d+)", out, re.MULTILINE)
         return int(match.group(1)) if match else DEFAULT_MAX_ARRAY_SIZE
 
+    def max_time(self, partition: str) -> int | None:
+        """The partition's MaxTime (`scontrol show partition`; "" = the one marked Default=YES)."""
+        out = slurm.run(["scontrol", "show", "partition", "-o", *([partition] if partition else [])], what="asking")
+        return partition_max_time(out, partition)
+
     def shape_problems(self, exp: Experiment) -> list[str]:
         if exp.train.accelerator == "gpu" and not exp.slurm.gpus_per_node:
             return ["train.accelerator = 'gpu' but slurm.gpus_per_node = 0: ask for GPUs or use accelerator 'auto'"]
@@ -105,7 +110,8 @@ def resource_options(s: Mapping[str, Any]) -> list[Option]:
         opts.append(("gpus-per-node", f"{s['gpu_type']}:{gpus}" if s["gpu_type"] else str(gpus)))
     if s["mem"]:
         opts.append(("mem", s["mem"].upper()))
-    opts.append(("time", s["time"]))
+    if s["time"]:  # empty: the partition's default (a probe of a job whose time is "auto")
+        opts.append(("time", s["time"]))
     opts += [(flag, s[flag]) for flag in ("partition", "account", "qos", "constraint") if s[flag]]
     if s["exclusive"]:
         opts.append(("exclusive", None))
@@ -318,3 +324,29 @@ def _scontrol() -> dict[str, JobInfo]:
 
 def _time(value: str) -> str:
     return "" if value in ("", "Unknown", "None", "N/A") else value
+
+
+def partition_max_time(out: str, partition: str) -> int | None:
+    """MaxTime in seconds from `scontrol show partition -o` lines (one per partition): the named one,
+    else the default one; None for UNLIMITED. An error names the partition when it is not there."""
+    parts = [dict(kv.split("=", 1) for kv in line.split() if "=" in kv) for line in out.splitlines() if line.strip()]
+    chosen = [p for p in parts if (p.get("PartitionName") == partition if partition else p.get("Default") == "YES")]
+    if not chosen:
+        known = ", ".join(p.get("PartitionName", "?") for p in parts) or "none"
+        what = f"partition {partition!r}" if partition else "a default partition"
+        raise SubmitError(f"slurm.partition: Slurm has no {what} (partitions: {known})")
+    return _duration(chosen[0].get("MaxTime", "UNLIMITED"))
+
+
+def _duration(text: str) -> int | None:
+    """A time as scontrol prints it ([D-]HH:MM:SS, MM:SS) in seconds; None for UNLIMITED or junk."""
+    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text)
+    if not match:
+        return None
+    days, *clock = match.groups()
+    parts = [int(p) for p in clock if p is not None]
+    if days is not None:  # D-H, D-H:M, D-H:M:S
+        hours, minutes, secs = (parts + [0, 0])[:3]
+    else:  # M, M:S, H:M:S (sbatch's reading)
+        hours, minutes, secs = [[0, parts[0], 0], [0, *parts], parts][len(parts) - 1]
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + secs

@@ -12,6 +12,7 @@ refused (DriftError) unless allowed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from jobgen import __version__, backends
-from jobgen.build.plan import cache_dir_for, plan
+from jobgen.build.plan import Job, cache_dir_for, plan
 from jobgen.build.render import RunInfo, render_job
 from jobgen.build.spec import build_spec
 from jobgen.commands.submit import Files, customize, training_package_dir, write_new_run
@@ -254,10 +255,21 @@ def _render(
     )
     out = {}
     for rec in recorded:
-        job = planned[rec.job.name]
+        job = _as_limited(planned[rec.job.name], rec.spec)
         spec = build_spec(job, info, Path(str(rec.spec.get("cache_dir") or cache_dir_for(job, new_dir.parent.parent))))
         out[job.name] = (spec, render_job(job, info))
     return out
+
+
+def _as_limited(job: Job, spec: dict[str, Any]) -> Job:
+    """slurm.time/mem = "auto" as the recorded job chose them (from its probe then): a rerun repeats them."""
+    s, said = job.exp.slurm, spec.get("slurm") or {}
+    time = str(said.get("time", s.time)) if s.time == config.AUTO else s.time
+    mem = str(said.get("mem", s.mem)) if s.mem == config.AUTO else s.mem
+    if (time, mem) == (s.time, s.mem):
+        return job
+    slurm = dataclasses.replace(s, time=time, mem=mem)
+    return dataclasses.replace(job, exp=dataclasses.replace(job.exp, slurm=slurm))
 
 
 def _git(old: Run) -> tuple[str | None, bool]:

@@ -23,6 +23,7 @@ from jobgen.build.container import DEFAULT_HF_HOME
 from jobgen.build.plan import Job, cache_dir_for, plan
 from jobgen.build.render import RunInfo, container_words, render_job
 from jobgen.build.spec import build_spec
+from jobgen.commands import limits
 from jobgen.errors import ConfigError, JobgenError, SubmitError
 from jobgen.experiment import config, sites
 from jobgen.facts import now_iso
@@ -40,6 +41,7 @@ class Prepared:
     run_dir: Path
     manifest: dict[str, Any]
     jobs: list[Job]
+    notes: tuple[str, ...] = ()  # how limits were chosen (slurm.time/mem = "auto"), one line per job
 
 
 def load_experiment(
@@ -75,21 +77,28 @@ def prepare(
     dry_run: bool = False,
     sets: list[str] | None = None,
     site: str | None = None,
+    probe: dict[str, Any] | None = None,
     **launch: Any,
 ) -> Prepared:
-    """Validate, plan and render every job, then write the whole run directory at once."""
+    """Validate, plan and render every job, then write the whole run directory at once. With `probe`
+    (a step budget, training/probe.py) the run is the experiment's probe (`jobgen probe`)."""
     exp = load_experiment(path, backend, sets, site=site, **launch)
     jobs = plan(exp)
     root = output_root_of(exp, output_root)
     code_dir = training_package_dir()
+    notes: list[str] = []
+    if probe is not None:
+        jobs = limits.for_probe(jobs)
+    else:
+        jobs, notes = limits.auto_limits(exp, jobs, root, code_dir)
     git = record.git_info(code_dir)
     run_dir, manifest = write_new_run(
         root,
         exp.name,
-        lambda run_id, run_dir: _render(exp, jobs, root, run_id, run_dir, git, dry_run, sets),
+        lambda run_id, run_dir: _render(exp, jobs, root, run_id, run_dir, git, dry_run, sets, probe),
         {"code/training": code_dir},
     )
-    return Prepared(run_dir=run_dir, manifest=manifest, jobs=jobs)
+    return Prepared(run_dir=run_dir, manifest=manifest, jobs=jobs, notes=tuple(notes))
 
 
 def write_new_run(
@@ -122,6 +131,7 @@ def _render(
     git: tuple[str | None, bool, str],
     dry_run: bool,
     sets: list[str] | None,
+    probe: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], Files]:
     """The run's manifest and every file it holds, by path relative to the run folder."""
     sha, dirty, patch = git
@@ -144,7 +154,10 @@ def _render(
         rel = f"jobs/{job.name}"
         script_rel = f"{rel}/{scheduler.script_name}"
         files[script_rel] = render_job(job, run)
-        files[f"{rel}/spec.json"] = record.dumps(build_spec(job, run, cache_dir_for(job, root)))
+        spec = build_spec(job, run, cache_dir_for(job, root))
+        if probe is not None:
+            spec["probe"] = dict(probe)
+        files[f"{rel}/spec.json"] = record.dumps(spec)
         entries.append(_entry(job, rel, script_rel, scheduler.submit_command(run.run_dir / script_rel), dry_run))
         words = container_words(job, run)
         if words:
@@ -154,6 +167,8 @@ def _render(
     manifest = record.manifest_doc(
         run_id, exp.name, exp.path, exp.launch.backend, dry_run, sha, dirty, entries, exp.experiment.description
     )
+    if probe is not None:
+        manifest["kind"] = record.PROBE
     if sets:
         manifest["overrides"] = list(sets)
     if exp.site:

@@ -45,6 +45,7 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _CONSTRAINT_RE = re.compile(r"[A-Za-z0-9_.,:&|*\[\]()-]*")
 _FLAG_RE = re.compile(r"[a-z][a-z0-9-]*")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+AUTO = "auto"  # slurm.time / slurm.mem: from the newest probe of the same points, times the margin
 # The longest slurm.time accepted: a year. Longer is a typo (99999999-00:00:00), not a job.
 MAX_TIME_DAYS = 365
 BUILTIN = "builtin:"
@@ -437,6 +438,8 @@ def _check_value(value: Any, meta: Any, dotted: str, ctx: _Context) -> None:
 
 
 def _check_time(v: str) -> str | None:
+    if v == AUTO:  # chosen at submit from the newest probe (jobgen.commands.probe)
+        return None
     if not _TIME_RE.fullmatch(v):
         return f"{v!r} is not a Slurm time; use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
     seconds = time_seconds(v)
@@ -460,7 +463,7 @@ def time_seconds(v: str) -> int | None:
 
 
 def _check_mem(v: str) -> str | None:
-    if v and not _MEM_RE.fullmatch(v):
+    if v and v != AUTO and not _MEM_RE.fullmatch(v):
         return f"{v!r} is not a Slurm memory size; use a number with an optional K, M, G or T suffix, e.g. 64G"
     return None
 

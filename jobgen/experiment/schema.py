@@ -64,9 +64,23 @@ class SlurmSection:
         0, "Tasks per node; 0 = one per device (what srun-launched ranks need).", min=0, max=1024
     )
     cpus_per_task: int = opt(4, "CPUs per task (sbatch --cpus-per-task, passed on to srun).", min=1, max=1024)
-    mem: str = opt("", "Memory per node as sbatch takes it: 64G, 500M, 0 (= all).", kind="mem")
+    mem: str = opt(
+        "",
+        "Memory per node as sbatch takes it: 64G, 500M, 0 (= all); auto = the newest probe's prediction "
+        "times slurm.mem_margin (run `jobgen probe` first).",
+        kind="mem",
+    )
     time: str = opt(
-        "01:00:00", "Time limit in any form sbatch takes: MM, HH:MM:SS, D-HH, ... (at most 365 days).", kind="time"
+        "01:00:00",
+        "Time limit in any form sbatch takes: MM, HH:MM:SS, D-HH, ... (at most 365 days); auto = the newest "
+        "probe's prediction times slurm.time_margin, in whole minutes, at most the partition's MaxTime.",
+        kind="time",
+    )
+    time_margin: float = opt(
+        1.3, "slurm.time = auto asks for the predicted wall time times this (at least 1).", min=1.0, max=100.0
+    )
+    mem_margin: float = opt(
+        1.3, "slurm.mem = auto asks for the predicted peak memory times this (at least 1).", min=1.0, max=100.0
     )
     constraint: str = opt("", "Node features (sbatch --constraint), e.g. 'a100&ib'.", kind="constraint")
     exclusive: bool = opt(False, "Ask for whole nodes (sbatch --exclusive).")

@@ -149,6 +149,11 @@ def _asked(job: RunJob) -> tuple[int | None, int | None, int | None]:
     return held_gpus, held_cpus, _seconds(slurm.get("time"))
 
 
+def elapsed_seconds(job: RunJob) -> int | None:
+    """Seconds the job held its allocation, as its scheduler counts them (see _elapsed); None if unknown."""
+    return _elapsed(job)
+
+
 def _elapsed(job: RunJob) -> int | None:
     """Seconds the job has held its allocation: Slurm's word in this command (so far, while it runs),
     else the start and end jobgen recorded (an end is recorded only once Slurm says the job ended; an

@@ -70,7 +70,8 @@ def runs_table(run_dirs: Sequence[Path], root: Path, refresh: bool) -> tuple[lis
             continue
         counts = Counter((job.state if refresh else job.recorded).value for job in row.jobs)
         states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-        out.append([_name(row.run_dir, root), _created(row), row.backend, str(len(row.jobs)), states])
+        backend = f"{row.backend} ({row.kind})" if row.kind else row.backend  # a probe: not the latest run
+        out.append([_name(row.run_dir, root), _created(row), backend, str(len(row.jobs)), states])
     return ["run", "created", "backend", "jobs", "states" if refresh else "states (last known)"], out
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from jobgen.errors import RunNotFound
 from jobgen.facts import RUN_ID_RE
-from jobgen.run.store import MANIFEST, is_dry_run
+from jobgen.run.store import MANIFEST, run_kind
 
 
 def is_run_dir(path: Path) -> bool:
@@ -24,10 +24,16 @@ def runs_of(experiment_dir: Path) -> list[Path]:
 
 
 def real_runs(runs: list[Path]) -> list[Path]:
-    """The runs that were submitted, in order: dry runs (`--dry-run`, `--test-only`) are listed by
-    `jobgen runs` but never stand for an experiment's results. The one rule for "the latest run"
-    (and for --all-runs): a dry run is read only when it is named by its folder or run id."""
-    return [run for run in runs if not is_dry_run(run)]
+    """The runs that were submitted, in order: dry runs (`--dry-run`, `--test-only`) and probes
+    (`jobgen probe`) are listed by `jobgen runs` but never stand for an experiment's results. The one
+    rule for "the latest run" (and for --all-runs): such a run is read only when it is named by its
+    folder or run id."""
+    return [run for run in runs if not run_kind(run)]
+
+
+def probe_runs(runs: list[Path]) -> list[Path]:
+    """The probes among these runs, in order (the newest last)."""
+    return [run for run in runs if run_kind(run) == "probe"]
 
 
 def find_runs(refs: list[str], output_root: Path) -> list[Path]:
@@ -40,7 +46,7 @@ def find_runs(refs: list[str], output_root: Path) -> list[Path]:
         every = [runs_of(d) for d in _experiment_dirs(output_root)]
         latest = [real[-1] for runs in every if (real := real_runs(runs))]
         if not latest:
-            dry = " (only dry runs, which hold no results: name one by its folder)" if any(every) else ""
+            dry = " (only dry runs or probes, which hold no results: name one by its folder)" if any(every) else ""
             raise RunNotFound(f"no submitted runs under {output_root}{dry}; submit one, or pass --output-root")
         return [max(latest, key=lambda p: p.name)]
     return [_find_one(ref, output_root) for ref in refs]
@@ -56,7 +62,7 @@ def _find_one(ref: str, output_root: Path) -> Path:
         return real[-1].resolve()
     if runs:
         raise RunNotFound(
-            f"{name!r} has only dry runs under {output_root}, which hold no results; submit it without "
+            f"{name!r} has only dry runs or probes under {output_root}, which hold no results; submit it without "
             f"--dry-run, or name a dry run by its folder (latest: {runs[-1]})"
         )
     if RUN_ID_RE.match(ref):  # a bare run id, as `jobgen runs` lists and shell completion offers
@@ -85,7 +91,7 @@ def every_run_of(run_dirs: list[Path]) -> list[Path]:
     named = set(run_dirs)
     return list(
         dict.fromkeys(
-            run for run_dir in run_dirs for run in runs_of(run_dir.parent) if run in named or not is_dry_run(run)
+            run for run_dir in run_dirs for run in runs_of(run_dir.parent) if run in named or not run_kind(run)
         )
     )
 

@@ -240,6 +240,11 @@ class Run:
         return bool(self.manifest.get("dry_run"))
 
     @property
+    def kind(self) -> str:
+        """ "probe" for a run of `jobgen probe`, else "" (see jobgen.run.store.run_kind)."""
+        return str(self.manifest.get("kind") or "")
+
+    @property
     def arrays(self) -> list[dict[str, Any]]:
         return list(self.manifest.get("arrays") or [])
 

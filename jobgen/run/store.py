@@ -227,6 +227,20 @@ def load_manifest(run_dir: Path) -> dict[str, Any]:
     raise JobgenError(f"{path} keeps changing while it is read; try again")
 
 
+PROBE = "probe"  # manifest "kind" of a run made by `jobgen probe`
+
+
+def run_kind(run_dir: Path) -> str:
+    """ "dry" (`submit --dry-run`, `--test-only`), "probe" (`jobgen probe`) or "" (a submitted run). Set
+    when the run is written and never changed: the manifest file alone tells; a damaged one counts as
+    a submitted run (its reader reports the damage)."""
+    try:
+        doc, _ = _read_manifest(Path(run_dir) / MANIFEST)
+    except JobgenError:
+        return ""
+    return "dry" if doc.get("dry_run") else str(doc.get("kind") or "")
+
+
 def is_dry_run(run_dir: Path) -> bool:
     """Whether the run was written by `submit --dry-run` or `--test-only` (nothing of it was queued).
     The flag is set when the run is written and never changes (the journal records jobs only), so the
