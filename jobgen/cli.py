@@ -456,7 +456,9 @@ def requeue(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
     show_default=True,
     help="Output format.",
 )
-@click.option("--plot", type=_OutFile(), help="Also draw training time and test accuracy to this PNG.")
+@click.option(
+    "--plot", type=_OutFile(), help="Also draw training time, test accuracy and cost vs accuracy to this PNG."
+)
 @click.option(
     "--baseline",
     help="Configuration (job name) speed-ups are measured against "

@@ -84,8 +84,9 @@ class Browser:
             self.proc.wait()
         shutil.rmtree(self.profile, ignore_errors=True)
 
-    def load(self, path: Path, expressions: dict[str, str]) -> Page:
-        """Open the file, wait for its load event, evaluate `expressions` (name -> JS), take a screenshot."""
+    def load(self, path: Path, expressions: dict[str, str], width: int | None = None) -> Page:
+        """Open the file, wait for its load event, evaluate `expressions` (name -> JS), take a screenshot.
+        `width`: the viewport's width for this page (default: the browser's)."""
         import websocket
 
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/json/list", timeout=10) as answer:
@@ -99,11 +100,13 @@ class Browser:
                 ws,
                 page,
                 "Emulation.setDeviceMetricsOverride",
-                width=self.width,
+                width=width or self.width,
                 height=self.height,
                 deviceScaleFactor=1,
                 mobile=False,
             )
+            # Enabling the domains replays what an earlier page of this tab logged: only this page's count.
+            page.errors.clear()
             self._call(ws, page, "Page.navigate", url=path.resolve().as_uri())
             self._wait(ws, page, "Page.loadEventFired")
             for name, expression in expressions.items():

@@ -5,13 +5,22 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Iterator
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import unquote
+from typing import TYPE_CHECKING
+from urllib.parse import urljoin, urlparse
+from urllib.request import url2pathname
+
+import pytest
 
 from jobgen.cli import main
 from jobgen.results.charts import PALETTE, nice_ticks, time_unit, zoomed_range
 from tests.data.summary.synth import FakeJob, log, write_run
+
+if TYPE_CHECKING:
+    from tests.browser import Browser
 
 # What the jobs asked Slurm for; with the start and end jobgen recorded, their GPU-hours (no accounting here).
 REQUEST = {"nodes": 1, "gpus_per_node": 2, "ntasks_per_node": 2, "cpus_per_task": 4, "time": "01:00:00"}
@@ -118,15 +127,19 @@ def test_report_has_one_row_per_job_and_loads_nothing(tmp_path: Path, runner) ->
     run, out, html = _report(tmp_path, runner)
     page = _Page()
     page.feed(html)
-    assert [row[0].strip().lstrip("\u25a0 ") for row in page.rows] == [j.name for j in JOBS]
-    torch_row, *_ = page.rows
+    # The summary may be folded into stacked tables, each with one row per job, led by its config.
+    assert len(page.rows) % len(JOBS) == 0
+    assert [row[0].strip().lstrip("\u25a0 ") for row in page.rows] == [j.name for j in JOBS] * (
+        len(page.rows) // len(JOBS)
+    )
+    torch_row = [cell for row in page.rows[:: len(JOBS)] for cell in row]
     assert "1m35s" in torch_row and "91.2" in torch_row and "baseline" in torch_row
     # Self-contained: no script, no stylesheet or image from anywhere, links only to the run's own files.
     assert "script" not in page.tags and "link" not in page.tags and page.sources == []
     assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", html)
     assert page.links, "no log links"
     for href in page.links:
-        assert (out.parent / unquote(href)).resolve().is_file(), href
+        assert _target(out, href).is_file(), href
     assert any(href.endswith("engine-torch/slurm-4000.out") for href in page.links)
     # Curves and the time/accuracy and cost/accuracy charts, one coloured line per job that logged metrics.
     assert html.count('<svg xmlns="http://www.w3.org/2000/svg" class="chart') == 6
@@ -163,19 +176,25 @@ def test_chart_scales() -> None:
     assert zoomed_range([99.9, 100.0], 0, 100)[1] == 100
 
 
-def test_report_renders_in_a_real_browser(tmp_path: Path, runner) -> None:
-    from PIL import Image
-
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """One headless Chromium for this file's tests (starting one costs seconds); each load sets its width."""
     from tests.browser import Browser
+
+    with Browser(width=1280, height=2400) as started:
+        yield started
+
+
+def test_report_renders_in_a_real_browser(tmp_path: Path, runner, browser: Browser) -> None:
+    from PIL import Image
 
     _, out, _ = _report(tmp_path, runner)
     js = {
-        "rows": "document.querySelectorAll('table.summary tbody tr').length",
+        "rows": "document.querySelector('table.summary').querySelectorAll('tbody tr').length",
         "charts": "[...document.querySelectorAll('svg.chart')].map(e => {const r = e.getBoundingClientRect();"
         " return [r.left, r.top, r.width, r.height, e.getAttribute('aria-label')]})",
     }
-    with Browser(width=1280, height=2400) as browser:
-        page = browser.load(out, js)
+    page = browser.load(out, js, width=1280)
     assert page.errors == []
     assert page.values["rows"] == len(JOBS)
     charts = page.values["charts"]
@@ -199,16 +218,98 @@ def test_report_renders_in_a_real_browser(tmp_path: Path, runner) -> None:
         assert all(n >= 20 for n in counts.values()), (title, counts)
 
 
-def test_the_browser_check_sees_console_errors_and_network_loads(tmp_path: Path) -> None:
+def test_the_browser_check_sees_console_errors_and_network_loads(tmp_path: Path, browser: Browser) -> None:
     """The harness above is only worth its silence if it hears a page that misbehaves."""
-    from tests.browser import Browser
-
     bad = tmp_path / "bad.html"
     bad.write_text(
         '<!DOCTYPE html><html><head><script src="https://cdn.invalid/chart.js"></script></head>'
         '<body><script>console.error("boom"); undefinedFunction();</script></body></html>'
     )
-    with Browser(width=400, height=300) as browser:
-        page = browser.load(bad, {})
+    page = browser.load(bad, {}, width=400)
     assert any("cdn.invalid" in e for e in page.errors), page.errors
     assert any("boom" in e for e in page.errors) and any("exception" in e for e in page.errors), page.errors
+
+
+# A sweep whose points nearly coincide: eleven jobs within half a second and 0.02 points of each other
+# (some exactly alike), and one far away that stretches both axes, so the eleven are pixels apart.
+CLOSE = [
+    FakeJob(
+        f"lr-{lr}_batch-{batch}",
+        {"train.lr": lr, "train.batch_size": batch},
+        engine="torch",
+        train_s=80.0 + 0.05 * (n // 2) if n < 11 else 160.0,
+        samples_per_s=250.0 + n,
+        test_acc=0.930 + 0.0001 * (n % 3) if n < 11 else 0.95,
+        slurm=REQUEST,
+        ran_s=150 + n // 2 if n < 11 else 300,
+        state="COMPLETED",
+        logs={f"slurm-{4000 + n}.out": "training: done\n"},
+    )
+    for n, (lr, batch) in enumerate((lr, b) for lr in ("1e-05", "3e-05", "0.0001", "0.0003") for b in (16, 32, 64))
+]
+SECRET = "hf_" + "Q" * 30
+FAILED_LOG = "".join(f"step {n}: loss 0.{n:02d}\n" for n in range(60)) + (
+    f"HF_TOKEN={SECRET}\nTraceback (most recent call last):\nRuntimeError: shape <mismatch> & more\n"
+)
+
+
+def test_report_reads_well_at_1000_and_1400_px(tmp_path: Path, runner, monkeypatch, browser: Browser) -> None:
+    """Labels of close points never overlap (each other or a dot), the page never scrolls sideways, its
+    log links resolve from wherever the page is opened, and a failed job's log tail is in the page."""
+    failed = FakeJob("crashed", {"train.lr": "1"}, result=None, state="FAILED", logs={"slurm-4012.out": FAILED_LOG})
+    monkeypatch.chdir(tmp_path)  # the runs are named relative to where the command runs
+    write_run(Path("runs"), "sweep", [*CLOSE, failed])
+    Path("share").mkdir()
+    done = runner.invoke(main, ["--output-root", "runs", "report", "sweep", "-o", "share/report.html"])
+    assert done.exit_code == 0, done.output
+    # The page, mailed: copied to another folder and opened from another working directory.
+    moved = tmp_path / "inbox" / "report.html"
+    moved.parent.mkdir()
+    moved.write_bytes(Path("share/report.html").read_bytes())
+    monkeypatch.chdir(moved.parent)
+    html = moved.read_text()
+    page = _Page()
+    page.feed(html)
+    assert len(page.links) >= len(CLOSE) + 1
+    for href in page.links:
+        assert _target(moved, href).is_file(), href
+    # The failed job's last 40 lines, escaped, with the secret taken out.
+    assert "RuntimeError: shape &lt;mismatch&gt; &amp; more" in html and "step 59: loss" in html
+    assert "step 23: loss" in html and "step 22: loss" not in html  # 40 lines: 37 steps and 3 more
+    assert SECRET not in html and "HF_TOKEN=[redacted]" in html
+    assert "speed-up: samples/s ÷ the baseline's samples/s (lr-1e-05_batch-16, 250.0 samples/s)" in unescape(html)
+    js = {
+        "scroll": "[document.scrollingElement.scrollWidth, document.scrollingElement.clientWidth,"
+        " Math.max(...[...document.body.querySelectorAll('*')].map(e => e.getBoundingClientRect().right))]",
+        "charts": "[...document.querySelectorAll('svg.chart')].map(svg => {"
+        " const box = e => {const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]};"
+        " return {title: svg.getAttribute('aria-label'), points: svg.querySelectorAll('text.point').length,"
+        " texts: [...svg.querySelectorAll('text')].map(e => [e.textContent, ...box(e)]),"
+        " dots: svg.classList.contains('scatter') ? [...svg.querySelectorAll('circle')].map(box) : []}})",
+    }
+    for width in (1000, 1400):
+        shown = browser.load(moved, js, width=width)
+        assert shown.errors == []
+        scroll_width, client_width, rightmost = shown.values["scroll"]
+        assert scroll_width <= client_width and rightmost <= client_width, (width, shown.values["scroll"])
+        charts = shown.values["charts"]
+        scatters = [c for c in charts if c["title"].endswith("vs test accuracy")]
+        assert [c["points"] for c in scatters] == [len(CLOSE), len(CLOSE)]
+        for chart in charts:
+            texts = chart["texts"]
+            for i, (a, *box_a) in enumerate(texts):
+                for b, *box_b in texts[i + 1 :]:
+                    assert not _overlap(box_a, box_b), (width, chart["title"], a, b)
+                for dot in chart["dots"]:
+                    assert not _overlap(box_a, dot), (width, chart["title"], a, dot)
+
+
+def _target(page: Path, href: str) -> Path:
+    """The file a link of the page at `page` opens, resolved the way a browser does."""
+    url = urlparse(urljoin(page.resolve().as_uri(), href))
+    assert url.scheme == "file", href
+    return Path(url2pathname(url.path))
+
+
+def _overlap(a: list[float], b: list[float]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]

@@ -105,7 +105,8 @@ def test_csv_and_json_carry_the_result_files_values(tmp_path: Path) -> None:
 def test_human_formats_fill_every_column(tmp_path: Path, fmt: str) -> None:
     run = write_run(tmp_path, "exp", CONFIGS)
     text = summarize([run], fmt=fmt, width=400)
-    lines = {job.name: next(ln for ln in text.splitlines() if job.name in ln) for job in CONFIGS}
+    rows = [ln for ln in text.splitlines() if not ln.startswith("speed-up:")]  # the caption names the baseline
+    lines = {job.name: next(ln for ln in rows if job.name in ln) for job in CONFIGS}
     for job in CONFIGS:
         line = lines[job.name]
         for shown in (
@@ -289,7 +290,8 @@ def test_broken_manifest_does_not_hide_the_other_runs(tmp_path: Path) -> None:
 
 def test_plot_draws_both_charts(tmp_path: Path) -> None:
     from jobgen.results.collect import collect
-    from jobgen.results.summary import build_lines, draw_plot
+    from jobgen.results.plot import draw_plot
+    from jobgen.results.summary import build_lines
 
     run = write_run(tmp_path, "exp", [*CONFIGS, FakeJob("dead", result=None, state="CANCELLED")])
     path = tmp_path / "out" / "summary.png"
@@ -297,30 +299,79 @@ def test_plot_draws_both_charts(tmp_path: Path) -> None:
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     fig = draw_plot(build_lines(collect([run])), tmp_path / "again.png")
     titles = [ax.get_title() for ax in fig.axes]
-    assert titles == ["Training time", "Test accuracy"]
-    time_ax, acc_ax = fig.axes
+    assert titles == ["Training time", "Test accuracy", "CPU-hours vs test accuracy"]
+    time_ax, acc_ax, _ = fig.axes
     assert [round(p.get_width() * 60, 6) for p in time_ax.patches] == [j.train_s for j in CONFIGS] + [0.0]
     assert [round(p.get_width() / 100, 6) for p in acc_ax.patches] == [j.test_acc for j in CONFIGS] + [0.0]
     assert "CANCELLED" in [t.get_text() for t in acc_ax.texts]
 
 
-def test_plot_picks_seconds_for_short_jobs_and_zooms_accuracy(tmp_path: Path) -> None:
+def test_plot_picks_seconds_for_short_jobs_and_starts_bars_at_zero(tmp_path: Path) -> None:
     from jobgen.results.collect import collect
-    from jobgen.results.summary import build_lines, draw_plot
+    from jobgen.results.plot import draw_plot
+    from jobgen.results.summary import build_lines
 
     short = [FakeJob("a", {"x": 1}, train_s=2.5, test_acc=0.991), FakeJob("b", {"x": 2}, train_s=4.0, test_acc=0.998)]
     fig = draw_plot(build_lines(collect([write_run(tmp_path, "exp", short)])), tmp_path / "short.png")
-    time_ax, acc_ax = fig.axes
+    time_ax, acc_ax, _ = fig.axes
     assert time_ax.get_xlabel() == "training time (s)"
     assert [p.get_width() for p in time_ax.patches] == [2.5, 4.0]
     assert [t.get_text() for t in time_ax.texts] == ["2.5", "4.0"]  # not "0.0" minutes
-    low, high = acc_ax.get_xlim()
-    assert 95 < low < 99.1 and 99.8 < high <= 101  # a 0.7-point difference is visible
+    # A bar's length is its value: the axis starts at 0, the numbers are written on the bars.
+    assert acc_ax.get_xlim() == (0, 100) and time_ax.get_xlim()[0] == 0
+    assert [t.get_text() for t in acc_ax.texts] == ["99.1", "99.8"]
+
+
+def test_plot_marks_spread_only_where_there_is_one_and_charts_cost(tmp_path: Path) -> None:
+    """Error ticks only on configurations run more than once; the cost chart's labels never overlap."""
+    from matplotlib.container import ErrorbarContainer
+
+    from jobgen.results.collect import collect
+    from jobgen.results.plot import draw_plot
+    from jobgen.results.summary import build_lines
+
+    gpus = {"nodes": 1, "gpus_per_node": 2, "ntasks_per_node": 2, "cpus_per_task": 4, "time": "01:00:00"}
+    seeded = [
+        FakeJob(
+            f"s{seed}",
+            {"train.lr": 1, "train.seed": seed},
+            train_s=90.0 + 10 * seed,
+            test_acc=0.90 + 0.01 * seed,
+            slurm=gpus,
+            ran_s=600,
+        )
+        for seed in range(3)
+    ]
+    # Six single runs whose cost and accuracy nearly coincide.
+    close = [
+        FakeJob(f"lr-{n}", {"train.lr": 10 + n}, test_acc=0.93, slurm=gpus, ran_s=900 + n, train_s=100.0)
+        for n in range(6)
+    ]
+    lines = build_lines(collect([write_run(tmp_path, "exp", [*seeded, *close])]))
+    assert [ln.n for ln in lines] == [3, 1, 1, 1, 1, 1, 1]
+    fig = draw_plot(lines, tmp_path / "p.png")
+    time_ax, acc_ax, cost_ax = fig.axes
+    for ax in (time_ax, acc_ax):
+        bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+        assert len(bars) == 1  # one errorbar set ...
+        segments = bars[0].lines[2][0].get_segments()
+        assert len(segments) == 1 and segments[0][0][1] == segments[0][1][1] == 0  # ... on the seeded bar only
+    assert cost_ax.get_title() == "GPU-hours vs test accuracy"
+    assert len(cost_ax.collections[0].get_offsets()) == len(lines)
+    labels = [t for t in cost_ax.texts if t.get_text() in {ln.label for ln in lines}]
+    assert sorted(t.get_text() for t in labels) == sorted(ln.label for ln in lines)
+    fig.canvas.draw()
+    boxes = [t.get_window_extent() for t in labels]
+    dots = cost_ax.transData.transform(cost_ax.collections[0].get_offsets())
+    for i, box in enumerate(boxes):
+        assert all(not box.overlaps(other) for other in boxes[i + 1 :]), labels[i].get_text()
+        assert not any(box.x0 < x + 3 < box.x1 + 6 and box.y0 < y + 3 < box.y1 + 6 for x, y in dots)
 
 
 def test_plot_of_long_jobs_is_in_minutes(tmp_path: Path) -> None:
     from jobgen.results.collect import collect
-    from jobgen.results.summary import build_lines, draw_plot
+    from jobgen.results.plot import draw_plot
+    from jobgen.results.summary import build_lines
 
     fig = draw_plot(build_lines(collect([write_run(tmp_path, "exp", CONFIGS)])), tmp_path / "long.png")
     assert fig.axes[0].get_xlabel() == "training time (min)"

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 
+from jobgen.results.labels import Box, place, text_width
+
 # Colour-blind-safe (Okabe-Ito, then Tableau); cycles for larger sweeps.
 PALETTE = (
     "#0072B2",
@@ -34,6 +36,7 @@ PALETTE = (
 
 WIDTH, HEIGHT = 600, 320
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 34, 46
+POINT_FONT, DOT_RADIUS = 11, 6  # px; the report's CSS gives svg .point the same font size
 
 
 @dataclass(frozen=True)
@@ -100,26 +103,31 @@ class _Frame:
         self.x0, self.x1 = min(self.xt[0], xs[0]), max(self.xt[-1], xs[1])
         self.y0, self.y1 = min(self.yt[0], ys[0]), max(self.yt[-1], ys[1])
         self.width, self.height = width, height
+        # Room for the widest y tick label between the rotated axis label and the frame.
+        self.left = max(LEFT, round(22 + 6 + max(text_width(_fmt(t), POINT_FONT) for t in self.yt)))
+        # and for half the last x tick label, centred on the frame's right edge.
+        self.right = max(RIGHT, round(text_width(_fmt(self.xt[-1]), POINT_FONT) / 2 + 4))
 
     def x(self, value: float) -> float:
-        return LEFT + (value - self.x0) / ((self.x1 - self.x0) or 1) * (self.width - LEFT - RIGHT)
+        return self.left + (value - self.x0) / ((self.x1 - self.x0) or 1) * (self.width - self.left - self.right)
 
     def y(self, value: float) -> float:
         return self.height - BOTTOM - (value - self.y0) / ((self.y1 - self.y0) or 1) * (self.height - TOP - BOTTOM)
 
     def axes(self, title: str, xlabel: str, ylabel: str) -> list[str]:
-        w, h = self.width, self.height
+        w, h, left, right = self.width, self.height, self.left, self.right
         out = [f'<text x="{w / 2:.0f}" y="20" class="title">{escape(title)}</text>']
         for t in self.yt:
             y = self.y(t)
-            out.append(f'<line x1="{LEFT}" x2="{w - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>')
-            out.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" class="tick" text-anchor="end">{_fmt(t)}</text>')
+            out.append(f'<line x1="{left}" x2="{w - right}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>')
+            out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" class="tick" text-anchor="end">{_fmt(t)}</text>')
         for t in self.xt:
             x = self.x(t)
             out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{h - BOTTOM}" class="grid"/>')
-            out.append(f'<text x="{x:.1f}" y="{h - BOTTOM + 16}" class="tick" text-anchor="middle">{_fmt(t)}</text>')
-        out.append(f'<rect x="{LEFT}" y="{TOP}" width="{w - LEFT - RIGHT}" height="{h - TOP - BOTTOM}" class="frame"/>')
-        out.append(f'<text x="{(LEFT + w - RIGHT) / 2:.0f}" y="{h - 8}" class="label">{escape(xlabel)}</text>')
+            # Below the lowest y tick label, which hangs under the frame: the two never touch at the corner.
+            out.append(f'<text x="{x:.1f}" y="{h - BOTTOM + 19}" class="tick" text-anchor="middle">{_fmt(t)}</text>')
+        out.append(f'<rect x="{left}" y="{TOP}" width="{w - left - right}" height="{h - TOP - BOTTOM}" class="frame"/>')
+        out.append(f'<text x="{(left + w - right) / 2:.0f}" y="{h - 8}" class="label">{escape(xlabel)}</text>')
         out.append(
             f'<text transform="translate(14 {(TOP + h - BOTTOM) / 2:.0f}) rotate(-90)" class="label">'
             f"{escape(ylabel)}</text>"
@@ -137,11 +145,25 @@ def _svg(body: list[str], width: int, height: int, css_class: str, title: str) -
 
 
 def empty_chart(title: str, message: str, width: int = WIDTH, height: int = 120) -> str:
-    body = [
-        f'<text x="{width / 2:.0f}" y="20" class="title">{escape(title)}</text>',
-        f'<text x="{width / 2:.0f}" y="64" class="label">{escape(message)}</text>',
+    body = [f'<text x="{width / 2:.0f}" y="20" class="title">{escape(title)}</text>']
+    lines = _wrap(message, width - 40, 12)  # the message stays inside the chart, on as many lines as it needs
+    top = 64 - 8 * (len(lines) - 1)
+    body += [
+        f'<text x="{width / 2:.0f}" y="{top + 16 * n}" class="label">{escape(line)}</text>'
+        for n, line in enumerate(lines)
     ]
     return _svg(body, width, height, "empty", title)
+
+
+def _wrap(text: str, width: float, size: float) -> list[str]:
+    """The words of `text` on lines no wider than `width` pixels (a longer word has a line of its own)."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and text_width(f"{lines[-1]} {word}", size) <= width:
+            lines[-1] += f" {word}"
+        else:
+            lines.append(word)
+    return lines or [""]
 
 
 def line_chart(
@@ -194,12 +216,18 @@ def scatter_chart(
     x_low, x_high = zoomed_range(xs, floor=0.0)
     frame = _Frame((x_low, x_high), y_range or zoomed_range(ys), width, height)
     body = frame.axes(title, xlabel, ylabel)
-    for label, x, y, fill in points:
-        cx, cy = frame.x(x), frame.y(y)
-        body.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="6" fill="{fill}"><title>{escape(label)}</title></circle>')
-        anchor = "end" if cx > width * 0.7 else "start"
-        dx = -9 if anchor == "end" else 9
+    dots = [(frame.x(x), frame.y(y)) for _, x, y, _ in points]
+    inner = Box(frame.left + 2, TOP + 2, width - frame.right - 2, height - BOTTOM - 2)
+    placed = place(dots, [p[0] for p in points], inner, POINT_FONT, DOT_RADIUS)
+    for spot in placed:  # leaders first: dots and labels are drawn over them
+        if spot is not None and spot.leader is not None:
+            x0, y0, x1, y1 = spot.leader
+            body.append(f'<line x1="{x0:.1f}" y1="{y0:.1f}" x2="{x1:.1f}" y2="{y1:.1f}" class="leader"/>')
+    for (label, _, _, fill), (cx, cy) in zip(points, dots, strict=True):
         body.append(
-            f'<text x="{cx + dx:.1f}" y="{cy + 4:.1f}" class="point" text-anchor="{anchor}">{escape(label)}</text>'
+            f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="{DOT_RADIUS}" fill="{fill}"><title>{escape(label)}</title></circle>'
         )
+    for (label, *_), spot in zip(points, placed, strict=True):
+        if spot is not None:  # else no free place: the dot's tooltip names it
+            body.append(f'<text x="{spot.x:.1f}" y="{spot.y:.1f}" class="point">{escape(label)}</text>')
     return _svg(body, width, height, "scatter", title)

@@ -119,6 +119,12 @@ METRICS = (
 SUMMED = ("gpu_hours", "cpu_hours", "energy_kwh")
 
 
+def cost_metric(lines: Iterable[Line]) -> tuple[str, str]:
+    """What a chart of cost shows: (metric, its name): GPU-hours, or CPU-hours where no job held a GPU."""
+    used_gpus = any(job.usage is not None and job.usage.gpu_hours for ln in lines for job in ln.jobs)
+    return ("gpu_hours", "GPU-hours") if used_gpus else ("cpu_hours", "CPU-hours")
+
+
 def duration(seconds: float) -> str:
     """12.3s, 4m05s, 2h03m: short enough for a table cell."""
     if round(seconds, 1) < 60:  # 59.96 s is 1m00s, not "60.0s"

@@ -75,6 +75,25 @@ def tail_lines(path: Path) -> list[str]:
     return [strip_label(ln).strip() for ln in lines if ln.strip()]
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def tail(path: Path, count: int) -> list[str]:
+    """A log's last `count` lines as a reader wants them: rank labels made readable, colour codes
+    dropped, and of a progress bar redrawn with carriage returns only its last state."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - TAIL_BYTES))
+            data = f.read()
+    except OSError:
+        return []
+    lines = [_ANSI.sub("", ln).rstrip("\r").rsplit("\r", 1)[-1] for ln in data.decode("utf-8", "replace").split("\n")]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return [label(ln, None) or ln for ln in lines[-count:]]
+
+
 def read_lines(paths: list[Path], rank: int | None) -> Iterator[str]:
     for path in paths:
         with open(path, encoding="utf-8", errors="replace") as fh:

@@ -7,34 +7,46 @@ loads nothing (no network, no CDN, no script), so it opens from a mail attachmen
 
 from __future__ import annotations
 
+import heapq
 import os
+import re
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
-from urllib.parse import quote
 
 from jobgen import __version__
 from jobgen.errors import JobgenError
 from jobgen.results import logs
 from jobgen.results.charts import Series, color, line_chart, scatter_chart, time_unit, zoomed_range
 from jobgen.results.collect import JobRow, LiveStates, collect, read_metrics
-from jobgen.results.columns import Line
-from jobgen.results.summary import HEADERS, NUMERIC, apply_baseline, build_lines, cells, totals_text
+from jobgen.results.columns import Line, cost_metric
+from jobgen.results.labels import text_width
+from jobgen.results.summary import (
+    HEADERS,
+    NUMERIC,
+    apply_baseline,
+    build_lines,
+    cells,
+    speedup_caption,
+    totals_text,
+)
 from jobgen.run.model import Run
+from jobgen.run.store import redact
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px; color: #222; }
 h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8px; }
 .meta { color: #666; margin: 0 0 16px; }
-table.summary { border-collapse: collapse; font-size: 12.5px; }
+table.summary { border-collapse: collapse; font-size: 12.5px; margin: 0 0 14px; }
 table.summary th, table.summary td { border-bottom: 1px solid #ddd; padding: 4px 6px; text-align: left;
-  vertical-align: top; }
-table.summary th { background: #f4f4f4; position: sticky; top: 0; }
-table.summary td.note { min-width: 200px; max-width: 320px; }
-table.summary td.config { white-space: nowrap; }
-.scroll { overflow-x: auto; }
+  vertical-align: top; white-space: nowrap; }
+table.summary th { background: #f4f4f4; white-space: normal; }
+table.summary td.config { white-space: normal; max-width: 220px; overflow-wrap: anywhere; }
+table.summary td.note { white-space: normal; max-width: 240px; overflow-wrap: anywhere; }
+table.summary td.logs { white-space: normal; max-width: 130px; overflow-wrap: anywhere; }
 table.summary td.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.summary .sd { color: #666; font-size: 11.5px; }
 tr.baseline td { font-weight: 600; }
 .state-COMPLETED { color: #1a7f37; } .state-RUNNING { color: #0969da; } .state-PENDING { color: #9a6700; }
 .state-bad { color: #cf222e; }
@@ -43,19 +55,20 @@ svg.chart { background: #fff; border: 1px solid #e3e3e3; }
 svg .title { font-size: 14px; font-weight: 600; text-anchor: middle; }
 svg .label { font-size: 12px; text-anchor: middle; fill: #444; }
 svg .tick, svg .point { font-size: 11px; fill: #555; }
-svg .grid { stroke: #eee; } svg .frame { fill: none; stroke: #999; }
+svg .grid { stroke: #eee; } svg .frame { fill: none; stroke: #999; } svg .leader { stroke: #aaa; }
 .legend { display: flex; flex-wrap: wrap; gap: 4px 16px; margin: 4px 0 8px; font-size: 12.5px; }
 .legend span::before { content: ""; display: inline-block; width: 14px; height: 4px; margin-right: 5px;
   vertical-align: middle; background: var(--c); }
 ul.problems li { margin-bottom: 6px; } .hint { color: #555; }
+details summary { cursor: pointer; color: #555; }
+pre.log { font-size: 11.5px; background: #f6f6f6; padding: 6px 8px; max-height: 420px; overflow: auto;
+  white-space: pre-wrap; overflow-wrap: anywhere; }
 code { font-size: 12px; }
 """
 
 
-def build_report(
-    runs: Sequence[Run | Path], out: Path, baseline: str | None = None, live_states: LiveStates | None = None
-) -> str:
-    """The report's HTML for these runs; links to logs are relative to `out`'s folder."""
+def build_report(runs: Sequence[Run | Path], baseline: str | None = None, live_states: LiveStates | None = None) -> str:
+    """The report's HTML for these runs: one page that needs nothing beside it but the runs' log files."""
     lines = build_lines(collect(runs, live_states), combine=False)
     apply_baseline(lines, baseline)
     colors = {id(line): color(i) for i, line in enumerate(lines)}
@@ -66,14 +79,15 @@ def build_report(
         f"<h1>{escape(experiments)}</h1>",
         f'<p class="meta">{len(lines)} job(s) from {names} &middot; jobgen {__version__} &middot; {created}</p>',
         "<h2>Summary</h2>",
-        _table(lines, out.parent, colors),
+        _table(lines, colors),
+        *(f'<p class="meta">{escape(caption)}</p>' for caption in speedup_caption(lines)),
         *(f'<p class="meta">{escape(total)}</p>' for total in totals_text(lines)),
         "<h2>Time, cost and accuracy</h2>",
         _tradeoff(lines, colors),
         "<h2>Curves</h2>",
         _legend(lines, colors),
         _curves(lines, colors),
-        *_problems(lines, out.parent),
+        *_problems(lines),
     ]
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -90,61 +104,110 @@ def write_report(
         raise JobgenError(
             f"{out}: the folder {out.parent} does not exist; create it first or write the report elsewhere"
         )
-    html = build_report(runs, out, baseline, live_states)
+    html = build_report(runs, baseline, live_states)
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
     tmp.write_text(html, encoding="utf-8")
     os.replace(tmp, out)
     return out
 
 
-def _table(lines: list[Line], base: Path, colors: dict[int, str]) -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in (*HEADERS, "logs"))
-    rows = []
-    for line in lines:
-        values = cells(line)
-        tds = []
-        for header, value in zip(HEADERS, values, strict=True):
-            css = "num" if header in NUMERIC else CLASSES.get(header, "")
-            if header == "state":
-                css = "state-" + _state_class(line.state)
-            text = escape(value)
-            if header == "note" and len(value) > NOTE_CHARS:  # the whole cause is under "Jobs without a result"
-                text = f'<span title="{escape(value)}">{escape(value[: NOTE_CHARS - 1])}&hellip;</span>'
-            if header == "config":
-                text = f'<span style="color:{colors[id(line)]}">&#9632;</span> {text}'
-            tds.append(f'<td class="{css}">{text}</td>' if css else f"<td>{text}</td>")
-        tds.append(f"<td>{_log_links(line.jobs, base)}</td>")
-        attrs = ' class="baseline"' if line.is_baseline else ""
-        rows.append(f"<tr{attrs}>{''.join(tds)}</tr>")
-    return (
-        f'<div class="scroll"><table class="summary"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table></div>"
-    )
+def _table(lines: list[Line], colors: dict[int, str]) -> str:
+    """The summary as one table, or as several stacked ones (each led by the config) where one would be
+    wider than TABLE_PX: the page never scrolls sideways on a 1000-px screen. Columns that no job has a
+    value in are left out, and a line says which."""
+    rows = [cells(line) for line in lines]
+    shown = [i for i, h in enumerate(HEADERS) if h in ALWAYS or any(row[i] for row in rows)]
+    empty = [h for i, h in enumerate(HEADERS) if i not in shown]
+    log_cells = [_log_links(line.jobs) for line in lines]
+    widths = {i: _column_px(HEADERS[i], [row[i] for row in rows]) for i in shown}
+    widths[LOGS] = LOGS_PX
+    groups = _fold([*(i for i in shown if HEADERS[i] != "config"), LOGS], widths, TABLE_PX - widths[0])
+    tables = []
+    for group in groups:
+        # The config keeps its width: where the browser must narrow a table, headers wrap first.
+        head = f'<th style="min-width:{widths[0] - 12:.0f}px">config</th>'
+        head += "".join("<th>logs</th>" if i == LOGS else f"<th>{escape(HEADERS[i])}</th>" for i in group)
+        body = []
+        for line, values, links in zip(lines, rows, log_cells, strict=True):
+            tds = [
+                f'<td class="logs">{links}</td>' if i == LOGS else _cell(line, HEADERS[i], values[i], colors)
+                for i in [0, *group]
+            ]
+            attrs = ' class="baseline"' if line.is_baseline else ""
+            body.append(f"<tr{attrs}>{''.join(tds)}</tr>")
+        tables.append(f'<table class="summary"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
+    note = f'<p class="meta">no job has a value in: {escape(", ".join(empty))}</p>' if empty else ""
+    return "\n".join(tables) + note
 
 
+# Widths the summary tables are packed to: a 1000-px screen less the page's margins, with room to spare.
+TABLE_PX = 900
+LOGS, LOGS_PX = -1, 130  # the logs column, last, after the summary's columns
+CONFIG_MAX_PX, NOTE_MAX_PX = 220, 240  # these two wrap (CSS max-width), every other cell stays whole
+ALWAYS = ("config", "state")
 CLASSES = {"config": "config", "note": "note"}
 NOTE_CHARS = 60
+
+
+def _cell(line: Line, header: str, value: str, colors: dict[int, str]) -> str:
+    css = "num" if header in NUMERIC else CLASSES.get(header, "")
+    if header == "state":
+        css = "state-" + _state_class(line.state)
+    text = escape(value)
+    if header == "note" and len(value) > NOTE_CHARS:  # the whole cause is under "Jobs without a result"
+        text = f'<span title="{escape(value)}">{escape(value[: NOTE_CHARS - 1])}&hellip;</span>'
+    if header == "config":
+        # Long sweep labels may wrap after their separators, never inside a value.
+        text = re.sub(r"([_/,=])", r"\1<wbr>", text)
+        text = f'<span style="color:{colors[id(line)]}">&#9632;</span> {text}'
+    if " ± " in value:  # the spread goes under the mean: the column stays narrow and no number is split
+        mean, spread = value.split(" ± ", 1)
+        text = f'{escape(mean)}<br><span class="sd">± {escape(spread)}</span>'
+    return f'<td class="{css}">{text}</td>' if css else f"<td>{text}</td>"
+
+
+def _column_px(header: str, values: list[str]) -> float:
+    """How wide a column is drawn (estimated from the text; headers wrap between words)."""
+    widest_word = max(text_width(word, 12.5) * 1.1 for word in header.split())  # bold
+    # Measured on the longest few texts only: a 10,000-job report stays quick, and width follows length.
+    parts = heapq.nlargest(8, {part for v in values for part in v.split(" ± ")}, key=len)
+    widest = max((text_width(part, 12.5) for part in parts), default=0.0)
+    if header == "config":
+        widest += 16  # the colour swatch before the label
+    cap = CONFIG_MAX_PX if header == "config" else NOTE_MAX_PX if header == "note" else widest
+    return max(widest_word, min(widest, cap)) + 12  # + padding
+
+
+def _fold(columns: list[int], widths: dict[int, float], budget: float) -> list[list[int]]:
+    """The columns in order, cut into groups that each fit `budget` pixels."""
+    groups: list[list[int]] = [[]]
+    used = 0.0
+    for i in columns:
+        if groups[-1] and used + widths[i] > budget:
+            groups.append([])
+            used = 0.0
+        groups[-1].append(i)
+        used += widths[i]
+    return groups
 
 
 def _state_class(state: str) -> str:
     return state if state in ("COMPLETED", "RUNNING", "PENDING") else "bad"
 
 
-def _log_links(jobs: list[JobRow], base: Path) -> str:
+def _log_links(jobs: list[JobRow]) -> str:
     links = []
     for job in jobs:
         for path in logs.files(job.backend, Path(job.job_dir)) if job.job_dir else []:
-            links.append(f'<a href="{_href(path, base)}">{escape(path.name)}</a>')
+            links.append(f'<a href="{_href(path)}">{escape(path.name)}</a>')
     return " ".join(links) or "&mdash;"
 
 
-def _href(path: Path, base: Path) -> str:
-    """A link that keeps working when the report and the runs move together (relative), else absolute."""
-    try:
-        target = os.path.relpath(path.resolve(), base.resolve())
-    except ValueError:  # another drive (Windows)
-        return path.resolve().as_uri()
-    return quote(target.replace(os.sep, "/"))
+def _href(path: Path) -> str:
+    """An absolute file:// link: it keeps working when the page is copied, mailed or opened from
+    anywhere on a machine that sees the run's folder (a link relative to the page breaks once the page
+    moves without the runs)."""
+    return escape(path.resolve().as_uri())
 
 
 def _tradeoff(lines: list[Line], colors: dict[int, str]) -> str:
@@ -173,8 +236,7 @@ def _tradeoff(lines: list[Line], colors: dict[int, str]) -> str:
 
 def _cost_chart(lines: list[Line], colors: dict[int, str]) -> str:
     """What each job cost (GPU-hours, or CPU-hours where no job held a GPU) against its test accuracy."""
-    used_gpus = any(job.usage is not None and job.usage.gpu_hours for ln in lines for job in ln.jobs)
-    metric, what = ("gpu_hours", "GPU-hours") if used_gpus else ("cpu_hours", "CPU-hours")
+    metric, what = cost_metric(lines)
     priced = [ln for ln in lines if ln.metrics[metric].mean is not None and ln.metrics["test_acc"].mean is not None]
     points = [
         (ln.label, ln.metrics[metric].mean or 0.0, 100 * (ln.metrics["test_acc"].mean or 0.0), colors[id(ln)])
@@ -234,7 +296,7 @@ def _ok(value: float | None) -> bool:
     return value is not None and value == value and abs(value) != float("inf")
 
 
-def _problems(lines: list[Line], base: Path) -> list[str]:
+def _problems(lines: list[Line]) -> list[str]:
     items = []
     for line in lines:
         job = line.jobs[0]
@@ -244,12 +306,37 @@ def _problems(lines: list[Line], base: Path) -> list[str]:
         log = ""
         if cause is not None and cause.log:
             path = job.run_dir / cause.log
-            log = f' &middot; <a href="{_href(path, base)}">{escape(cause.log)}</a>'
+            log = f' &middot; <a href="{_href(path)}">{escape(cause.log)}</a>'
         hint = f'<div class="hint">&rarr; {escape(line.hint)}</div>' if line.hint else ""
+        tails = "".join(_tail(path) for path in _tail_logs(job)) if job.result is None else ""
         items.append(
             f"<li><b>{escape(line.label)}</b> ({escape(line.state)}): "
-            f"{escape(line.problem or (cause.message if cause else ''))}{log}{hint}</li>"
+            f"{escape(line.problem or (cause.message if cause else ''))}{log}{hint}{tails}</li>"
         )
     if not items:
         return []
     return ["<h2>Jobs without a result</h2>", f'<ul class="problems">{"".join(items)}</ul>']
+
+
+TAIL_LINES = 40
+
+
+def _tail_logs(job: JobRow) -> list[Path]:
+    """The logs whose end says why a job has no result: the one the diagnosis read, else the newest
+    attempt's (out and err)."""
+    if job.cause is not None and job.cause.log:
+        return [job.run_dir / job.cause.log]
+    found = logs.files(job.backend, Path(job.job_dir)) if job.job_dir else []
+    return [p for p in found if p.is_file() and p.stat().st_size][-2:]
+
+
+def _tail(path: Path) -> str:
+    """The log's last lines inside the page, so that a mailed copy still shows them; secrets taken out."""
+    lines = logs.tail(path, TAIL_LINES)
+    if not lines:
+        return ""
+    text = escape(redact("\n".join(lines)))
+    return (
+        f"<details><summary>last {len(lines)} lines of {escape(path.name)}</summary>"
+        f'<pre class="log">{text}</pre></details>'
+    )

@@ -18,7 +18,7 @@ from typing import Any
 
 from jobgen.errors import JobgenError
 from jobgen.results.collect import JobRow, LiveStates, collect
-from jobgen.results.columns import COLUMNS, METRICS, SUMMED, Line, Stat, amount
+from jobgen.results.columns import COLUMNS, METRICS, SUMMED, Line, amount
 from jobgen.results.diagnose import LAST_LINE
 from jobgen.run.model import Run
 from jobgen.states import State
@@ -44,6 +44,8 @@ def summarize(
         raise JobgenError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
     lines = summary_lines(runs, baseline, live_states, combine)
     if plot is not None:
+        from jobgen.results.plot import draw_plot
+
         draw_plot(lines, plot)
     return RENDERERS[fmt](lines, color=color, width=width)
 
@@ -210,7 +212,17 @@ EFFICIENCY_MEANS = "speed-up ÷ (nodes×devices ÷ the baseline's nodes×devices
 
 
 def speedup_caption(lines: list[Line]) -> list[str]:
-    return [f"speed-up: {SPEEDUP_MEANS}"] if any(ln.is_baseline for ln in lines) else []
+    """What the speed-up column divides, by which job and number: 'speed-up: samples/s ÷ the baseline's
+    samples/s (engine-torch, 422.9 samples/s), both over the timed window of docs/contracts.md'."""
+    base = next((ln for ln in lines if ln.is_baseline), None)
+    if base is None or base.metrics["samples_per_s"].mean is None:
+        return []
+    stat = base.metrics["samples_per_s"]
+    rate = f"{stat.mean:,.1f} samples/s" + (f", the mean of {stat.n}" if stat.n > 1 else "")
+    return [
+        f"speed-up: samples/s ÷ the baseline's samples/s ({base.label}, {rate}), both over the timed window "
+        "of docs/contracts.md"
+    ]
 
 
 def _named_baseline(lines: list[Line], name: str) -> Line:
@@ -484,64 +496,3 @@ def plain_table(lines: list[Line], color: bool = False) -> str:
 
 
 RENDERERS = {"table": render_table, "csv": render_csv, "markdown": render_markdown, "json": render_json}
-
-
-# --- plot -------------------------------------------------------------------------------------------------
-
-
-def draw_plot(lines: list[Line], path: Path) -> Any:
-    """Two bar charts, training time and test accuracy per configuration, saved as PNG; returns the figure.
-
-    Times are in seconds or minutes (or hours), whichever suits the longest; the accuracy axis is zoomed
-    to the values, so that configurations a point apart do not look the same.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on a login node
-    from matplotlib import pyplot as plt
-
-    from jobgen.results.charts import time_unit, zoomed_range
-
-    labels = [ln.label for ln in lines]
-    fig, (ax_time, ax_acc) = plt.subplots(
-        1, 2, figsize=(12, 1.2 + 0.45 * max(len(lines), 1)), sharey=True, layout="constrained"
-    )
-    longest = max((ln.metrics["train_s"].mean or 0.0 for ln in lines), default=0.0)
-    divisor, unit = time_unit(longest)
-    times = [ln.metrics["train_s"] for ln in lines]
-    _bars(ax_time, labels, times, 1 / divisor, f"training time ({unit})", lines)
-    accs = [ln.metrics["test_acc"] for ln in lines]
-    notes = _bars(ax_acc, labels, accs, 100, "test accuracy (%)", lines)
-    shown = [100 * s.mean for s in accs if s.mean is not None]
-    if shown:
-        low, high = zoomed_range(
-            shown + [100 * (s.mean + s.std) for s in accs if s.mean is not None and s.std], floor=0.0, ceiling=100.0
-        )
-        ax_acc.set_xlim(low, high + (high - low) * 0.15)  # room for the value labels
-        for note, stat in zip(notes, accs, strict=True):
-            if stat.mean is None:  # the state of a job without accuracy goes inside the zoomed axis
-                note.xy = (low, note.xy[1])
-    ax_time.set_title("Training time")
-    ax_acc.set_title("Test accuracy")
-    ax_time.invert_yaxis()  # first configuration on top, as in the table
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return fig
-
-
-def _bars(ax: Any, labels: list[str], stats: list[Stat], scale: float, xlabel: str, lines: list[Line]) -> list[Any]:
-    values = [(s.mean or 0.0) * scale for s in stats]
-    errors = [(s.std or 0.0) * scale for s in stats]
-    ax.barh(labels, values, xerr=errors, color="#4c72b0", capsize=3)
-    notes = []
-    for y, (stat, value, line) in enumerate(zip(stats, values, lines, strict=True)):
-        text = _bar_text(value) if stat.mean is not None else line.state  # no bar: say why
-        notes.append(ax.annotate(text, (value, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8))
-    ax.set_xlabel(xlabel)
-    ax.margins(x=0.15)
-    return notes
-
-
-def _bar_text(value: float) -> str:
-    return f"{value:.1f}" if abs(value) >= 1 else f"{value:.2g}"

@@ -11,6 +11,7 @@ import datetime as dt
 import fcntl
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -48,6 +49,27 @@ def git_info(path: Path) -> tuple[str | None, bool, str]:
 def secret_values() -> dict[str, str]:
     """Secret-looking variables of this environment whose values are long enough to be real secrets."""
     return {k: v for k, v in os.environ.items() if SECRET_RE.search(k) and len(v) >= 8}
+
+
+# Secrets that a job's own code printed, in the shapes their issuers give them (Hugging Face, GitHub,
+# OpenAI-style, AWS, Slack), and `NAME=value` where NAME is a secret's (HF_TOKEN, api_key; not tokens_per_s).
+_TOKEN_SHAPES = re.compile(
+    r"\b(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|sk-[A-Za-z0-9_-]{20,}"
+    r"|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,})"
+)
+_NAMED = re.compile(
+    r"\b((?:[A-Za-z0-9]+_)*(?:TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIALS?)(?:_[A-Za-z0-9]+)*\s*=\s*)(\S+)", re.I
+)
+REDACTED = "[redacted]"
+
+
+def redact(text: str) -> str:
+    """The text with every secret taken out: the values of this environment's secret variables (the
+    jobs inherit them), token-shaped strings, and the value after `NAME=` where NAME looks like a secret's."""
+    for key, value in sorted(secret_values().items(), key=lambda kv: -len(kv[1])):
+        text = text.replace(value, f"[redacted ${key}]")
+    text = _TOKEN_SHAPES.sub(REDACTED, text)
+    return _NAMED.sub(lambda m: m.group(1) + (m.group(2) if m.group(2).startswith("[redacted") else REDACTED), text)
 
 
 def check_no_secrets(files: dict[str, str]) -> None:
