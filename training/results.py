@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from training import trackers
+from training.progress import PROGRESS_FILE
 from training.spec import Spec
 
 RESULT_SCHEMA = 1
@@ -114,7 +115,7 @@ class MetricsLog:
             "step": step,
             "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
-        atomic_write(self.path.with_name("progress.json"), json.dumps(doc) + "\n")
+        atomic_write(self.path.with_name(PROGRESS_FILE), json.dumps(doc) + "\n")
 
     def add(self, **row: Any) -> None:
         if self.enabled:

@@ -10,7 +10,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from training import ranks, requeue, trackers
+from training import console, progress, ranks, requeue, trackers
 from training.data import Prepared
 from training.results import Clock, Stats, build_result, write_result
 from training.spec import Spec, to_dict
@@ -31,13 +31,24 @@ def run(spec: Spec, spec_path: Path | None = None) -> int:
         # installed) is noise: a local run is not meant to use srun. Inside a job it stays a real hint.
         warnings.filterwarnings("ignore", message="The `srun` command is available on your system but is not used")
     spec.job_dir.mkdir(parents=True, exist_ok=True)
+    accelerator = spec.train.accelerator
+    console.quiet_libraries(on_cpu=accelerator == "cpu" or (accelerator != "gpu" and not _has_gpu()))
     if ranks.needs_local_launch(spec):  # Lightning and Fabric start their own ranks; these engines cannot
         return ranks.launch_locally(spec, spec_path or _write_spec(spec))
+    console.start(console.rank_from_env())  # the heartbeat: a line at least every JOBGEN_HEARTBEAT_S
+    try:
+        return _run(spec)
+    finally:
+        console.stop()
+
+
+def _run(spec: Spec) -> int:
     stats = Stats(world_size=spec.train.world_size)
     watcher = None
     if spec.requeue.enabled:
         watcher = requeue.Watcher()
         watcher.install_all(spec.requeue.signal)  # the warning signal, and SIGTERM (preemption)
+    console.phase("preparing data")
     from datasets.utils.logging import disable_progress_bar
 
     from training import data
@@ -46,6 +57,7 @@ def run(spec: Spec, spec_path: Path | None = None) -> int:
     with Clock(stats, "data_prep"):
         prepared = data.prepare(spec)
     _say_ready(spec, prepared)
+    console.phase(f"starting the {spec.train.engine} engine")
     engine = importlib.import_module(ENGINE_MODULES[spec.train.engine])
     from training.engines import common
 
@@ -62,6 +74,7 @@ def run(spec: Spec, spec_path: Path | None = None) -> int:
     except BaseException as exc:
         _end_after_failure(exc)
         raise
+    console.phase("ending")
     try:
         if not stats.interrupted:
             stats.finish()
@@ -69,14 +82,22 @@ def run(spec: Spec, spec_path: Path | None = None) -> int:
                 # First, before anything that can crash on the way out (process-group teardown, trackers,
                 # interpreter exit): every collective of the run is done, so the result is final, and a
                 # step that dies after this point has lost no work (jobgen/templates/_result_guard.j2).
-                path = write_result(spec, build_result(spec, stats, requeue.requeue_count()))
-                print(f"training: wrote {path}", flush=True)
+                result = build_result(spec, stats, requeue.requeue_count())
+                path = write_result(spec, result)
+                console.say(progress.result_line(result["throughput"]["samples_per_s"], stats.times_s["train"]))
+                console.say(f"training: wrote {path}")
     finally:
         common.end_process_group()  # the other ranks wait in its barrier, even if writing failed
     trackers.finish("KILLED" if stats.interrupted else "FINISHED")
     if stats.interrupted:
         requeue.leave_for_requeue(rank, spec.checkpoint_dir)
     return 0
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 def _end_after_failure(exc: BaseException) -> None:
@@ -114,7 +135,7 @@ def prepare_only(spec: Spec) -> int:
 def _say_ready(spec: Spec, prepared: Prepared) -> None:
     sizes = ", ".join(f"{split} {len(rows)}" for split, rows in prepared.splits.items())
     origin = "from the cache" if prepared.from_cache else "tokenized now"
-    print(f"training: data for {spec.job} ready: {sizes} ({origin})", flush=True)
+    console.say(f"training: data for {spec.job} ready: {sizes} ({origin})")
 
 
 def _write_spec(spec: Spec) -> Path:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from jobgen.results.logs import tail_lines
 from jobgen.states import State
+from training.progress import is_progress
 
 _SLURM_FRAME = re.compile(r"^(?:slurmstepd|srun|slurmd)(?:-\S+)?: error: (?:\*\*\* )?|\s*\*\*\*$")
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Failure)(:.*)?$")
@@ -117,10 +118,13 @@ def find_cause(paths: list[Path], base: Path) -> Cause | None:
             log = _rel(path, base)
             return Cause("exception", _clip(line), EXCEPTION_HINT.format(log=log), log)
     # Nothing recognised: a program that exits with a clean one-line error still says why on its last line.
+    # The training's progress lines and heartbeats (training/progress.py) say where a job was, not why it
+    # stopped: the last other line, unless there is none.
     for path, lines in reversed(logs):
         if lines:
             log = _rel(path, base)
-            return Cause(LAST_LINE, _clip(lines[-1]), f"no known cause: read {log}", log)
+            said = next((ln for ln in reversed(lines) if not is_progress(ln)), lines[-1])
+            return Cause(LAST_LINE, _clip(said), f"no known cause: read {log}", log)
     return None
 
 

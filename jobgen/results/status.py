@@ -16,6 +16,7 @@ from jobgen.errors import JobgenError
 from jobgen.results.state import read_runs, settle
 from jobgen.run.model import Run, RunJob
 from jobgen.states import State
+from training.progress import where as progress_where
 
 
 def status_table(run: Run) -> tuple[list[str], list[list[str]], bool]:
@@ -108,14 +109,14 @@ def _created(run: Run) -> str:
 
 
 def progress(job: RunJob) -> str:
-    """'epoch 2/3 45%' from the job's progress.json (written by the training as it goes); '-' if none."""
+    """'epoch 2/3 45%' from the job's progress.json (written by the training as it goes), as its progress
+    lines in the log say it (training/progress.py); '-' if none."""
     if job.state is State.COMPLETED:
         return "done"
     where = job.progress()
     if where is None:
         return "-"
-    epoch, epochs, batch, batches = where
-    return f"epoch {epoch + 1}/{epochs} {100 * batch // max(batches, 1)}%"
+    return progress_where(*where)
 
 
 def status_of(run_dir: Path) -> Run:

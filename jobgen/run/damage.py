@@ -18,8 +18,8 @@ from typing import Any
 
 from jobgen.errors import one_line
 from jobgen.facts import SCHEMAS
+from training.progress import PROGRESS_KEYS
 
-PROGRESS_KEYS = ("epoch", "epochs", "batch", "batches")
 METRICS_FIELDS = ("epoch", "step", "split")  # the columns every metrics.csv starts with
 # A job's records, in the order it writes them.
 JOB_FILES = ("spec.json", "progress.json", "metrics.csv", "result.json", "retries.json")

@@ -20,6 +20,7 @@ from jobgen.facts import RETRIES_SCHEMA
 from jobgen.run import store
 from jobgen.run.damage import JOB_FILES, Verdicts, json_problem, metrics_problem, parse_json, stamp
 from jobgen.states import JobInfo, State, parse
+from training.progress import PROGRESS_FILE, PROGRESS_KEYS
 
 _NAMES = {name: Path(name) for name in JOB_FILES}
 
@@ -141,9 +142,9 @@ class RunJob:
 
     def progress(self) -> tuple[int, int, int, int] | None:
         """(epoch, epochs, batch, batches) from progress.json, which the training rewrites as it goes."""
-        doc, _ = self.json("progress.json")
+        doc, _ = self.json(PROGRESS_FILE)
         try:
-            return tuple(int(doc[k]) for k in ("epoch", "epochs", "batch", "batches"))  # type: ignore[return-value]
+            return tuple(int(doc[k]) for k in PROGRESS_KEYS)  # type: ignore[return-value]
         except (ValueError, KeyError, TypeError):
             return None
 

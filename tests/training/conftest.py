@@ -10,6 +10,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -156,26 +158,68 @@ def _no_rank_outlives_its_test() -> Any:
         _kill_tree(_STARTED.pop())
 
 
-def start(spec: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
-    handle = open(log, "w")  # noqa: SIM115 - closed by the process' end (kept for the test's diagnostics)
+def start(spec: Path, env: dict[str, str], log: Path, lines: list[tuple[float, str]] | None = None) -> subprocess.Popen:
+    """Start `python -m training --spec` with its output in `log`. With `lines`, each output line is
+    also appended there with the monotonic time it arrived (the first entry: the start), for tests of
+    how often the job speaks; its output then goes through a pipe that a thread of this process reads."""
+    if lines is None:
+        handle = open(log, "w")  # noqa: SIM115 - closed by the process' end (kept for the test's diagnostics)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "training", "--spec", str(spec)],
+            cwd=REPO,
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        _STARTED.append(proc)
+        return proc
+    lines.append((time.monotonic(), "<start>"))
     proc = subprocess.Popen(
         [sys.executable, "-m", "training", "--spec", str(spec)],
         cwd=REPO,
-        env=env,
-        stdout=handle,
+        env={**env, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     _STARTED.append(proc)
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        with open(log, "wb") as handle:
+            for raw in proc.stdout:
+                lines.append((time.monotonic(), raw.decode("utf-8", errors="replace").rstrip("\n")))
+                handle.write(raw)
+                handle.flush()
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    _READERS[proc.pid] = reader
     return proc
 
 
-def run_entrypoint(spec: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:
-    """Run `python -m training --spec` to the end; return result.json (the log is shown on failure)."""
+_READERS: dict[int, threading.Thread] = {}
+
+
+def wait(proc: subprocess.Popen, timeout: float) -> int:
+    """The process' exit status, once its output (when a `lines` reader has it) is all read."""
+    rc = proc.wait(timeout=timeout)
+    reader = _READERS.pop(proc.pid, None)
+    if reader is not None:
+        reader.join(timeout=30)
+    return rc
+
+
+def run_entrypoint(
+    spec: Path, env: dict[str, str], timeout: float, lines: list[tuple[float, str]] | None = None
+) -> dict[str, Any]:
+    """Run `python -m training --spec` to the end; return result.json (the log is shown on failure).
+    `lines`: as for `start`."""
     log = spec.parent / "entrypoint.log"
-    proc = start(spec, env, log)
+    proc = start(spec, env, log, lines)
     try:
-        rc = proc.wait(timeout=timeout)
+        rc = wait(proc, timeout)
     except subprocess.TimeoutExpired:
         _kill_tree(proc)  # with the ranks it started
         raise AssertionError(f"entrypoint timed out; log:\n{log.read_text()[-4000:]}") from None

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.training.conftest import run_entrypoint, start, subprocess_env, write_spec
+from training import progress
 
 pytestmark = [pytest.mark.training, pytest.mark.slow, pytest.mark.timeout(240)]
 # The default rows: with 800 training rows two epochs on two ranks reach 0.85, under the bar.
@@ -68,6 +69,11 @@ def test_two_ranks_launched_locally(
     assert any((tmp_path / "job" / "checkpoints").iterdir())
     log = (tmp_path / "job" / "entrypoint.log").read_text()
     assert "rank 1/2" in log and "rank 0/2" in log
+    # Progress comes from rank 0 alone (training/console.py): each epoch's end and score once, not per rank.
+    lines = log.splitlines()
+    ends = [p for p in map(progress.parse, lines) if p is not None and p.percent == 100]
+    assert [p.epoch for p in ends] == [1, 2], [ln for ln in lines if progress.is_progress(ln)]
+    assert sum(1 for ln in lines if progress.EPOCH_LINE.match(ln)) == 3, log[-3000:]  # 2 validations, the test
     # Every engine's teardown frees its process group: no backend thread lives on into exit (issue 20).
     assert "still running after destroy_process_group" not in log, log[-3000:]
     # What each rank's strategy did: the DeepSpeed config it holds, the policy FSDP2 was given.

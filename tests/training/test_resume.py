@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.training.conftest import run_entrypoint, start, subprocess_env, write_spec
+from tests.training.conftest import run_entrypoint, start, subprocess_env, wait, write_spec
+from tests.training.logcheck import check_log, result_rate
+from training import progress
 from training.requeue import EXIT_REQUEUE
 
 pytestmark = [pytest.mark.training, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -24,6 +26,14 @@ def _validation_rows(job: Path) -> list[dict]:
     return [r for r in csv.DictReader(path.open()) if r["split"] == "validation"]
 
 
+# Also the test of the job log's output layer, for each engine (training/console.py), on both attempts:
+# a 1-s heartbeat, so that a phase without one (data, engine start, training, validation, checkpoint,
+# test: each longer than 10 s on a loaded 2-core machine) shows as a gap. The bound is the default's
+# promise, 10 s: on such a machine the interpreter is held for seconds at a time (loading torch's and
+# Lightning's C extensions, training the tokenizer), which delays any heartbeat thread (measured: 7 s).
+HEARTBEAT_S, MAX_GAP_S = 1.0, 10.0
+
+
 @pytest.mark.parametrize("engine", ["torch", "lightning", "fabric", "hf_trainer"])
 def test_signal_checkpoints_then_restart_resumes(engine: str, tmp_path: Path, cache_dir: Path) -> None:
     job = tmp_path / "job"
@@ -33,13 +43,14 @@ def test_signal_checkpoints_then_restart_resumes(engine: str, tmp_path: Path, ca
         train={"engine": engine, "epochs": 3},
         requeue={"enabled": True, "signal": "USR2"},
     )
-    env = subprocess_env()
-    proc = start(spec, env, job / "first.log")
+    env = subprocess_env({"JOBGEN_HEARTBEAT_S": str(HEARTBEAT_S)})
+    first_lines: list[tuple[float, str]] = []
+    proc = start(spec, env, job / "first.log", first_lines)
     deadline = time.monotonic() + 180
     while not _validation_rows(job) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     proc.send_signal(signal.SIGUSR2)  # outside Slurm: checkpoint and exit with the "requeue me" status
-    rc = proc.wait(timeout=120)
+    rc = wait(proc, timeout=120)
     assert rc == EXIT_REQUEUE, (job / "first.log").read_text()[-4000:]
     assert not (job / "result.json").exists()
     assert len(_validation_rows(job)) == 1
@@ -47,12 +58,25 @@ def test_signal_checkpoints_then_restart_resumes(engine: str, tmp_path: Path, ca
         "requeue" in p.name or p.name.startswith(("step-", "checkpoint-")) for p in (job / "checkpoints").iterdir()
     )
 
-    result = run_entrypoint(spec, env, timeout=180)
+    lines: list[tuple[float, str]] = []
+    result = run_entrypoint(spec, env, timeout=180, lines=lines)
     assert result["resumed"] is True
     assert result["epochs_done"] == 3 and len(result["val_acc_per_epoch"]) == 3
     assert len(_validation_rows(job)) == 3  # never a fourth epoch
     assert result["test_acc"] >= 0.90
     assert json.loads(spec.read_text())["requeue"]["enabled"]
+
+    for log in (first_lines, lines):
+        assert check_log(log, MAX_GAP_S) == [], "\n".join(text for _, text in log)
+    texts = [text for _, text in lines]
+    # The run's samples/s is said once, with its window, as result.json (and the summary) has it, and the
+    # last progress line's running figure has reached it: no printed number disagrees with the summary.
+    rate = result["throughput"]["samples_per_s"]
+    assert result_rate(texts) == round(rate, 1), texts[-5:]
+    last = [p for p in map(progress.parse, texts) if p is not None][-1]
+    assert (last.epoch, last.percent, last.step) == (3, 100, result["optimizer_steps"])
+    assert last.samples_per_s == pytest.approx(rate, abs=0.11)
+    assert sum(1 for t in texts if progress.EPOCH_LINE.match(t)) == 3  # validations 2 and 3, then the test
 
 
 def trained_rows(trace: Path) -> dict[int, list[int]]:

@@ -16,6 +16,9 @@ SPLITS = ("train", "validation", "test")
 
 
 def build_model(spec: Spec, prepared: Prepared) -> Any:
+    from training import console
+
+    console.phase("loading the model")
     # Looked up through the module so tests can wrap the loader (e.g. to watch dropout during fit).
     return model_lib.load_model(prepared.model_source, prepared.label_names)
 

@@ -98,7 +98,7 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: Watcher | None) -
 
 
 def _fit_and_test(fabric: Any, spec: Spec, prepared: Prepared, stats: Stats, watcher: Watcher | None) -> None:
-    fabric.seed_everything(spec.train.seed)
+    fabric.seed_everything(spec.train.seed, verbose=False)  # not "Seed set to 7" in every job log
     stats.world_size = fabric.world_size
     model = common.maybe_compile(common.build_model(spec, prepared), spec)
     loaders = common.loaders(spec, prepared, fabric.global_rank, fabric.world_size)

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from training import ranks, requeue
+from training import console, ranks, requeue
 from training.data import Prepared
 from training.engines import common
 from training.hardware import effective_precision, resolve_accelerator
@@ -32,6 +32,7 @@ from training.loaders import make_loader, model_inputs
 from training.loop import best_epoch
 from training.metrics import Scores
 from training.optim import total_steps, warmup_steps
+from training.progress import epoch_line
 from training.results import MetricsLog, Stats, atomic_write
 from training.spec import Spec, is_fsdp
 from training.timing import TrainClock
@@ -285,9 +286,18 @@ def _trainer_class() -> type:
             self, eval_dataset: Any = None, ignore_keys: Any = None, metric_key_prefix: str = "eval"
         ) -> dict[str, float]:
             split = "test" if metric_key_prefix == "test" else "validation"
+            epochs, done = self.spec.train.epochs, len(self.stats.val_acc_per_epoch)
+            console.phase("testing" if split == "test" else f"validating epoch {done + 1}/{epochs}")
             tick = time.perf_counter()
             scores = self.score(split)
             self.stats.times_s["eval"] += time.perf_counter() - tick
+            if split == "validation":
+                console.say(epoch_line(split, scores["acc"], scores["scored"], epoch=done, epochs=epochs))
+                console.phase("checkpointing")
+            else:
+                tested = self.stats.tested_epoch
+                note = f"weights of epoch {tested + 1}" if tested is not None else ""
+                console.say(epoch_line(split, scores["acc"], scores["scored"], f1=scores["f1"], note=note))
             metrics = {f"{metric_key_prefix}_accuracy": scores["acc"]}
             if scores["f1"] is not None:
                 metrics[f"{metric_key_prefix}_f1"] = scores["f1"]
@@ -331,10 +341,28 @@ def _bookkeeping_class() -> type:
             spec = trainer.spec
             self.rows = MetricsLog(spec.job_dir / "metrics.csv", trainer.args.process_index == 0)
             self.epoch, self.interrupted = 0, False
+            self.tracker: console.Tracker | None = None
+            self.logged_step = 0  # the step of the Trainer's previous loss log
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            tr = self.trainer
+            self.tracker = console.Tracker(
+                tr.stats,
+                tr.clock,
+                epochs=tr.spec.train.epochs,
+                batches=tr.batches,
+                steps=state.max_steps,
+                world=args.world_size,
+            )
+            self.logged_step = state.global_step
 
         def on_epoch_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             self.epoch = int(state.epoch or 0)
             self.trainer.first_of_epoch = True
+            if self.tracker is not None:
+                done = round((state.epoch - self.epoch) * self.trainer.batches)
+                self.tracker.at(self.epoch, done, state.global_step)
+                console.training(self.tracker)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             tr, t = self.trainer, self.trainer.spec.train
@@ -353,7 +381,10 @@ def _bookkeeping_class() -> type:
                 step=state.global_step,
                 force=done == batches,
             )
+            if self.tracker is not None:
+                self.tracker.batch_done(self.epoch, done, state.global_step, None)
             if self.watcher is not None and _any_rank(self.watcher.requested, args.device):
+                console.phase("checkpointing for the requeue")
                 self.interrupted = control.should_save = control.should_training_stop = True
 
         def on_epoch_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
@@ -363,6 +394,11 @@ def _bookkeeping_class() -> type:
         def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kw: Any) -> None:
             logs = logs or {}
             epoch = self.epoch
+            if "loss" in logs and self.tracker is not None:
+                # The Trainer's loss is the mean over the batches since its previous log.
+                batches = (state.global_step - self.logged_step) * args.gradient_accumulation_steps
+                self.tracker.add_loss(logs["loss"], batches)
+                self.logged_step = state.global_step
             if "loss" in logs:
                 self.rows.add(
                     epoch=epoch, step=state.global_step, split="train", loss=logs["loss"], lr=logs.get("learning_rate")
@@ -457,6 +493,12 @@ def _fit_and_test(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue
         trainer.shard(offload=t.strategy == "fsdp_offload")
     book = _bookkeeping_class()(trainer, watcher)
     trainer.add_callback(book)
+    # With disable_tqdm the Trainer prints every log as a dict (quoted numbers, its own samples/s over
+    # its own window): the progress lines and the result line say what is wanted, windows named.
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+    console.set_rank(args.process_index)
     common.record_sizes(stats, prepared)
     stats.world_size = args.world_size
     print(

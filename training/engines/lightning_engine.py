@@ -16,7 +16,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.strategies import DeepSpeedStrategy
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from training import requeue
+from training import console, requeue
 from training.contract import PRECISIONS, one_of
 from training.data import Prepared
 from training.engines import common
@@ -24,6 +24,7 @@ from training.hardware import effective_precision, resolve_accelerator
 from training.loaders import make_loader, model_inputs
 from training.metrics import Scores
 from training.optim import build_optimizer, build_scheduler, warmup_steps
+from training.progress import epoch_line
 from training.results import MetricsLog, Stats
 from training.sharding import fsdp2_parallelize
 from training.spec import Spec, is_fsdp
@@ -42,9 +43,11 @@ class Classifier(L.LightningModule):
         self.spec, self.prepared, self.stats = spec, prepared, stats
         self.model = common.build_model(spec, prepared)
         self.scores: Scores | None = None
+        self.last_loss: Any = None  # the last training batch's loss (a tensor), for the progress line
         self.resume_at: tuple[int, int] | None = None  # (epoch, batches done) from a checkpoint
 
     def setup(self, stage: str) -> None:
+        console.set_rank(self.global_rank)
         if stage == "fit":
             common.announce(self.global_rank, self.trainer.world_size, self.trainer.strategy)
 
@@ -64,7 +67,8 @@ class Classifier(L.LightningModule):
 
     def training_step(self, batch: dict[str, Any], index: int) -> Any:
         loss = self.model(**model_inputs(batch)).loss
-        self.log("train_loss", loss, prog_bar=True)
+        self.log("train_loss", loss)
+        self.last_loss = loss.detach()  # Lightning hands callbacks the loss divided by grad_accum
         return loss
 
     def _eval_step(self, batch: dict[str, Any]) -> None:
@@ -143,6 +147,7 @@ class Bookkeeping(Callback):
         self.clock = TrainClock(stats, spec)
         self.batch = 0  # batches done in the current epoch, over every attempt
         self.rows: MetricsLog | None = None
+        self.tracker: console.Tracker | None = None
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self.rows = self.rows or MetricsLog(self.spec.job_dir / "metrics.csv", trainer.global_rank == 0)
@@ -150,16 +155,29 @@ class Bookkeeping(Callback):
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         # Lightning has fetched the epoch's first batch already; the loops fetch it before opening too.
         self.batch = trainer.train_dataloader.batch_sampler.skip_for(trainer.current_epoch)
+        if self.tracker is not None:
+            self.tracker.at(trainer.current_epoch, self.batch, trainer.global_step)
+            console.training(self.tracker)
         self.clock.open()
 
-    on_train_start = on_train_epoch_start  # an epoch resumed mid-way gets no epoch start from Lightning
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self.tracker = console.Tracker(
+            self.stats,
+            self.clock,
+            epochs=self.spec.train.epochs,
+            batches=int(trainer.num_training_batches),
+            steps=int(trainer.estimated_stepping_batches),
+            world=trainer.world_size,
+        )
+        self.on_train_epoch_start(trainer, pl_module)  # an epoch resumed mid-way gets no epoch start
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, index: int) -> None:
         self.clock.close(batch, trainer.current_epoch)
         t = self.spec.train
         self.batch += 1
         batches = trainer.num_training_batches
-        assert self.rows is not None  # made in setup
+        assert self.rows is not None and self.tracker is not None  # made in setup, on_train_start
+        self.tracker.batch_done(trainer.current_epoch, self.batch, trainer.global_step, float(pl_module.last_loss))
         self.rows.progress(
             epoch=trainer.current_epoch,
             epochs=t.epochs,
@@ -177,6 +195,7 @@ class Bookkeeping(Callback):
                 lr=trainer.optimizers[0].param_groups[0]["lr"],
             )
         if self.watcher is not None and trainer.strategy.reduce_boolean_decision(self.watcher.requested, all=False):
+            console.phase("checkpointing for the requeue")
             self._checkpoint_and_stop(trainer)
         self.clock.open()
 
@@ -197,11 +216,22 @@ class Bookkeeping(Callback):
         raise Preempted(f"checkpointed at step {trainer.global_step}")
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        console.phase(f"validating epoch {trainer.current_epoch + 1}/{self.spec.train.epochs}")
         self.eval_tick = time.perf_counter()
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         self.stats.times_s["eval"] += time.perf_counter() - self.eval_tick
         if self.stats.val_acc_per_epoch and not trainer.sanity_checking:
+            console.say(
+                epoch_line(
+                    "validation",
+                    self.stats.val_acc_per_epoch[-1],
+                    self.stats.scored["validation"],
+                    epoch=trainer.current_epoch,
+                    epochs=self.spec.train.epochs,
+                )
+            )
+            console.phase("checkpointing")
             assert self.rows is not None
             self.rows.add(
                 epoch=trainer.current_epoch,
@@ -211,10 +241,22 @@ class Bookkeeping(Callback):
             )
             self.rows.flush()
 
-    on_test_start = on_validation_start
+    def on_test_start(self, trainer: Any, pl_module: Any) -> None:
+        console.phase("testing")
+        self.eval_tick = time.perf_counter()
 
     def on_test_end(self, trainer: Any, pl_module: Any) -> None:
         self.stats.times_s["eval"] += time.perf_counter() - self.eval_tick
+        tested = self.stats.tested_epoch
+        console.say(
+            epoch_line(
+                "test",
+                cast(float, self.stats.test_acc),
+                self.stats.scored["test"],
+                f1=self.stats.test_f1,
+                note=f"weights of epoch {tested + 1}" if tested is not None else "",
+            )
+        )
         assert self.rows is not None
         self.rows.add(
             epoch=trainer.current_epoch,
@@ -259,6 +301,7 @@ def _trainer(spec: Spec, stats: Stats, callbacks: list[Any]) -> L.Trainer:
         num_sanity_val_steps=0,
         use_distributed_sampler=False,
         enable_model_summary=False,
+        enable_progress_bar=False,  # training.console prints the one progress line of every engine
         default_root_dir=str(spec.job_dir),
         callbacks=callbacks,
         logger=CSVLogger(str(spec.job_dir), name="lightning_logs"),
@@ -281,7 +324,8 @@ def _test_best(trainer: L.Trainer, module: Classifier, best: ModelCheckpoint, sp
     found = re.search(r"best-epoch=(\d+)", Path(best.best_model_path).name) if best.best_model_path else None
     stats.tested_epoch = int(found.group(1)) if found else None
     if "stage_3" not in spec.train.strategy or not best.best_model_path:
-        trainer.test(module, ckpt_path=best.best_model_path or None)  # named: there are two ModelCheckpoints
+        # Named: there are two ModelCheckpoints. verbose=False: the test line is ours (on_test_end).
+        trainer.test(module, ckpt_path=best.best_model_path or None, verbose=False)
         return
     # DeepSpeed cannot load a ZeRO-3 checkpoint into its inference engine (the fp32 partitions live in
     # optimizer state it does not have there). Restore the best weights into the training engine,
@@ -289,7 +333,7 @@ def _test_best(trainer: L.Trainer, module: Classifier, best: ModelCheckpoint, sp
     cast(DeepSpeedStrategy, trainer.strategy).deepspeed_engine.load_checkpoint(
         best.best_model_path, load_lr_scheduler_states=False
     )
-    trainer.test(module)
+    trainer.test(module, verbose=False)
 
 
 def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher | None) -> int:
