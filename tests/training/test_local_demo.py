@@ -15,6 +15,7 @@ import pytest
 
 from jobgen.results.summary import FIELDS
 from tests.training.conftest import REPO, subprocess_env
+from tests.training.logcheck import check_log
 
 pytestmark = [pytest.mark.training, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -42,6 +43,13 @@ def test_the_readme_api_example_runs(demo) -> None:
     assert done.stdout.count("COMPLETED") >= 4
     runs = [json.loads((p / "manifest.json").read_text()) for p in (root / "local_demo").iterdir()]
     assert sorted(len(m["jobs"]) for m in runs) == [1, 4]  # the sweep and the rerun of one of its jobs
+    # Each engine's job log, as the demo's user reads it: only our lines, none of the libraries' noise
+    # (the silences between lines are checked with timestamps in tests/training/test_resume.py).
+    logs = sorted((root / "local_demo").glob("*/jobs/*/local.out"))
+    assert len(logs) == 5
+    for log in logs:
+        lines = [(0.0, "start")] + [(0.0, text) for text in log.read_text().splitlines()]
+        assert check_log(lines, max_gap_s=float("inf")) == [], log
 
 
 def test_summary_of_a_real_local_sweep(demo, tmp_path: Path, runner) -> None:
