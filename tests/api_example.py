@@ -1,6 +1,6 @@
 import jobgen.api as jobgen
 
-sets = ["train.epochs=1", "train.deterministic=true", "data.partition=[400, 100, 100]"]  # a quick try
+sets = ["train.epochs=1", "train.deterministic=true", "data.partition=[601, 101, 151]"]  # a quick try
 exp = jobgen.load("experiments/local_demo.toml", sets=sets)
 print(exp.name, [job.name for job in jobgen.plan(exp)])
 

@@ -37,7 +37,7 @@ WAITING_ON_SLURM = (
     "tests/slurm/test_arrays.py",
 )
 # Modules whose tests share a module-scoped fixture (one training run): one worker, so it runs once.
-ONE_WORKER_MODULES = ("tests/training/test_hf_trainer_fsdp.py",)
+ONE_WORKER_MODULES = ("tests/training/test_hf_trainer_fsdp.py", "tests/training/test_local_demo.py")
 
 
 def xdist_group(nodeid: str) -> str:

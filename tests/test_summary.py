@@ -401,62 +401,6 @@ def test_importing_the_cli_and_summary_stays_light() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 
-# --- end to end: a real sweep with the local backend ------------------------------------------------------
-
-
-@pytest.mark.training
-@pytest.mark.slow
-def test_summary_of_a_real_local_sweep(tmp_path: Path, runner) -> None:
-    from jobgen.cli import main
-
-    root = tmp_path / "runs"
-    demo = REPO / "experiments" / "local_demo.toml"
-    # The demo as shipped, on fewer rows (sizes that divide by nothing: the summary must not care).
-    smaller = ["--set", "data.partition=[601, 101, 151]"]
-    submitted = runner.invoke(main, ["--output-root", str(root), "submit", str(demo), *smaller])
-    assert submitted.exit_code == 0, submitted.output
-    (run,) = (root / "local_demo").iterdir()
-    manifest = json.loads((run / "manifest.json").read_text())
-    assert len(manifest["jobs"]) >= 3
-    plot = tmp_path / "summary.png"
-    outputs = {}
-    for fmt in ("table", "csv", "markdown", "json"):
-        args = ["--output-root", str(root), "summary", "local_demo", "--format", fmt]
-        done = runner.invoke(main, args + (["--plot", str(plot)] if fmt == "json" else []))
-        assert done.exit_code == 0, done.output
-        outputs[fmt] = done.stdout  # "plot: FILE" goes to stderr
-    rows = json.loads(outputs["json"])["rows"]
-    assert len(rows) == len(manifest["jobs"])
-    by_csv = _rows(outputs["csv"])
-    # A local job holds no allocation (no GPU-, CPU-hours, limit) and a CPU job no MFU: blank, not 0.
-    blank = ("mfu", "gpu_hours", "cpu_hours", "energy_kwh", "time_used_fraction", "usage_from")
-    unfilled = ("problem", "hint", "val_acc_so_far", "excluded_nodes", *blank)
-    filled = [f for f in FIELDS if not f.endswith("_std") and f not in unfilled]
-    for row in rows:
-        result = json.loads((run / "jobs" / row["config"] / "result.json").read_text())
-        assert row["state"] == "COMPLETED"
-        assert [f for f in filled if row[f] is None or by_csv[row["config"]][f] == ""] == [], row
-        assert [f for f in blank if row[f] is not None or by_csv[row["config"]][f] != ""] == [], row
-        assert row["train_s"] == pytest.approx(result["times_s"]["train"])
-        assert row["test_acc"] == pytest.approx(result["test_acc"])
-        assert row["best_val_acc"] == pytest.approx(result["best_val_acc"])
-        assert row["samples_per_s"] == pytest.approx(result["throughput"]["samples_per_s"])
-        assert row["engine"] == result["engine"]
-        for fmt in ("table", "markdown"):
-            assert row["config"] in outputs[fmt] and f"{100 * result['test_acc']:.1f}" in outputs[fmt]
-    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert next(r for r in rows if r["engine"] == "torch")["baseline"] is True
-    # The report draws every job's curves from the metrics.csv the engines wrote (time_s included).
-    from jobgen.results.charts import PALETTE
-
-    report = tmp_path / "report.html"
-    done = runner.invoke(main, ["--output-root", str(root), "report", "local_demo", "-o", str(report)])
-    assert done.exit_code == 0, done.output
-    html = report.read_text()
-    for color in PALETTE[: len(rows)]:
-        assert html.count(f'stroke="{color}"') == 4, color  # loss and accuracy, over steps and over time
-
-
 def test_a_split_scored_on_other_than_its_size_is_a_problem(tmp_path: Path) -> None:
     """result.json says how many rows each split was scored on; a count that is not the split's size
     (repeated samples, one rank's metrics) is shown, because that accuracy is not the split's."""

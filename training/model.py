@@ -75,7 +75,15 @@ def build_tiny(texts: list[str], labels: list[str], target: Path, seed: int = 0)
     tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tokenizer.save_pretrained(tmp)
-    model.save_pretrained(tmp)
+    # What save_pretrained writes for this model (config.json, model.safetensors), without its
+    # unwrap_model step: with accelerate installed that imports deepspeed (3-4 s of CPU, and DeepSpeed's
+    # "Setting accelerator to CPU" line in a job that uses no DeepSpeed).
+    from safetensors.torch import save_file
+
+    model.config.save_pretrained(tmp)
+    save_file(
+        {k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"), {"format": "pt"}
+    )
     target.parent.mkdir(parents=True, exist_ok=True)
     os.replace(tmp, target)
 

@@ -85,7 +85,7 @@ def test_wait_gives_up_with_a_timeout_error(tmp_path: Path, runner, monkeypatch:
 
 def test_the_readme_example_is_the_typed_file():
     """The README's API example is tests/api_example.py, which scripts/lint.sh types with mypy --strict
-    and tests/training/test_api_example.py runs."""
+    and tests/training/test_local_demo.py runs."""
     readme = (REPO / "README.md").read_text()
     block = re.search(r"<!-- api-example:start -->\n```python\n(.*?)```\n<!-- api-example:end -->", readme, re.S)
     assert block, "the README has no API example between its markers"

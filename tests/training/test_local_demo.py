@@ -1,0 +1,101 @@
+"""The local demo sweep, run once for the module by the README's example of jobgen.api
+(tests/api_example.py, the same text): the example runs as written, and the summary, plot and report
+of the real four-engine run it made carry what each job's files say."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jobgen.results.summary import FIELDS
+from tests.training.conftest import REPO, subprocess_env
+from tests.training.logcheck import check_log
+
+pytestmark = [pytest.mark.training, pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:
+    """The example's output, and the output root it wrote its runs to (the demo's and the rerun's)."""
+    root = tmp_path_factory.mktemp("local-demo") / "runs"
+    env = subprocess_env({"JOBGEN_OUTPUT_ROOT": str(root)})
+    example = REPO / "tests" / "api_example.py"
+    done = subprocess.run(
+        [sys.executable, str(example)], cwd=REPO, env=env, capture_output=True, text=True, timeout=850
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done, root
+
+
+def _rows(text: str) -> dict[str, dict[str, str]]:
+    return {r["config"]: r for r in csv.DictReader(io.StringIO(text))}
+
+
+def test_the_readme_api_example_runs(demo) -> None:
+    done, root = demo
+    assert "local_demo ['engine-torch', 'engine-lightning', 'engine-fabric', 'engine-hf-trainer']" in done.stdout
+    assert done.stdout.count("COMPLETED") >= 4
+    runs = [json.loads((p / "manifest.json").read_text()) for p in (root / "local_demo").iterdir()]
+    assert sorted(len(m["jobs"]) for m in runs) == [1, 4]  # the sweep and the rerun of one of its jobs
+    # Each engine's job log, as the demo's user reads it: only our lines, none of the libraries' noise
+    # (the silences between lines are checked with timestamps in tests/training/test_resume.py).
+    logs = sorted((root / "local_demo").glob("*/jobs/*/local.out"))
+    assert len(logs) == 5
+    for log in logs:
+        lines = [(0.0, "start")] + [(0.0, text) for text in log.read_text().splitlines()]
+        assert check_log(lines, max_gap_s=float("inf")) == [], log
+
+
+def test_summary_of_a_real_local_sweep(demo, tmp_path: Path, runner) -> None:
+    """The demo's sweep on sizes that divide by nothing (601/101/151 rows): the summary must not care."""
+    from jobgen.cli import main
+
+    _, root = demo
+    (run,) = [
+        p for p in (root / "local_demo").iterdir() if len(json.loads((p / "manifest.json").read_text())["jobs"]) > 1
+    ]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert len(manifest["jobs"]) >= 3
+    plot = tmp_path / "summary.png"
+    outputs = {}
+    for fmt in ("table", "csv", "markdown", "json"):
+        args = ["--output-root", str(root), "summary", str(run), "--format", fmt]
+        done = runner.invoke(main, args + (["--plot", str(plot)] if fmt == "json" else []))
+        assert done.exit_code == 0, done.output
+        outputs[fmt] = done.stdout  # "plot: FILE" goes to stderr
+    rows = json.loads(outputs["json"])["rows"]
+    assert len(rows) == len(manifest["jobs"])
+    by_csv = _rows(outputs["csv"])
+    # A local job holds no allocation (no GPU-, CPU-hours, limit) and a CPU job no MFU: blank, not 0.
+    blank = ("mfu", "gpu_hours", "cpu_hours", "energy_kwh", "time_used_fraction", "usage_from")
+    unfilled = ("problem", "hint", "val_acc_so_far", "excluded_nodes", *blank)
+    filled = [f for f in FIELDS if not f.endswith("_std") and f not in unfilled]
+    for row in rows:
+        result = json.loads((run / "jobs" / row["config"] / "result.json").read_text())
+        assert row["state"] == "COMPLETED"
+        assert [f for f in filled if row[f] is None or by_csv[row["config"]][f] == ""] == [], row
+        assert [f for f in blank if row[f] is not None or by_csv[row["config"]][f] != ""] == [], row
+        assert row["train_s"] == pytest.approx(result["times_s"]["train"])
+        assert row["test_acc"] == pytest.approx(result["test_acc"])
+        assert row["best_val_acc"] == pytest.approx(result["best_val_acc"])
+        assert row["samples_per_s"] == pytest.approx(result["throughput"]["samples_per_s"])
+        assert row["engine"] == result["engine"]
+        for fmt in ("table", "markdown"):
+            assert row["config"] in outputs[fmt] and f"{100 * result['test_acc']:.1f}" in outputs[fmt]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert next(r for r in rows if r["engine"] == "torch")["baseline"] is True
+    # The report draws every job's curves from the metrics.csv the engines wrote (time_s included).
+    from jobgen.results.charts import PALETTE
+
+    report = tmp_path / "report.html"
+    done = runner.invoke(main, ["--output-root", str(root), "report", str(run), "-o", str(report)])
+    assert done.exit_code == 0, done.output
+    html = report.read_text()
+    for color in PALETTE[: len(rows)]:
+        assert html.count(f'stroke="{color}"') == 4, color  # loss and accuracy, over steps and over time
