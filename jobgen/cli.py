@@ -609,7 +609,11 @@ def report(ctx: click.Context, runs: tuple[str, ...], output: str, baseline: str
     from jobgen.results.report import write_report
     from jobgen.results.state import read_some
 
-    path = write_report(read_some(_many_runs(ctx, runs, all_runs)), Path(output), baseline=baseline)
+    loaded = read_some(_many_runs(ctx, runs, all_runs))
+    path = write_report(loaded, Path(output), baseline=baseline)
+    for run in loaded:
+        if not isinstance(run, Path):
+            run.keep_facts()
     click.echo(f"report: {path}")
 
 

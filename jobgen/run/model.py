@@ -330,9 +330,13 @@ class Run:
     def problems(self) -> list[str]:
         """One line per damaged record of its jobs (RunJob.problems), the verdicts kept for next time."""
         out = [line for job in self.jobs for line in job.problems()]
+        self.keep_facts()
+        return out
+
+    def keep_facts(self) -> None:
+        """Write what this command read of the jobs' files (RunJob.fact) to the run's cache, for the next."""
         if self.verdicts is not None:
             self.verdicts.save()
-        return out
 
     @property
     def run_id(self) -> str:
