@@ -142,8 +142,16 @@ class Verdicts:
     def __init__(self, run_dir: Path | str) -> None:
         self.path = os.path.join(run_dir, VERDICTS)
         self._version = __version__
-        self._known: dict[str, list[Any]] = {}
+        self._loaded: dict[str, list[Any]] | None = None  # read at the first question (`runs` asks none)
         self._changed = False
+
+    @property
+    def _known(self) -> dict[str, list[Any]]:
+        if self._loaded is None:
+            self._loaded = self._load()
+        return self._loaded
+
+    def _load(self) -> dict[str, list[Any]]:
         try:
             with open(self.path, "rb") as fh:
                 doc = json.loads(fh.read())
@@ -153,9 +161,10 @@ class Verdicts:
                 and doc.get("jobgen") == __version__
                 and isinstance(doc.get("files"), dict)
             ):
-                self._known = doc["files"]
+                return doc["files"]  # type: ignore[no-any-return]
         except (OSError, ValueError, RecursionError):
             pass
+        return {}
 
     def fact(self, rel: str, mark: Stamp, key: str) -> tuple[bool, Any]:
         """(True, the fact) when this version of the file was read before for `key`, else (False, None)."""
@@ -179,7 +188,7 @@ class Verdicts:
             return  # still settling: read again next time
         known = self._known.get(rel)
         if type(known) is not list or len(known) != 5 or tuple(known[:4]) != mark or type(known[4]) is not dict:
-            known = self._known[rel] = [*mark, {}]
+            self._known[rel] = known = [*mark, {}]
         if key not in known[4] or known[4][key] != value:
             known[4][key] = value
             self._changed = True
