@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = ("sbatch", "squeue", "sacct", "scontrol", "scancel")
@@ -51,6 +52,7 @@ def shim(folder: Path) -> Path:
 
 
 LAST_PID = [0]
+USER_ENV: dict[str, str] = {}
 
 
 def calls(folder: Path) -> int:
@@ -100,20 +102,69 @@ def measure(n: int, array: bool, root: Path, counter: Path) -> dict[str, float]:
             seeds=", ".join(str(i) for i in range(n)),
         )
     )
-    env = {**os.environ, "PATH": f"{counter}:{os.environ['PATH']}"}
-    out = {"jobs": n}
-    out["submit_s"] = jobgen(["--output-root", str(root / "runs"), "submit", str(exp)], env)
-    out["submit_calls"] = calls(counter)
-    out["status_queued_s"] = jobgen(["--output-root", str(root / "runs"), "status", exp.stem], env)
-    out["status_queued_calls"] = calls(counter)
-    wait_ended(exp.stem, 120 + n * 0.2)
-    out["status_ended_s"] = jobgen(["--output-root", str(root / "runs"), "status", exp.stem], env)
-    out["status_ended_calls"] = calls(counter)
-    out["status_again_s"] = jobgen(["--output-root", str(root / "runs"), "status", exp.stem], env)
-    out["status_again_calls"] = calls(counter)
-    out["summary_s"] = jobgen(["--output-root", str(root / "runs"), "summary", exp.stem, "--format", "json"], env)
-    out["summary_calls"] = calls(counter)
+    env = {**USER_ENV, "PATH": f"{counter}:{os.environ['PATH']}"}
+    runs = ["--output-root", str(root / "runs")]
+    out: dict[str, Any] = {"jobs": n}
+
+    def measure_one(key: str, args: list[str]) -> None:
+        out[f"{key}_s"] = jobgen([*runs, *args], env)
+        out[f"{key}_calls"] = calls(counter)
+
+    measure_one("submit", ["submit", str(exp)])
+    out["floor_queued_s"] = squeue_floor()
+    measure_one("status_queued", ["status", exp.stem])
+    wait_ended(exp.stem, 300 + n * 0.2)
+    out["floor_ended_s"] = squeue_floor()
+    measure_one("status_ended", ["status", exp.stem])
+    measure_one("status_again", ["status", exp.stem])
+    measure_one("runs", ["runs", exp.stem])
+    measure_one("summary", ["summary", exp.stem, "--format", "json"])
+    measure_one("report", ["report", exp.stem, "-o", str(root / f"{exp.stem}.html")])
     return out
+
+
+def squeue_floor() -> float:
+    """One `squeue -t all` of every job the controller holds: the least a status that asks Slurm costs."""
+    started = time.perf_counter()
+    subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T"], check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+def user_env() -> dict[str, str]:
+    """This environment as a user's shell has it: bytecode written and reused (an installed package has
+    it). The jobgen package imported is compiled at once, so no command pays for that."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    where = [sys.executable, "-c", "import jobgen, os; print(os.path.dirname(jobgen.__file__))"]
+    package = subprocess.run(where, env=env, capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run([sys.executable, "-m", "compileall", "-q", package], env=env, check=True)
+    return env
+
+
+COLUMNS = ("status_queued", "status_ended", "status_again", "runs", "summary", "report")
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The rows as Markdown: submission per job against a bare sbatch, every read against one squeue."""
+    head = "| jobs | how | submit, per job (× bare sbatch) | " + " | ".join(c.replace("_", " ") for c in COLUMNS)
+    lines = [head + " |", "|" + " --- |" * (3 + len(COLUMNS))]
+    for row in rows:
+        per_job = 1000 * row["submit_s"] / row["jobs"]
+        cells = [
+            f"{row['jobs']:,}",
+            "arrays" if row["array"] else "one by one",
+            f"{per_job:.1f} ms ({per_job / row['floor_sbatch_ms']:.2f}×; {row['submit_calls']} calls)",
+        ]
+        for column in COLUMNS:
+            floor = row["floor_queued_s"] if column == "status_queued" else row["floor_ended_s"]
+            seconds = row[f"{column}_s"]
+            cells.append(f"{seconds:.2f} s ({seconds / floor:.1f}×; {row[f'{column}_calls']} calls)")
+        lines.append("| " + " | ".join(cells) + " |")
+    floors = [
+        f"{row['jobs']:,} {'arrays' if row['array'] else 'one by one'}: sbatch {row['floor_sbatch_ms']:.1f} ms, "
+        f"squeue {row['floor_queued_s']:.2f} s queued / {row['floor_ended_s']:.2f} s ended"
+        for row in rows
+    ]
+    return "\n".join([*lines, "", "floors (same run): " + "; ".join(floors)])
 
 
 def main() -> None:
@@ -125,29 +176,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="jobgen-scale-", dir=os.environ.get("JOBGEN_BENCH_DIR", "/tmp")) as tmp:
         root = Path(tmp)
         counter = shim(root / "shim")
+        USER_ENV.update(user_env())
         for n in args.sizes:
             floor = bare_sbatch(min(n, 500)) / min(n, 500)
-            started = time.perf_counter()
-            subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T"], check=True, capture_output=True)
-            squeue_s = time.perf_counter() - started
             for array in (False, True):
                 row = measure(n, array, root, counter)
-                row.update(array=array, floor_sbatch_ms=1000 * floor, floor_squeue_s=squeue_s)
+                row.update(array=array, floor_sbatch_ms=1000 * floor)
                 rows.append(row)
-                per_job = 1000 * row["submit_s"] / n
-                print(
-                    f"{n:>6} jobs {'arrays ' if array else 'one by one'}: submit {row['submit_s']:.1f} s "
-                    f"= {per_job:.1f} ms/job ({per_job / row['floor_sbatch_ms']:.2f}x a bare sbatch, "
-                    f"{row['floor_sbatch_ms']:.1f} ms; {row['submit_calls']} Slurm calls) | status queued "
-                    f"{row['status_queued_s']:.2f} s ({row['status_queued_calls']} calls) | status ended "
-                    f"{row['status_ended_s']:.2f} s ({row['status_ended_calls']} calls), again "
-                    f"{row['status_again_s']:.2f} s ({row['status_again_calls']} calls) | summary "
-                    f"{row['summary_s']:.2f} s ({row['summary_calls']} calls) | one squeue -t all "
-                    f"{row['floor_squeue_s']:.2f} s",
-                    flush=True,
-                )
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+                print(table([row]).splitlines()[-3], flush=True)
+                if args.json:
+                    args.json.write_text(json.dumps(rows, indent=2))
+    print(table(rows))
 
 
 if __name__ == "__main__":

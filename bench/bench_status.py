@@ -1,13 +1,16 @@
-"""`jobgen status` and `summary` of one run of 1,000 to 10,000 finished jobs, each against its floor.
+"""`jobgen status`, `runs`, `summary` and `report` of one run of 1,000 to 10,000 finished jobs, each
+against its floor.
 
     .venv/bin/python bench/bench_status.py [--jobs 1000 10000]
 
-Every job's records are checked for damage (jobgen.run.damage) on each command; the run keeps the
-verdicts by each file's stat stamp (.verdicts.json), so only the first command after the jobs wrote
-their files reads them all. Printed side by side, from one process each (the CLI as a user runs it):
-the first status (no verdicts yet), the next one, and a summary, each as a ratio to the floor measured
-in the same run: `python -c pass` plus one os.stat per job file, the least a status that checks every
-record can cost. The jobs are recorded as ended, so Slurm is not asked.
+Every job's records are checked for damage (jobgen.run.damage) on each command; the run keeps what
+the commands read of each file by its stat stamp (.verdicts.json: the damage verdicts, the results'
+numbers, which records each job folder holds), so only the first command after the jobs wrote their
+files reads them all. Printed side by side, from one process each (the CLI as a user runs it, its
+bytecode compiled once beforehand, as an installed package has it): the first status (nothing kept
+yet), the next one, runs, summary and report, each as a ratio to the floor measured in the same run:
+`python -c pass` plus one os.stat per job file, the least a status that checks every record can cost.
+The jobs are recorded as ended, so Slurm is not asked.
 """
 
 from __future__ import annotations
@@ -53,14 +56,35 @@ def settle(run: Path) -> None:
                 os.utime(path, (past, past))
 
 
+def user_env() -> dict[str, str]:
+    """This environment as a user's shell has it: bytecode written and reused (an installed package has
+    it). The jobgen package imported is compiled at once, so no command pays for that."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    where = [sys.executable, "-c", "import jobgen, os; print(os.path.dirname(jobgen.__file__))"]
+    package = subprocess.run(where, env=env, capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run([sys.executable, "-m", "compileall", "-q", package], env=env, check=True)
+    return {**env, "JOBGEN_NO_COLOR": "1"}
+
+
+def warm_up(jobgen: list[str], root: Path, env: dict[str, str]) -> None:
+    """Every command once on a small run: its modules compiled, the file cache warm."""
+    run = str(make_run(root, 10))
+    for command in (["status", run], ["runs"], ["summary", run], ["report", run, "-o", str(root / "warm.html")]):
+        timed([*jobgen, "--output-root", str(root / "10"), *command], env)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, nargs="+", default=[1000, 10_000])
     args = parser.parse_args()
-    env = {**os.environ, "JOBGEN_NO_COLOR": "1"}
     jobgen = [str(Path(sys.executable).with_name("jobgen"))]
-    print(f"{'jobs':>6}  {'floor':>7}  {'status (first)':>16}  {'status (next)':>15}  {'summary':>13}")
+    print(
+        f"{'jobs':>6}  {'floor':>7}  {'status (first)':>16}  {'status (next)':>15}  {'runs':>13}  {'summary':>13}"
+        f"  {'report':>14}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
+        env = user_env()
+        warm_up(jobgen, Path(tmp) / "warm", env)
         for n in args.jobs:
             run = make_run(Path(tmp), n)
             settle(run)
@@ -68,10 +92,14 @@ def main() -> int:
             floor = timed([sys.executable, "-c", FLOOR.format(files=JOB_FILES), str(run)], env)
             first = timed([*jobgen, *root, "status", str(run)], env)
             again = timed([*jobgen, *root, "status", str(run)], env)
+            runs = timed([*jobgen, *root, "runs"], env)
             summary = timed([*jobgen, *root, "summary", str(run)], env)
+            report = timed([*jobgen, *root, "report", str(run), "-o", str(Path(tmp) / f"{n}.html")], env)
             print(
                 f"{n:>6}  {floor:6.2f}s  {first:6.2f}s ({first / floor:4.1f}x)  {again:6.2f}s ({again / floor:4.1f}x)"
-                f"  {summary:5.2f}s ({summary / floor:4.1f}x)"
+                f"  {runs:5.2f}s ({runs / floor:4.1f}x)  {summary:5.2f}s ({summary / floor:4.1f}x)"
+                f"  {report:5.2f}s ({report / floor:5.1f}x)",
+                flush=True,
             )
     return 0
 

@@ -16,7 +16,7 @@ def is_control(char: str) -> bool:
 def one_line(text: str) -> str:
     """The text with control characters written as escapes: a file or key name with a newline in it
     (or any other control character) must not break a message over lines, or into the terminal."""
-    if not any(is_control(c) for c in text):
+    if text.isprintable() or not any(is_control(c) for c in text):
         return text
     return "".join(c.encode("unicode_escape").decode("ascii") if is_control(c) else c for c in text)
 

@@ -166,6 +166,8 @@ def render_job(job: Job, run: RunInfo, template: str | None = None) -> str:
 def container_words(job: Job, run: RunInfo) -> dict[str, list[str]] | None:
     """The container partial's srun flags and command words as argument lists, for a backend that
     builds the task's command itself (submitit): rendered by the same macros, with ~ expanded here."""
+    if not job.exp.container.runtime:  # no [container]: nothing to build (and no context to make per job)
+        return None
     context = job_context(job, run)
     if context["container"] is None:
         return None

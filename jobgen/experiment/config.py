@@ -252,6 +252,8 @@ def control_char(value: Any) -> str | None:
     """The first control character (newline, carriage return, NUL, tab, ...) in a value, its keys
     and items; None when there is none. No such character belongs in a script line or a path."""
     if isinstance(value, str):
+        if value.isprintable():  # no control or separator character (checked in C: this runs per value per job)
+            return None
         return next((c for c in value if is_control(c)), None)
     if isinstance(value, dict):
         return next((c for k, v in value.items() if (c := control_char(k) or control_char(v))), None)

@@ -153,7 +153,7 @@ def read_job(run: Run, job: RunJob, accounting: Accounting | None = None) -> Job
         submitted_at=_time(job.entry.get("submitted_at")),
         started_at=_started_at(job.live, job.entry, result),
         result=result,
-        job_dir=str(job.job_dir),
+        job_dir=job.folder,
         backend=run.backend,
         segments=_segments(job),
         retries=job.retries(),
@@ -245,12 +245,56 @@ def read_result(path: str | os.PathLike[str]) -> tuple[Result | None, str | None
 
 
 def result_of(job: RunJob) -> tuple[Result | None, str | None]:
-    """A job's result, from the bytes its read model holds (read once)."""
+    """A job's result, from the bytes its read model holds (read once), or, for a result.json unchanged
+    since an earlier command, from what that command read out of it (RunJob.fact)."""
+    if not job.finished:
+        return None, NO_RESULT
+    kept = job.fact("result.json", RESULT_FACT, _read_result, _is_result_fact)
+    if isinstance(kept, str):
+        return None, kept
+    values = list(kept)
+    values[_FINISHED_AT] = _time(values[_FINISHED_AT])
+    values[_GPUS] = tuple(values[_GPUS])
+    return Result(*values), None
+
+
+RESULT_FACT = "result"  # the key of a result's fields in the run's verdicts (jobgen.run.damage.Verdicts)
+_RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(Result))
+_FINISHED_AT, _GPUS = _RESULT_FIELDS.index("finished_at"), _RESULT_FIELDS.index("gpus")
+# The JSON type each field is kept as (a datetime as its ISO text, a tuple as a list); None is allowed.
+_KINDS = tuple(
+    {"str": str, "bool": bool, "int": int, "float": float, "datetime": str, "tuple[str, ...]": list}[
+        str(f.type).split(" | ")[0]
+    ]
+    for f in dataclasses.fields(Result)
+)
+
+
+def _is_result_fact(kept: Any) -> bool:
+    """Whether a kept fact has the shape _read_result gives (a damaged cache must cost time, not a crash)."""
+    if type(kept) is str:
+        return True
+    return (
+        type(kept) is list
+        and len(kept) == len(_KINDS)
+        and all(v is None or type(v) is kind for v, kind in zip(kept, _KINDS, strict=True))
+        and all(type(g) is str for g in kept[_GPUS] or ())
+    )
+
+
+def _read_result(job: RunJob) -> list[Any] | str:
+    """A result.json as JSON values (the Result's fields in order), or why it cannot be used."""
     try:
         raw = job.raw("result.json")
     except OSError as exc:
-        return None, f"result.json unreadable ({_one_line(exc)})"
-    return (None, NO_RESULT) if raw is None else result_from(raw)
+        return f"result.json unreadable ({_one_line(exc)})"
+    result, problem = (None, NO_RESULT) if raw is None else result_from(raw)
+    if result is None:
+        return problem or NO_RESULT
+    values = [getattr(result, name) for name in _RESULT_FIELDS]
+    values[_FINISHED_AT] = result.finished_at.isoformat() if result.finished_at else None
+    values[_GPUS] = list(result.gpus)
+    return values
 
 
 def result_from(raw: bytes) -> tuple[Result | None, str | None]:

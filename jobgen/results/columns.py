@@ -31,10 +31,13 @@ class Stat:
     def of(cls, values: Iterable[float | None]) -> Stat:
         found = [v for v in values if v is not None]
         if len(found) < 2:
-            return cls(found[0], None, 1) if found else cls(None, None, 0)
+            return cls(found[0], None, 1) if found else NO_VALUE
         mean = math.fsum(found) / len(found)
         var = math.fsum((v - mean) ** 2 for v in found) / (len(found) - 1)
         return cls(mean, math.sqrt(var), len(found))
+
+
+NO_VALUE = Stat(None, None, 0)  # shared: a Stat is frozen, and most lines of a big sweep have many of these
 
 
 @dataclass

@@ -127,6 +127,8 @@ def status_of(run_dir: Path) -> Run:
 
 
 def format_table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in [header, *rows]]
-    return "\n".join(lines)
+    # One format string for every row: a table of 10,000 jobs is 100,000 cells.
+    table = [[str(c) for c in row] for row in [header, *rows]]
+    widths = [max(map(len, col)) for col in zip(*table, strict=False)]
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join(line.format(*row[: len(widths)]).rstrip() for row in table)

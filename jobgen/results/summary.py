@@ -18,7 +18,7 @@ from typing import Any
 
 from jobgen.errors import JobgenError
 from jobgen.results.collect import JobRow, LiveStates, collect
-from jobgen.results.columns import COLUMNS, METRICS, SUMMED, Line, amount
+from jobgen.results.columns import COLUMNS, METRICS, NO_VALUE, SUMMED, Line, Metric, Stat, amount
 from jobgen.results.diagnose import LAST_LINE
 from jobgen.run.model import Run
 from jobgen.states import State
@@ -82,7 +82,10 @@ def config_key(row: JobRow) -> tuple[Any, ...]:
     """Jobs with the same experiment and sweep values, seeds aside, are one configuration."""
     if not row.sweep:
         return (row.experiment, row.name)
-    values = tuple(sorted((k, json.dumps(v)) for k, v in row.sweep.items() if not _is_seed(k)))
+    # A string stands for itself (tagged: "1" is not 1); other values by their JSON (1.0 is not 1).
+    values = tuple(
+        sorted((k, ("str", v) if type(v) is str else json.dumps(v)) for k, v in row.sweep.items() if not _is_seed(k))
+    )
     return (row.experiment, values)
 
 
@@ -93,7 +96,10 @@ def _is_seed(key: str) -> bool:
 def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
     first = jobs[0]
     results = [j.result for j in jobs if j.result is not None]
-    metrics = {metric.name: metric.combine(metric.of(job) for job in jobs) for metric in METRICS}
+    if len(jobs) == 1:  # most lines of a big sweep: one job, nothing to combine
+        metrics = {metric.name: _alone(metric, metric.of(first)) for metric in METRICS}
+    else:
+        metrics = {metric.name: metric.combine([metric.of(job) for job in jobs]) for metric in METRICS}
     label = f"{first.run_id}/{_label(jobs)}" if many_runs else _label(jobs)
     problem, hint = _problem(jobs)
     run_ids = sorted({j.run_id for j in jobs})
@@ -115,6 +121,13 @@ def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
         excluded=excluded,
         jobs=jobs,
     )
+
+
+def _alone(metric: Metric, value: float | None) -> Stat:
+    """What metric.combine makes of one job's value (without the call, for the default one)."""
+    if metric.combine != Stat.of:
+        return metric.combine([value])
+    return NO_VALUE if value is None else Stat(value, None, 1)
 
 
 def _label(jobs: list[JobRow]) -> str:

@@ -12,10 +12,12 @@ import csv
 import io
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from jobgen import __version__
 from jobgen.errors import one_line
 from jobgen.facts import SCHEMAS
 from training.progress import PROGRESS_KEYS
@@ -62,9 +64,10 @@ def json_problem(path: Path, doc: Any, problem: str | None) -> str | None:
     return None
 
 
-def metrics_problem(path: Path) -> str | None:
+def metrics_problem(source: Path | bytes) -> str | None:
+    """What is wrong with a metrics.csv (its path, or its bytes); None when it is fine or absent."""
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = (source if isinstance(source, bytes) else source.read_bytes()).decode("utf-8")
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -108,10 +111,12 @@ def run_problems(run_dir: Path, jobs: list[dict[str, Any]]) -> list[str]:
 # --- verdicts kept between commands -------------------------------------------------------------------
 
 VERDICTS = ".verdicts.json"  # in the run folder; a cache: deleting it costs one slower command
-VERDICTS_SCHEMA = 1
+VERDICTS_SCHEMA = 2
 # A file changed less than this long ago is checked again next time: on a file system with coarse
 # timestamps (NFS, 1 s) a rewrite within the same tick could keep size and mtime.
 SETTLED_NS = 2_000_000_000
+PROBLEM = "problem"  # the damage check's verdict, among the facts kept of a file
+PRESENT = "present"  # of a job's folder: which of JOB_FILES it holds
 
 Stamp = tuple[int, int, int, int]  # inode, size, mtime, ctime (ns): what os.stat says of one version
 
@@ -121,48 +126,82 @@ def stamp(st: os.stat_result) -> Stamp:
 
 
 class Verdicts:
-    """What the damage checks said of each job file of a run, by the file's stat stamp.
+    """What was learnt of each job file of a run, by the file's stat stamp: the damage check's verdict,
+    and what the commands read out of it (a result's numbers, a job's progress), each under its key;
+    and of each job's folder, by its own stamp, which records it holds (an unchanged folder had no file
+    made, removed or renamed in it, so a record absent then needs no stat now).
 
-    Reading every job's records to check them costs most of `status` at 10,000 jobs; a file whose inode,
-    size, mtime and ctime are those of the version checked before gets the same verdict without being
-    read. Every writer of a record replaces it (a new inode) or appends to it (a new size), so a changed
-    file is never taken for the one checked. Unreadable or damaged cache files are ignored."""
+    Reading and parsing every job's records costs most of `status` and `summary` at 10,000 jobs; a file
+    whose inode, size, mtime and ctime are those of the version read before gives the same facts without
+    being read. Every writer of a record replaces it (a new inode) or appends to it (a new size), and a
+    rewrite in place moves its mtime and ctime, so a changed file is never taken for the one read. A file
+    written in the last SETTLED_NS is not kept (its stamp may not show the next write yet). The facts are
+    those of this jobgen version: another version starts afresh. The file is replaced whole (a reader
+    sees the old one or the new one); an unreadable, damaged or foreign cache file is ignored."""
 
     def __init__(self, run_dir: Path | str) -> None:
         self.path = os.path.join(run_dir, VERDICTS)
-        self._known: dict[str, list[Any]] = {}
+        self._version = __version__
+        self._loaded: dict[str, list[Any]] | None = None  # read at the first question (`runs` asks none)
         self._changed = False
+
+    @property
+    def _known(self) -> dict[str, list[Any]]:
+        if self._loaded is None:
+            self._loaded = self._load()
+        return self._loaded
+
+    def _load(self) -> dict[str, list[Any]]:
         try:
             with open(self.path, "rb") as fh:
                 doc = json.loads(fh.read())
-            if isinstance(doc, dict) and doc.get("schema") == VERDICTS_SCHEMA and isinstance(doc.get("files"), dict):
-                self._known = doc["files"]
-        except (OSError, ValueError):
+            if (
+                isinstance(doc, dict)
+                and doc.get("schema") == VERDICTS_SCHEMA
+                and doc.get("jobgen") == __version__
+                and isinstance(doc.get("files"), dict)
+            ):
+                return doc["files"]  # type: ignore[no-any-return]
+        except (OSError, ValueError, RecursionError):
             pass
+        return {}
 
-    def get(self, rel: str, mark: Stamp) -> tuple[bool, str | None]:
-        """(True, the problem or None) when this version of the file was checked before, else (False, None)."""
+    def fact(self, rel: str, mark: Stamp, key: str) -> tuple[bool, Any]:
+        """(True, the fact) when this version of the file was read before for `key`, else (False, None)."""
         known = self._known.get(rel)
-        if isinstance(known, list) and len(known) == 5 and tuple(known[:4]) == mark:
-            if known[4] is None or isinstance(known[4], str):
-                return True, known[4]
+        if (
+            type(known) is list
+            and len(known) == 5
+            and known[0] == mark[0]
+            and known[1] == mark[1]
+            and known[2] == mark[2]
+            and known[3] == mark[3]
+            and type(known[4]) is dict
+            and key in known[4]
+        ):
+            return True, known[4][key]
         return False, None
 
-    def put(self, rel: str, mark: Stamp, problem: str | None) -> None:
+    def keep(self, rel: str, mark: Stamp, key: str, value: Any) -> None:
+        """Keep a fact (a JSON value) of this version of the file, unless it changed too recently."""
         if time.time_ns() - mark[2] < SETTLED_NS:
-            return  # still settling: checked again next time
-        if self._known.get(rel) != [*mark, problem]:
-            self._known[rel] = [*mark, problem]
+            return  # still settling: read again next time
+        known = self._known.get(rel)
+        if type(known) is not list or len(known) != 5 or tuple(known[:4]) != mark or type(known[4]) is not dict:
+            self._known[rel] = known = [*mark, {}]
+        if key not in known[4] or known[4][key] != value:
+            known[4][key] = value
             self._changed = True
 
     def save(self) -> None:
         """Write the verdicts when they changed; a read-only run folder or a full disk keeps none."""
         if not self._changed:
             return
-        tmp = f"{self.path}.{os.getpid()}.tmp"
+        tmp = f"{self.path}.{os.getpid()}-{threading.get_ident()}.tmp"  # each writer its own: then one rename wins
+        doc = {"schema": VERDICTS_SCHEMA, "jobgen": self._version, "files": self._known}
         try:
             with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump({"schema": VERDICTS_SCHEMA, "files": self._known}, fh, separators=(",", ":"))
+                fh.write(json.dumps(doc, separators=(",", ":")))
             os.replace(tmp, self.path)
             self._changed = False
         except OSError:

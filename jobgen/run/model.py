@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,11 +18,22 @@ from typing import Any
 from jobgen.errors import JobgenError
 from jobgen.facts import RETRIES_SCHEMA
 from jobgen.run import store
-from jobgen.run.damage import JOB_FILES, Verdicts, json_problem, metrics_problem, parse_json, stamp
+from jobgen.run.damage import (
+    JOB_FILES,
+    PRESENT,
+    PROBLEM,
+    Stamp,
+    Verdicts,
+    json_problem,
+    metrics_problem,
+    parse_json,
+    stamp,
+)
 from jobgen.states import JobInfo, State, parse
 from training.progress import PROGRESS_FILE, PROGRESS_KEYS
 
 _NAMES = {name: Path(name) for name in JOB_FILES}
+_STATES: dict[Any, State] = {state.value: state for state in State}
 
 
 @dataclass(frozen=True)
@@ -62,34 +73,46 @@ class RunJob:
     cause: Any = None  # jobgen.results.diagnose.Cause, when the logs were asked why the job stopped
     verdicts: Verdicts | None = field(default=None, repr=False)  # the run's, shared by its jobs
     _files: dict[str, bytes | None | OSError] = field(default_factory=dict, repr=False)
-    _finished: bool | None = field(default=None, repr=False)  # asked of the file system once per command
+    _marks: dict[str, Stamp | OSError | None] = field(default_factory=dict, repr=False)  # stat'ed once
+    _read: dict[str, Stamp] = field(default_factory=dict, repr=False)  # the stamps of the versions read
+    _folder: str = field(default="", repr=False)
+    _listed: bool = field(default=False, repr=False)  # _listing asked (it stats the folder)
+    _present: frozenset[str] | None = field(default=None, repr=False)  # the records there (None: unknown)
+    _folder_mark: Stamp | None = field(default=None, repr=False)
 
     @classmethod
     def from_entry(cls, run_dir: Path, entry: dict[str, Any], verdicts: Verdicts | None = None) -> RunJob:
+        # Once per job of every run a command reads: no more work than the fields need.
         name = str(entry.get("name"))
+        state = entry.get("state") or "UNKNOWN"
+        recorded = _STATES.get(state) or parse(str(state))
+        job_id, segments, previous = entry.get("job_id"), entry.get("segments"), entry.get("previous_job_ids")
         return cls(
             run_dir=run_dir,
             verdicts=verdicts,
             entry=entry,
             name=name,
             dir=str(entry.get("dir") or f"jobs/{name}"),
-            recorded=parse(str(entry.get("state") or "UNKNOWN")),
-            job_id=str(entry["job_id"]) if entry.get("job_id") else None,
-            segments=tuple(str(s) for s in entry.get("segments") or ()),
-            previous_job_ids=tuple(str(s) for s in entry.get("previous_job_ids") or ()),
+            recorded=recorded,
+            job_id=str(job_id) if job_id else None,
+            segments=tuple(str(s) for s in segments) if segments else (),
+            previous_job_ids=tuple(str(s) for s in previous) if previous else (),
             array=entry.get("array") or None,
             array_index=entry.get("array_index"),
-            state=parse(str(entry.get("state") or "UNKNOWN")),
+            state=recorded,
         )
 
     @functools.cached_property
     def job_dir(self) -> Path:
         return self.run_dir / self.dir
 
-    @functools.cached_property
-    def _folder(self) -> str:
-        # Plain strings on the path every job takes: pathlib costs more than the JSON at 10,000 jobs.
-        return os.path.join(self.run_dir, self.dir)
+    @property
+    def folder(self) -> str:
+        """job_dir as a plain string: pathlib on the path every job takes costs more than the JSON at
+        10,000 jobs."""
+        if not self._folder:
+            self._folder = os.path.join(self.run_dir, self.dir)
+        return self._folder
 
     @property
     def ids(self) -> list[str]:
@@ -100,12 +123,57 @@ class RunJob:
     def sweep(self) -> dict[str, Any]:
         return dict(self.entry.get("sweep") or {})
 
+    def _stat(self, name: str) -> Stamp | OSError | None:
+        """The stat stamp of one of the job's files (None: it does not exist), asked once per command."""
+        marks = self._marks
+        if name in marks:
+            return marks[name]
+        present = self._present if self._listed else self._listing()
+        if present is not None and name not in present:
+            marks[name] = None  # absent before, and the folder has had no file made or renamed since
+            return None
+        try:
+            st = os.stat(self.folder + "/" + name)
+            mark: Stamp | OSError | None = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        except FileNotFoundError:
+            mark = None
+        except OSError as exc:
+            mark = exc
+        marks[name] = mark
+        return mark
+
+    def _listing(self) -> frozenset[str] | None:
+        """Which of the job's records existed when an earlier command looked, if its folder has not changed
+        since (no file made, removed or renamed in it: its mtime and ctime say so); None when unknown.
+        A record absent then needs no stat now: most jobs lack some (no retries.json, no progress yet)."""
+        self._listed = True
+        try:
+            st = os.stat(self.folder)
+        except OSError:
+            return None
+        # Taken before any record's stat: a file made after it changes the folder's stamp for next time.
+        self._folder_mark = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if self.verdicts is not None:
+            known, names = self.verdicts.fact(self.dir + "/", self._folder_mark, PRESENT)
+            if known and type(names) is list:
+                self._present = frozenset(names)
+        return self._present
+
+    def _keep_listing(self) -> None:
+        """Keep which records exist, once every one was asked about this time (see _listing)."""
+        if self._present is None and self._folder_mark is not None and self.verdicts is not None:
+            marks = self._marks
+            names = [name for name in JOB_FILES if marks.get(name) is not None]
+            self.verdicts.keep(self.dir + "/", self._folder_mark, PRESENT, names)
+
     def raw(self, name: str) -> bytes | None:
         """The bytes of one of the job's files (None: it does not exist), read once; OSError if unreadable."""
         if name not in self._files:
             try:
-                with open(os.path.join(self._folder, name), "rb") as fh:
+                with open(self.folder + "/" + name, "rb") as fh:
                     self._files[name] = fh.read()
+                    # The stamp of the version read (after reading: a write meanwhile makes it recent).
+                    self._read[name] = stamp(os.fstat(fh.fileno()))
             except FileNotFoundError:
                 self._files[name] = None
             except OSError as exc:
@@ -123,6 +191,27 @@ class RunJob:
             return None, f"unreadable ({exc.strerror or exc})"
         return (None, None) if raw is None else parse_json(raw)
 
+    def fact(
+        self, name: str, key: str, read: Callable[[RunJob], Any], valid: Callable[[Any], bool] | None = None
+    ) -> Any:
+        """What `read(job)` makes of one of the job's files (a JSON value), kept in the run's verdicts by
+        the file's stat stamp: a file unchanged since an earlier command is not read again. `read` must
+        depend on that file alone (read through `raw` or `json`); `key` names what it extracts, and must
+        change when what it returns does; a kept value that `valid` refuses (a damaged cache) is read again."""
+        mark = self._stat(name)
+        verdicts = self.verdicts
+        if verdicts is None or type(mark) is not tuple:
+            return read(self)
+        rel = self.dir + "/" + name
+        known, value = verdicts.fact(rel, mark, key)
+        if known and (valid is None or valid(value)):
+            return value
+        value = read(self)
+        read_mark = self._read.get(name)
+        if read_mark is not None:
+            verdicts.keep(rel, read_mark, key, value)
+        return value
+
     @property
     def finished(self) -> bool:
         """The job wrote a result: the training writes result.json last and atomically, so any result.json
@@ -130,36 +219,20 @@ class RunJob:
         be used is the summary's question (its row says why not). Asked of the file system, not read."""
         if "result.json" in self._files:
             return self._files["result.json"] is not None
-        if self._finished is None:
-            try:
-                os.stat(os.path.join(self._folder, "result.json"))
-                self._finished = True
-            except FileNotFoundError:
-                self._finished = False
-            except OSError:
-                self._finished = True  # there, but unreadable
-        return self._finished
+        return self._stat("result.json") is not None  # there, even if unreadable
 
     def progress(self) -> tuple[int, int, int, int] | None:
         """(epoch, epochs, batch, batches) from progress.json, which the training rewrites as it goes."""
-        doc, _ = self.json(PROGRESS_FILE)
-        try:
-            return tuple(int(doc[k]) for k in PROGRESS_KEYS)  # type: ignore[return-value]
-        except (ValueError, KeyError, TypeError):
-            return None
+        found = self.fact(PROGRESS_FILE, "progress", _read_progress, _is_progress)
+        return (found[0], found[1], found[2], found[3]) if found else None
 
     def retries(self) -> Retries | None:
         """The job's retry record (slurm.retries); None before a first failure, or when it is damaged
         (`problems` names it then)."""
-        doc, _ = self.json("retries.json")
-        try:
-            used, limit, excluded = int(doc["retries"]), int(doc["limit"]), doc["excluded"]
-            stopped = doc.get("stopped")
-        except (ValueError, KeyError, TypeError):
+        if self._stat("retries.json") is None:
             return None
-        if doc.get("schema") != RETRIES_SCHEMA or not isinstance(excluded, list):
-            return None
-        return Retries(used, limit, tuple(str(n) for n in excluded), str(stopped) if stopped else None)
+        found = self.fact("retries.json", "retries", _read_retries, _is_retries)
+        return Retries(found[0], found[1], tuple(found[2]), found[3]) if found else None
 
     def spec(self) -> dict[str, Any]:
         doc, _ = self.json("spec.json")
@@ -167,36 +240,75 @@ class RunJob:
 
     def problems(self) -> list[str]:
         """One line per damaged record (its folder gone, or a file that cannot be read), named under the run."""
-        if not os.path.isdir(self._folder):
-            return [f"{self.dir}/: the job's folder is missing (deleted?); it is reported from the manifest alone"]
         out = []
         for name in JOB_FILES:
             problem = self._problem(name)
             if problem:
                 out.append(f"{self.dir}/{name}: {problem}; ignored")
+        if not out and all(self._marks.get(name) is None for name in JOB_FILES) and not os.path.isdir(self.folder):
+            return [f"{self.dir}/: the job's folder is missing (deleted?); it is reported from the manifest alone"]
+        self._keep_listing()
         return out
 
     def _problem(self, name: str) -> str | None:
         """What is wrong with one of the job's files (None: fine or absent); the run's verdicts first."""
-        rel = f"{self.dir}/{name}"
-        try:
-            mark = stamp(os.stat(os.path.join(self._folder, name)))
-        except FileNotFoundError:
+        mark = self._stat(name)
+        if mark is None:
             return None
+        if isinstance(mark, OSError):
+            if isinstance(mark, NotADirectoryError):
+                return None  # the job's folder is a file: said once, as a missing folder
+            return f"unreadable ({mark.strerror or mark})"
+        return self.fact(  # type: ignore[no-any-return]
+            name, PROBLEM, lambda job: _check(job, name), lambda kept: kept is None or type(kept) is str
+        )
+
+
+def _check(job: RunJob, name: str) -> str | None:
+    if name == "metrics.csv":
+        try:
+            raw = job.raw(name)
         except OSError as exc:
             return f"unreadable ({exc.strerror or exc})"
-        if self.verdicts is not None:
-            known, problem = self.verdicts.get(rel, mark)
-            if known:
-                return problem
-        if name == "metrics.csv":
-            problem = metrics_problem(Path(self._folder, name))
-        else:
-            doc, problem = self.json(name)
-            problem = json_problem(_NAMES[name], doc, problem)
-        if self.verdicts is not None:
-            self.verdicts.put(rel, mark, problem)
-        return problem
+        return None if raw is None else metrics_problem(raw)
+    doc, problem = job.json(name)
+    return json_problem(_NAMES[name], doc, problem)
+
+
+def _read_progress(job: RunJob) -> list[int] | None:
+    doc, _ = job.json(PROGRESS_FILE)
+    try:
+        return [int(doc[k]) for k in PROGRESS_KEYS]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _is_progress(kept: Any) -> bool:
+    return kept is None or (type(kept) is list and len(kept) == 4 and all(type(v) is int for v in kept))
+
+
+def _is_retries(kept: Any) -> bool:
+    return kept is None or (
+        type(kept) is list
+        and len(kept) == 4
+        and type(kept[0]) is int
+        and type(kept[1]) is int
+        and type(kept[2]) is list
+        and all(type(n) is str for n in kept[2])
+        and (kept[3] is None or type(kept[3]) is str)
+    )
+
+
+def _read_retries(job: RunJob) -> list[Any] | None:
+    doc, _ = job.json("retries.json")
+    try:
+        used, limit, excluded = int(doc["retries"]), int(doc["limit"]), doc["excluded"]
+        stopped = doc.get("stopped")
+    except (ValueError, KeyError, TypeError):
+        return None
+    if doc.get("schema") != RETRIES_SCHEMA or not isinstance(excluded, list):
+        return None
+    return [used, limit, [str(n) for n in excluded], str(stopped) if stopped else None]
 
 
 @dataclass
@@ -219,9 +331,13 @@ class Run:
     def problems(self) -> list[str]:
         """One line per damaged record of its jobs (RunJob.problems), the verdicts kept for next time."""
         out = [line for job in self.jobs for line in job.problems()]
+        self.keep_facts()
+        return out
+
+    def keep_facts(self) -> None:
+        """Write what this command read of the jobs' files (RunJob.fact) to the run's cache, for the next."""
         if self.verdicts is not None:
             self.verdicts.save()
-        return out
 
     @property
     def run_id(self) -> str:

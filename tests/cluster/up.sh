@@ -174,6 +174,9 @@ JobRequeue=1
 MaxArraySize=11
 # Finished jobs stay visible to scontrol/squeue for an hour (status without accounting).
 MinJobAge=3600
+# With them held that long, the default limit (10,000 jobs) would refuse bench/bench_scale.py's sweeps of
+# 10,000; a limit costs nothing until jobs fill it.
+MaxJobCount=100000
 KillWait=10
 InactiveLimit=0
 GresTypes=gpu

@@ -1,0 +1,192 @@
+"""What a run keeps of its job files between commands (jobgen.run.damage.Verdicts, `.verdicts.json`):
+a result's numbers, the damage verdicts, which records a job folder holds, each by the stat stamp of
+the version read. A kept fact is used only for that very version: a file replaced, rewritten in place,
+made or removed is read again; a broken cache costs time, never a wrong answer; writers replace it
+whole, so a reader beside them never reads half of one."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from jobgen.cli import main
+from jobgen.run import damage
+from jobgen.run.model import Run
+from tests.data.summary import synth
+
+PAST = time.time() - 60
+
+
+def _settle(run: Path) -> None:
+    """Every job file and folder as if written a minute ago: old enough for its facts to be kept."""
+    for path in sorted((run / "jobs").rglob("*"), reverse=True):
+        os.utime(path, (PAST, PAST))
+    os.utime(run / "jobs", (PAST, PAST))
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    jobs = [synth.FakeJob(f"job{i}", sweep={"train.lr": i}, state="COMPLETED", test_acc=0.5 + i / 10) for i in range(3)]
+    folder = synth.write_run(tmp_path / "runs", "exp", jobs)
+    _settle(folder)
+    return folder
+
+
+def _summary(runner, run: Path) -> dict[str, float]:
+    result = runner.invoke(main, ["--output-root", str(run.parent.parent), "summary", str(run), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["rows"]
+    return {row["config"]: row["test_acc"] for row in rows}
+
+
+def _status(runner, run: Path) -> tuple[list[str], list[str]]:
+    result = runner.invoke(main, ["--output-root", str(run.parent.parent), "status", str(run)])
+    assert result.exit_code == 0, result.output
+    return result.stdout.splitlines()[2:], [ln for ln in result.stderr.splitlines() if ln.startswith("warning:")]
+
+
+def _rewrite(path: Path, doc: dict, *, in_place: bool = False) -> None:
+    """As a job writes a record (a new file renamed into place), or as a hand edits one (in place)."""
+    text = json.dumps(doc)
+    if in_place:
+        with open(path, "r+", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.truncate()
+    else:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+
+
+def _no_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jobgen.results import collect
+
+    def refuse(*_a, **_k):
+        raise AssertionError("a settled result.json was read again")
+
+    monkeypatch.setattr(collect, "result_from", refuse)
+
+
+def test_a_settled_result_is_not_read_again(runner, run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = _summary(runner, run)
+    assert first == {"job0": 0.5, "job1": 0.6, "job2": 0.7}
+    _no_reading(monkeypatch)
+    assert _summary(runner, run) == first
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["replaced", "rewritten in place"])
+def test_a_changed_result_is_read_again(runner, run: Path, in_place: bool) -> None:
+    path = run / "jobs" / "job1" / "result.json"
+    doc = json.loads(path.read_text())
+    _rewrite(path, doc)
+    _settle(run)
+    assert _summary(runner, run)["job1"] == 0.6
+    size = path.stat().st_size
+    _rewrite(path, {**doc, "test_acc": 0.9}, in_place=in_place)
+    assert path.stat().st_size == size  # the same size
+    os.utime(path, (PAST, PAST))  # and the old mtime: the ctime and (replaced) the inode differ
+    assert _summary(runner, run)["job1"] == 0.9
+
+
+def test_a_result_damaged_after_it_was_kept_is_named(runner, run: Path) -> None:
+    _summary(runner, run)
+    path = run / "jobs" / "job2" / "result.json"
+    path.write_bytes(path.read_bytes()[:20])
+    _settle(run)
+    result = runner.invoke(main, ["--output-root", str(run.parent.parent), "summary", str(run)])
+    assert "jobs/job2/result.json: truncated" in result.stderr, result.output
+    assert _summary(runner, run)["job2"] is None
+
+
+def test_a_record_made_or_removed_in_a_kept_folder_is_seen(runner, run: Path) -> None:
+    """The folder's stamp says whether a record absent before may exist now."""
+    rows, _ = _status(runner, run)
+    assert all(" - " in row for row in rows)  # no retries.json yet
+    retries = {"schema": 1, "retries": 1, "limit": 2, "excluded": ["n7"], "stopped": None}
+    (run / "jobs" / "job0" / "retries.json").write_text(json.dumps(retries))
+    _settle(run)  # the folder's mtime put back: its ctime still moved
+    rows, _ = _status(runner, run)
+    assert "1/2 excl n7" in rows[0], rows
+    (run / "jobs" / "job0" / "result.json").unlink()
+    _settle(run)
+    rows, _ = _status(runner, run)
+    assert "FAILED" in rows[0] and "COMPLETED" in rows[1], rows  # ended without its result
+
+
+BROKEN = {
+    "garbage": b"\xff\x00{",
+    "deeply nested": b"[" * 100_000,
+    "another version": None,
+    "facts of the wrong shape": None,
+}
+
+
+@pytest.mark.parametrize("broken", BROKEN)
+def test_a_broken_cache_costs_time_not_answers(runner, run: Path, broken: str) -> None:
+    good = _summary(runner, run)
+    cache = run / damage.VERDICTS
+    if broken == "another version":
+        doc = json.loads(cache.read_text())
+        from jobgen.results.collect import _RESULT_FIELDS
+
+        for entry in doc["files"].values():
+            if "result" in entry[4]:  # what another version read: not taken for this one's
+                entry[4]["result"][_RESULT_FIELDS.index("test_acc")] = 0.01
+        cache.write_text(json.dumps({**doc, "jobgen": "0.0.1"}))
+    elif broken == "facts of the wrong shape":
+        doc = json.loads(cache.read_text())
+        for rel, entry in doc["files"].items():
+            entry[4] = {"result": [1, 2], "problem": 3, "present": "x", "retries": [1]} if "job0" in rel else entry[4]
+        cache.write_text(json.dumps(doc))
+    else:
+        cache.write_bytes(BROKEN[broken])
+    assert _summary(runner, run) == good
+    rows, warnings = _status(runner, run)
+    assert warnings == [] and all("COMPLETED" in row for row in rows), rows
+
+
+def test_a_file_replaced_while_it_is_read_is_kept_as_the_version_read(run: Path) -> None:
+    """A writer that replaces a record between the stat and the read: what was read is kept under the
+    stamp of the version read, never under the one stat'ed before it."""
+    loaded = Run.load(run)
+    job = loaded.jobs[0]
+    path = run / "jobs" / "job0" / "result.json"
+    before = job._stat("result.json")
+    _rewrite(path, {**json.loads(path.read_text()), "test_acc": 0.25})
+    os.utime(path, (PAST, PAST))
+    from jobgen.results.collect import result_of
+
+    result, _ = result_of(job)
+    assert result is not None and result.test_acc == 0.25
+    kept = loaded.verdicts._known["jobs/job0/result.json"]  # type: ignore[union-attr]
+    assert tuple(kept[:4]) == damage.stamp(os.stat(path)) != before
+
+
+def _save_often(run_dir: str, rounds: int) -> None:
+    for n in range(rounds):
+        verdicts = damage.Verdicts(run_dir)
+        verdicts.keep(f"jobs/x{n % 7}/result.json", (n, 1, 0, 0), "problem", "x" * 5000)
+        verdicts._changed = True
+        verdicts.save()
+
+
+def test_writers_replace_the_cache_whole(run: Path, runner) -> None:
+    """Processes saving the cache at once while another reads it: every read finds a whole cache."""
+    _summary(runner, run)
+    ctx = multiprocessing.get_context("fork")
+    writers = [ctx.Process(target=_save_often, args=(str(run), 60)) for _ in range(3)]
+    for writer in writers:
+        writer.start()
+    seen = 0
+    while any(w.is_alive() for w in writers):
+        assert damage.Verdicts(run)._known, "a reader found half a cache (or none)"
+        seen += 1
+    for writer in writers:
+        writer.join()
+        assert writer.exitcode == 0
+    assert seen and not list(run.glob(f"{damage.VERDICTS}.*.tmp"))
