@@ -9,6 +9,8 @@ import io
 import json
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -20,43 +22,72 @@ from tests.training.logcheck import check_log
 pytestmark = [pytest.mark.training, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
+class _Demo:
+    """The example's output, the output root it wrote its runs to (the demo's and the rerun's), and
+    each job log's lines with the time they appeared in the file (the first entry: when it appeared)."""
+
+    def __init__(self, done: subprocess.CompletedProcess, root: Path, logs: dict[Path, list[tuple[float, str]]]):
+        self.stdout, self.root, self.logs = done.stdout, root, logs
+
+
+def _follow(logs: dict[Path, list[tuple[float, str]]], read: dict[Path, int], root: Path) -> None:
+    """Append the new whole lines of every job log under `root`, stamped with the time they are seen."""
+    now = time.monotonic()
+    for log in root.glob("local_demo/*/jobs/*/local.out"):
+        if log not in logs:
+            logs[log], read[log] = [(now, "<start>")], 0
+        data = log.read_bytes()
+        end = data.rfind(b"\n") + 1  # whole lines only: a partial last line is read with its end
+        for line in data[read[log] : end].split(b"\n")[:-1]:
+            logs[log].append((now, line.decode(errors="replace")))
+        read[log] = max(read[log], end)
+
+
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:
-    """The example's output, and the output root it wrote its runs to (the demo's and the rerun's)."""
+def demo(tmp_path_factory: pytest.TempPathFactory) -> _Demo:
     root = tmp_path_factory.mktemp("local-demo") / "runs"
     env = subprocess_env({"JOBGEN_OUTPUT_ROOT": str(root)})
     example = REPO / "tests" / "api_example.py"
-    done = subprocess.run(
-        [sys.executable, str(example)], cwd=REPO, env=env, capture_output=True, text=True, timeout=850
-    )
+    logs: dict[Path, list[tuple[float, str]]] = {}
+    read: dict[Path, int] = {}
+    with subprocess.Popen(
+        [sys.executable, str(example)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        out: list[str] = []
+        reader = threading.Thread(target=lambda: out.extend(proc.communicate(timeout=850)), daemon=True)
+        reader.start()
+        while reader.is_alive():
+            _follow(logs, read, root)
+            reader.join(0.25)
+        _follow(logs, read, root)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, *out)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done, root
+    return _Demo(done, root, logs)
 
 
 def _rows(text: str) -> dict[str, dict[str, str]]:
     return {r["config"]: r for r in csv.DictReader(io.StringIO(text))}
 
 
-def test_the_readme_api_example_runs(demo) -> None:
-    done, root = demo
-    assert "local_demo ['engine-torch', 'engine-lightning', 'engine-fabric', 'engine-hf-trainer']" in done.stdout
-    assert done.stdout.count("COMPLETED") >= 4
+def test_the_readme_api_example_runs(demo: _Demo) -> None:
+    root = demo.root
+    assert "local_demo ['engine-torch', 'engine-lightning', 'engine-fabric', 'engine-hf-trainer']" in demo.stdout
+    assert demo.stdout.count("COMPLETED") >= 4
     runs = [json.loads((p / "manifest.json").read_text()) for p in (root / "local_demo").iterdir()]
     assert sorted(len(m["jobs"]) for m in runs) == [1, 4]  # the sweep and the rerun of one of its jobs
-    # Each engine's job log, as the demo's user reads it: only our lines, none of the libraries' noise
-    # (the silences between lines are checked with timestamps in tests/training/test_resume.py).
-    logs = sorted((root / "local_demo").glob("*/jobs/*/local.out"))
-    assert len(logs) == 5
-    for log in logs:
-        lines = [(0.0, "start")] + [(0.0, text) for text in log.read_text().splitlines()]
-        assert check_log(lines, max_gap_s=float("inf")) == [], log
+    # Each engine's job log, as the demo's user reads it while the job runs: only our lines, none of the
+    # libraries' noise, and no silence of over 10 s (the default heartbeat) from its start to its end.
+    assert len(demo.logs) == 5
+    for log, lines in demo.logs.items():
+        assert [text for _, text in lines[1:]] == log.read_text().splitlines(), log  # every line was seen
+        assert check_log(lines, max_gap_s=10.0) == [], log
 
 
-def test_summary_of_a_real_local_sweep(demo, tmp_path: Path, runner) -> None:
+def test_summary_of_a_real_local_sweep(demo: _Demo, tmp_path: Path, runner) -> None:
     """The demo's sweep on sizes that divide by nothing (601/101/151 rows): the summary must not care."""
     from jobgen.cli import main
 
-    _, root = demo
+    root = demo.root
     (run,) = [
         p for p in (root / "local_demo").iterdir() if len(json.loads((p / "manifest.json").read_text())["jobs"]) > 1
     ]
