@@ -82,7 +82,8 @@ def _submit(runner, root: Path, tmp_path: Path, text: str = EXP) -> Path:
 
 
 def _newest(root: Path) -> Path:
-    return max((root / "exp").iterdir(), key=lambda p: p.name)
+    # By the manifest's last write: two runs made in one second tie on their ids' time part.
+    return max((root / "exp").iterdir(), key=lambda p: (p / "manifest.json").stat().st_mtime_ns)
 
 
 def _acc(run: Path, job: str) -> float:
@@ -225,7 +226,7 @@ def test_a_moved_run_is_rerun_where_it_is_now(runner, root: Path, tmp_path: Path
     here = moved / "exp" / old.name
     result = _cli(runner, moved, "rerun", str(here))
     assert result.exit_code == 0, result.output
-    new = max((moved / "exp").iterdir(), key=lambda p: p.name)
+    new = _newest(moved)
     script = (new / "jobs" / "exp" / "job.sh").read_text()
     assert str(root) not in script and f"export PYTHONPATH={new / 'code'}" in script
     assert _acc(new, "exp") == 0.51

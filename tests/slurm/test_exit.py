@@ -64,7 +64,9 @@ def test_a_rank_that_aborts_after_the_result_ends_a_finished_job(slurm, root: Pa
     assert _sacct_state(jobs["finished"]["job_id"]).startswith("COMPLETED|0:0")
     assert _sacct_state(jobs["lost"]["job_id"]).startswith("FAILED")
     finished = logs["finished"]
-    assert "task 1: Aborted" in finished and "terminate called without an active exception" in finished, finished
+    # The rank's own last words ("terminate called without an active exception") are forwarded by
+    # Slurm's I/O and can be lost when srun kills the step first; srun's line about the task is not.
+    assert "task 1: Aborted" in finished, finished
     assert "then its step exited with status" in finished and "the job counts as completed" in finished
     for name in ("lost", "stale"):
         assert "task 1: Aborted" in logs[name] and "counts as completed" not in logs[name], logs[name]

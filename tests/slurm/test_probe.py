@@ -125,7 +125,7 @@ def test_probe_predicts_the_full_jobs_and_auto_limits_fit(slurm, root: Path, tmp
     assert chosen, points
     minutes, margin = chosen
     probes = [p for p in (root / "probe3").iterdir() if not p.name.startswith(".")]
-    probe_run = max(probes, key=lambda p: p.name)  # the newest (run ids begin with their time)
+    probe_run = max(probes, key=lambda p: (p / "manifest.json").stat().st_mtime_ns)  # the newest
     assert manifest(probe_run)["kind"] == "probe"
 
     done = jobgen("submit", str(exp), "--set", f"slurm.time_margin={margin:.6f}", root=root)

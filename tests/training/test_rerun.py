@@ -75,7 +75,8 @@ def test_a_rerun_repeats_the_losses_of_the_snapshot_after_training_was_edited(tm
             timeout=600,
         )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        return max((runs / "tiny").iterdir(), key=lambda p: p.name)
+        # by the manifest's last write: two runs made in one second tie on their ids' time part
+        return max((runs / "tiny").iterdir(), key=lambda p: (p / "manifest.json").stat().st_mtime_ns)
 
     first = jobgen("submit", str(experiment))
     optim = checkout / "training" / "optim.py"
