@@ -13,7 +13,7 @@ import pytest
 from tests.training.conftest import run_entrypoint, start, subprocess_env, write_spec
 from training import progress
 
-pytestmark = [pytest.mark.training, pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.training, pytest.mark.slow, pytest.mark.timeout(480)]
 # The default rows: with 800 training rows two epochs on two ranks reach 0.85, under the bar.
 DATA = {"partition": [1600, 300, 400]}
 
