@@ -24,6 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.bench_status import user_env  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = ("sbatch", "squeue", "sacct", "scontrol", "scancel")
 EXPERIMENT = """[experiment]
@@ -128,16 +131,6 @@ def squeue_floor() -> float:
     started = time.perf_counter()
     subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T"], check=True, capture_output=True)
     return time.perf_counter() - started
-
-
-def user_env() -> dict[str, str]:
-    """This environment as a user's shell has it: bytecode written and reused (an installed package has
-    it). The jobgen package imported is compiled at once, so no command pays for that."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    where = [sys.executable, "-c", "import jobgen, os; print(os.path.dirname(jobgen.__file__))"]
-    package = subprocess.run(where, env=env, capture_output=True, text=True, check=True).stdout.strip()
-    subprocess.run([sys.executable, "-m", "compileall", "-q", package], env=env, check=True)
-    return env
 
 
 COLUMNS = ("status_queued", "status_ended", "status_again", "runs", "summary", "report")

@@ -63,7 +63,7 @@ def user_env() -> dict[str, str]:
     where = [sys.executable, "-c", "import jobgen, os; print(os.path.dirname(jobgen.__file__))"]
     package = subprocess.run(where, env=env, capture_output=True, text=True, check=True).stdout.strip()
     subprocess.run([sys.executable, "-m", "compileall", "-q", package], env=env, check=True)
-    return {**env, "JOBGEN_NO_COLOR": "1"}
+    return env
 
 
 def warm_up(jobgen: list[str], root: Path, env: dict[str, str]) -> None:
@@ -83,7 +83,7 @@ def main() -> int:
         f"  {'report':>14}"
     )
     with tempfile.TemporaryDirectory() as tmp:
-        env = user_env()
+        env = {**user_env(), "JOBGEN_NO_COLOR": "1"}
         warm_up(jobgen, Path(tmp) / "warm", env)
         for n in args.jobs:
             run = make_run(Path(tmp), n)
