@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # The whole test suite, real Slurm included: install ./.venv (dev extras), start the test clusters
 # (tests/cluster/up.sh: slurmctld + 3 slurmd nodes each; needs root) and Chromium (scripts/browser.sh),
-# run pytest on $JOBGEN_TEST_WORKERS pytest-xdist workers (default 2), stop the clusters. Extra
+# run pytest on $JOBGEN_TEST_WORKERS pytest-xdist workers (default 3), stop the clusters. Extra
 # arguments go to pytest.
 #
 # Each worker has two clusters of its own, one with accounting and one without (tests/slurm_cluster.py:
 # names, nets and directories derive from JOBGEN_CLUSTER_NAME/_NET/_DIR, defaults jobgen, 10.77.77,
 # /tmp/jobgen-cluster; worker 0's accounting cluster is that default one). The Slurm tests that mostly
-# wait (time limits, requeues, sacct) run on one worker while the other trains (tests/conftest.py).
+# wait (time limits, requeues, preemption, sacct) run on worker 0 alone while the other two keep both
+# cores busy with training (tests/conftest.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-workers="${JOBGEN_TEST_WORKERS:-2}"
+workers="${JOBGEN_TEST_WORKERS:-3}"
 bash scripts/bootstrap.sh
 bash scripts/lint.sh        # ruff check, ruff format --check, mypy --strict jobgen (as pre-commit does)
 bash scripts/browser.sh     # Chromium, for the report's headless-browser test

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,11 +22,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 pytest_plugins = ["tests.conftest_slurm"] if (REPO / "tests" / "conftest_slurm.py").exists() else []
 
 # Tests on the real cluster that spend their time waiting for Slurm (time limits, requeues after the
-# credential lifetime, sacct, status --watch), not computing. Under pytest-xdist with --dist loadgroup
-# (scripts/test.sh) they form one group that runs, one test after the other, on one worker with its
-# own clusters while the other worker trains; the other tests go one at a time to whichever worker is
-# free. The groups are set here, by path, not with xdist_group marks: pytest-xdist 3.8 marks a group
-# by rewriting item._nodeid, which pytest 9 no longer reads, so its marks group nothing.
+# credential lifetime, preemption's grace time, sacct, status --watch), not computing. Under pytest-xdist
+# with --dist loadgroup (scripts/test.sh) they form one group, run one test after the other on worker
+# gw0 with its own clusters; with 3 workers or more gw0 runs nothing else, so the others keep both cores
+# busy with training meanwhile (measured: with the group on one of two workers, the run's first 13
+# minutes had the CPU 45-60% busy). The other tests go one at a time to whichever worker is free. The
+# groups are set here, by path, not with xdist_group marks: pytest-xdist 3.8 marks a group by rewriting
+# item._nodeid, which pytest 9 no longer reads, so its marks group nothing.
 WAITING_ON_SLURM = (
     "tests/test_cluster.py",
     "tests/slurm/test_states.py",
@@ -35,16 +38,28 @@ WAITING_ON_SLURM = (
     "tests/slurm/test_at_most_once.py",
     "tests/slurm/test_controller.py",
     "tests/slurm/test_arrays.py",
+    "tests/slurm/test_preemption.py",
+    "tests/slurm/test_cost.py",
 )
+WAITING = "waiting-on-slurm"
 # Modules whose tests share a module-scoped fixture (one training run): one worker, so it runs once.
 ONE_WORKER_MODULES = ("tests/training/test_hf_trainer_fsdp.py", "tests/training/test_local_demo.py")
+
+
+# Where the long tests are: they are handed out first, so that the run does not end with one worker on
+# a long test while the other has nothing left.
+HEAVY = ("tests/slurm/", "tests/training/", "tests/test_prefetch.py", "tests/test_cluster.py")
+
+
+def _heavy_first(scope: str) -> int:
+    return 0 if scope.startswith(HEAVY) or scope == WAITING else 1
 
 
 def xdist_group(nodeid: str) -> str:
     """The unit of work pytest-xdist hands to one worker: a group name, or the test's own id."""
     path = nodeid.split("::", 1)[0]
     if path in WAITING_ON_SLURM:
-        return "waiting-on-slurm"
+        return WAITING
     if path in ONE_WORKER_MODULES:
         return path
     return nodeid
@@ -52,15 +67,36 @@ def xdist_group(nodeid: str) -> str:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """--dist loadgroup with the groups above (xdist's own loadgroup, for any xdist_group marks, first)."""
+    """--dist loadgroup with the groups above (xdist's own loadgroup, for any xdist_group marks, first);
+    with 3 workers or more, gw0 runs the waiting group and nothing else."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadGroupScheduling
+
+    workers = config.getoption("numprocesses", None)
+    dedicated = isinstance(workers, int) and workers >= 3
 
     class Scheduling(LoadGroupScheduling):
         def _split_scope(self, nodeid: str) -> str:
             scope: str = super()._split_scope(nodeid)
             return xdist_group(nodeid) if scope == nodeid else scope
+
+        def _assign_work_unit(self, node: Any) -> None:
+            waiter = dedicated and node.gateway.id == "gw0"
+            units = [s for s in self.workqueue if not dedicated or (s == WAITING) == waiter]
+            # The long tests first, the short ones last, to fill the gaps at the end.
+            scope = min(units, key=_heavy_first, default=None)
+            if scope is None:  # nothing of this worker's kind is left: it ends once its tests have run
+                if not node.shutting_down:
+                    node.shutdown()
+                return
+            self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
+
+        def _reschedule(self, node: Any) -> None:
+            if node.shutting_down:
+                return
+            super()._reschedule(node)
 
     return Scheduling(config, log)
 

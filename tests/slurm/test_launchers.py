@@ -1,6 +1,7 @@
 """torchrun and `accelerate launch` on the real test cluster: 2 nodes x 2 processes (world size 4), one
-launcher task per node, for every engine each launcher takes; and a requeue under torchrun, where the
-warning signal must reach the ranks through the launcher (training/relay.py)."""
+launcher task per node, for each way an engine finds its ranks under each launcher; and a requeue under
+torchrun and accelerate, where the warning signal must reach the ranks through the launcher
+(training/relay.py)."""
 
 from __future__ import annotations
 
@@ -16,18 +17,15 @@ from tests.slurm.helpers import TINY_TRAIN, all_final, jobgen, manifest, only_ru
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training]
 
-# Lightning under accelerate is refused at validation (its Trainer ignores accelerate's settings). Under
-# srun (one task per device), the engines that read torch.distributed's variables get them from Slurm's.
-ENGINES = {
-    "torchrun": ["hf_trainer", "fabric", "torch", "lightning"],
-    "accelerate": ["hf_trainer", "fabric", "torch"],
-    "srun": ["hf_trainer", "torch"],
-}
-# The HF Trainer under torchrun and accelerate runs 2 x 2 in test_requeue_resumes_under_a_launcher, with
-# the same checks: it is not run a second time here.
-SWEPT = {
-    launcher: [e for e in engines if launcher == "srun" or e != "hf_trainer"] for launcher, engines in ENGINES.items()
-}
+# Which engine runs where, one job per way of finding the ranks (each job is 4 ranks and 2 launcher
+# agents, about a minute of both CPUs of the test machine, so none runs twice):
+# - Lightning and Fabric read the launcher's variables through Lightning's cluster environments (the
+#   same code for both): Lightning under torchrun, Fabric under accelerate (validation refuses
+#   Lightning there: its Trainer ignores accelerate's settings).
+# - torch and the HF Trainer take them from training/ranks.py (the same code for both): the Trainer
+#   under torchrun and accelerate in test_requeue_resumes_under_a_launcher (with these checks), and
+#   under srun here; torch and Lightning under srun run 2 x 2 in tests/slurm/test_jobs.py.
+SWEPT = {"torchrun": ["lightning"], "accelerate": ["fabric"], "srun": ["hf_trainer"]}
 
 
 def _body(launcher: str, engines: list[str], extra_slurm: str = "", epochs: int = 2) -> str:

@@ -37,18 +37,18 @@ def _check(result: dict, engine: str, strategy: str) -> None:
 @pytest.mark.parametrize(
     ("engine", "strategy", "precision"),
     [
-        ("lightning", "ddp", "32-true"),
+        # DDP on two ranks runs in test_preemption.py for torch, Lightning and Fabric (with these checks,
+        # across a preemption), and for the Trainer in test_resume.py and, bf16-mixed, below.
         ("lightning", "fsdp", "32-true"),
         ("fabric", "fsdp", "bf16-mixed"),
-        ("lightning", "deepspeed_stage_2", "32-true"),
+        # DeepSpeed for real once per engine and per stage (ZeRO 2 under the Trainer); the strategy object
+        # of every engine x stage x offload is checked in-process in test_strategies.py.
         ("fabric", "deepspeed_stage_3", "32-true"),
         ("lightning", "deepspeed_stage_3", "32-true"),
         # The offload variants differ from their family only in the strategy object test_strategies.py
         # checks in-process; one of each runs here for real (FSDP2's under the Trainer, below).
         ("fabric", "deepspeed_stage_3_offload", "32-true"),
-        ("hf_trainer", "ddp", "bf16-mixed"),
         ("hf_trainer", "fsdp_offload", "32-true"),
-        ("torch", "ddp", "32-true"),
         ("hf_trainer", "deepspeed_stage_2", "32-true"),
         ("hf_trainer", "deepspeed_stage_3_offload", "32-true"),
     ],

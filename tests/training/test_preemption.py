@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.training.conftest import REPO, run_entrypoint, subprocess_env, write_spec
-from tests.training.test_resume import trained_rows
+from tests.training.test_resume import saved_stats, trained_rows
+from training import progress
 from training.requeue import EXIT_REQUEUE
 
 pytestmark = [pytest.mark.training, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -64,6 +65,19 @@ def preempt(proc: subprocess.Popen) -> None:
     """What Slurm does at preemption: SIGCONT and SIGTERM to every process of the job."""
     os.killpg(proc.pid, signal.SIGCONT)
     os.killpg(proc.pid, signal.SIGTERM)
+
+
+def two_ranks_ran(result: dict, log: str) -> None:
+    """What tests/training/test_distributed.py checks of a DDP run on two ranks, for the engines whose
+    two-rank DDP run is this one (torch, Lightning, Fabric): two ranks, each with the whole model, each
+    saying who it is; progress from rank 0 alone; no backend thread left after the teardown (issue 20)."""
+    assert result["world_size"] == 2 and result["devices_per_node"] == 2, result
+    params = result["parameters"]
+    assert params["per_rank"] == [params["total"]] * 2, params
+    assert "rank 0/2" in log and "rank 1/2" in log, log[-3000:]
+    assert "still running after destroy_process_group" not in log, log[-3000:]
+    ends = [p.epoch for p in map(progress.parse, log.splitlines()) if p is not None and p.percent == 100]
+    assert ends == [1, 2], [ln for ln in log.splitlines() if progress.is_progress(ln)]
 
 
 @pytest.mark.parametrize(
@@ -113,6 +127,8 @@ def test_sigterm_checkpoints_and_resume_trains_every_sample_once(
     assert not (job / "result.json").exists()
     first = trained_rows(trace)
     assert list(first) == [0] and len(first[0]) < n, "the signal must land inside epoch 0"
+    saved = saved_stats(job / "checkpoints")
+    assert saved["trained_samples"] == len(first[0])  # the checkpoint counts exactly what was trained
 
     if command:
         resumed = start_group(spec, env, job / "second.log", command)
@@ -120,14 +136,22 @@ def test_sigterm_checkpoints_and_resume_trains_every_sample_once(
         result = json.loads((job / "result.json").read_text())
     else:
         result = run_entrypoint(spec, env, timeout=300)
+    if devices == 2:
+        two_ranks_ran(result, (job / ("second.log" if command else "entrypoint.log")).read_text())
     rows = trained_rows(trace)
     for epoch in range(epochs):
         fresh = sorted(r for r in rows[epoch] if r >= 0)
         assert fresh == list(range(n)), f"epoch {epoch}: {len(fresh)} fresh rows, {len(set(fresh))} distinct"
-    steps = math.ceil(math.ceil(n / batch) / devices)
+    batches = math.ceil(n / batch)
+    steps = math.ceil(batches / devices)
+    topup = steps * devices - batches
     assert result["resumed"] is True and result["epochs_done"] == epochs
     assert result["optimizer_steps"] == epochs * steps
-    assert result["samples_trained"]["total"] == sum(len(v) for v in rows.values())
+    repeats = sum(1 for epoch in rows.values() for r in epoch if r < 0)
+    assert result["samples_trained"]["repeats"] == repeats == epochs * topup * batch
+    assert result["samples_trained"]["total"] == epochs * n + repeats == sum(len(v) for v in rows.values())
+    assert result["times_s"]["train"] > saved["times_s"]["train"] > 0
+    assert result["times_s"]["total"] > saved["times_s"]["total"]
     assert result["scored"] == {"validation": 301, "test": 401}
 
 
