@@ -40,6 +40,8 @@ WAITING_ON_SLURM = (
     "tests/slurm/test_arrays.py",
     "tests/slurm/test_preemption.py",
     "tests/slurm/test_cost.py",
+    "tests/slurm/test_requeue.py",
+    "tests/slurm/test_retries.py",
 )
 WAITING = "waiting-on-slurm"
 # Modules whose tests share a module-scoped fixture (one training run): one worker, so it runs once.
