@@ -21,8 +21,11 @@ trap '.venv/bin/python -m tests.slurm_cluster down --workers "$workers" >/dev/nu
 # shellcheck disable=SC1091
 source "${JOBGEN_CLUSTER_DIR:-/tmp/jobgen-cluster}/env.sh"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
-# A cache of compiled extensions and tokenized data that survives between test sessions.
-export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/jobgen-test/torch_extensions}"
+# A cache of compiled extensions (DeepSpeed's CPU ops: ~40 s of CPU to build) that survives between
+# test sessions, one per checkout: the build's hash covers the include paths inside .venv, so two
+# checkouts sharing one folder would rebuild it each time the other had run.
+checkout_key="$(pwd -P | cksum | cut -d' ' -f1)"
+export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/jobgen-test/torch_extensions/${checkout_key}}"
 parallel=()
 [ "$workers" -le 1 ] || parallel=(-n "$workers" --dist loadgroup)
 .venv/bin/python -m pytest -q -ra -p no:cacheprovider --durations=15 "${parallel[@]}" "$@"
