@@ -29,6 +29,9 @@ class Attempt:
     cpus: int | None  # what it was allocated (None: the accounting does not say)
     gpus: int | None  # None also where the accounting does not track GPUs
     energy_j: int | None  # None where the cluster records no energy (no plugin: sacct says 0 or nothing)
+    # The accounting calls this attempt over for good (a final state; REQUEUED is not): its numbers no
+    # longer change, so jobgen may keep them (jobgen.results.cost.keep_usage).
+    final: bool = False
 
 
 class Scheduler:
