@@ -330,12 +330,17 @@ def _is_result_fact(kept: Any) -> bool:
     """Whether a kept fact has the shape _read_result gives (a damaged cache must cost time, not a crash)."""
     if type(kept) is str:
         return True
-    return (
-        type(kept) is list
-        and len(kept) == len(_KINDS)
-        and all(v is None or type(v) is kind for v, kind in zip(kept, _KINDS, strict=True))
-        and all(type(g) is str for g in kept[_GPUS] or ())
-    )
+    if type(kept) is not list or len(kept) != len(_KINDS):
+        return False
+    shape = tuple(map(type, kept))  # one C call; the shapes seen valid are few (which fields are None)
+    if shape not in _VALID_SHAPES:
+        if not all(v is None or type(v) is kind for v, kind in zip(kept, _KINDS, strict=True)):
+            return False
+        _VALID_SHAPES.add(shape)
+    return all(type(g) is str for g in kept[_GPUS] or ())
+
+
+_VALID_SHAPES: set[tuple[type, ...]] = set()
 
 
 def _read_result(job: RunJob) -> list[Any] | str:
@@ -472,10 +477,10 @@ class Point:
     acc: float | None
 
 
-def read_metrics(path: Path) -> list[Point]:
+def read_metrics(path: str | os.PathLike[str]) -> list[Point]:
     """The rows of a job's metrics.csv, or [] when there is none (or it cannot be read)."""
     try:
-        with path.open(newline="", encoding="utf-8") as f:
+        with open(path, newline="", encoding="utf-8") as f:
             return [
                 Point(
                     str(r.get("split") or ""),

@@ -12,6 +12,7 @@ several times without accounting, a job on the local backend (it holds no alloca
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -269,6 +270,7 @@ PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
 PRECISIONS = {"bf16-mixed": "bf16", "bf16-true": "bf16", "16-mixed": "fp16", "16-true": "fp16", "32-true": "fp32"}
 
 
+@functools.lru_cache(maxsize=256)  # asked once per job; a sweep has a few kinds of GPU and precision
 def peak_flops(gpu: str, precision: str | None) -> float | None:
     """The GPU's dense peak FLOP/s at the precision the job ran in (Lightning's names); None if unknown."""
     kind = PRECISIONS.get(precision or "")
