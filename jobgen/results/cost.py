@@ -193,10 +193,24 @@ def from_request(job: RunJob) -> Usage | None:
 
 def _asked(job: RunJob) -> tuple[int | None, int | None, int | None]:
     """(GPUs, CPUs, time limit in seconds) the job asked for in spec.json's `slurm`; None for what the
-    request does not say (an option in slurm.extra that changes the allocation, whole nodes)."""
+    request does not say (an option in slurm.extra that changes the allocation, whole nodes). Kept by
+    spec.json's stamp (RunJob.fact): a summary of a cluster whose accounting lists no GPUs asks it of
+    every job."""
+    found = job.fact("spec.json", ASKED_FACT, _read_asked, _is_asked)
+    return found[0], found[1], found[2]
+
+
+ASKED_FACT = "asked"  # the key of _asked's answer among the facts kept of a spec.json
+
+
+def _is_asked(kept: Any) -> bool:
+    return type(kept) is list and len(kept) == 3 and all(v is None or type(v) is int for v in kept)
+
+
+def _read_asked(job: RunJob) -> list[int | None]:
     slurm = job.spec().get("slurm")
     if not isinstance(slurm, dict):
-        return None, None, None
+        return [None, None, None]
     nodes, gpus, tasks, cpus = (
         _whole(slurm.get(k)) for k in ("nodes", "gpus_per_node", "ntasks_per_node", "cpus_per_task")
     )
@@ -205,7 +219,7 @@ def _asked(job: RunJob) -> tuple[int | None, int | None, int | None]:
     exact = not slurm.get("exclusive") and not CHANGES_ALLOCATION & {k for k, v in extra.items() if v is not False}
     held_gpus = nodes * gpus if exact and nodes and gpus is not None else None
     held_cpus = nodes * tasks * cpus if exact and nodes and tasks and cpus else None
-    return held_gpus, held_cpus, _seconds(slurm.get("time"))
+    return [held_gpus, held_cpus, _seconds(slurm.get("time"))]
 
 
 def elapsed_seconds(job: RunJob) -> int | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from jobgen.results.columns import Line, Stat
 from jobgen.results.state import read_some
 from jobgen.results.summary import apply_baseline, summarize, totals
 from jobgen.run import store
+from jobgen.run.model import RunJob
 from tests.core.conftest import stub_tool
 from tests.data.summary.synth import FakeJob, write_run
 
@@ -470,3 +473,25 @@ def test_a_job_queued_again_is_asked_while_it_waits(tmp_path: Path, bin_dir: Pat
     _sacct(bin_dir, [f"4000{GPU_ATTEMPT}REQUEUED", "4000|Unknown|0|120||0|PENDING"], [waiting])
     (row,) = _json(read_some([run]))["rows"]
     assert row["state"] == "PENDING" and _usage_calls(bin_dir) == 2
+
+
+def test_what_a_settled_spec_asked_is_not_read_again(tmp_path: Path, bin_dir: Path, monkeypatch) -> None:
+    """The accounting lists no GPUs (a cluster that does not track them): each job's request says how many
+    it held, read once from spec.json and kept by its stamp."""
+    run = write_run(tmp_path, "exp", [FakeJob(f"j{i}", state="COMPLETED", slurm=REQUEST, ran_s=3600) for i in range(2)])
+    past = time.time() - 60
+    for path in (run / "jobs").rglob("*"):
+        os.utime(path, (past, past))
+    _sacct(bin_dir, [f"{4000 + i}|2026-01-01T00:00:00|3600|120|cpu=32,node=2||COMPLETED" for i in range(2)])
+    loaded = read_some([run])
+    first = _json(loaded)["rows"]
+    assert [r["gpu_hours"] for r in first] == [pytest.approx(8.0)] * 2
+    loaded[0].problems()  # as the command ends: the damage checks, then what was read is kept
+    real = RunJob.raw
+
+    def refuse(job: RunJob, name: str) -> bytes | None:
+        assert name != "spec.json", "a settled spec.json was read again"
+        return real(job, name)
+
+    monkeypatch.setattr(RunJob, "raw", refuse)
+    assert _json(read_some([run]))["rows"] == first
