@@ -123,6 +123,8 @@ def measure(n: int, array: bool, root: Path, counter: Path) -> dict[str, float]:
     measure_one("runs", ["runs", exp.stem])
     measure_one("summary", ["summary", exp.stem, "--format", "json"])
     measure_one("report", ["report", exp.stem, "-o", str(root / f"{exp.stem}.html")])
+    # The jobs' usage, final in the accounting, was kept by the first summary: sacct is not asked again.
+    measure_one("summary_again", ["summary", exp.stem, "--format", "json"])
     return out
 
 
@@ -133,7 +135,7 @@ def squeue_floor() -> float:
     return time.perf_counter() - started
 
 
-COLUMNS = ("status_queued", "status_ended", "status_again", "runs", "summary", "report")
+COLUMNS = ("status_queued", "status_ended", "status_again", "runs", "summary", "report", "summary_again")
 
 
 def table(rows: list[dict[str, Any]]) -> str:

@@ -10,13 +10,15 @@ files reads them all. Printed side by side, from one process each (the CLI as a 
 bytecode compiled once beforehand, as an installed package has it): the first status (nothing kept
 yet), the next one, runs, summary and report, each as a ratio to the floor measured in the same run:
 `python -c pass` plus one os.stat per job file, the least a status that checks every record can cost.
-The jobs are recorded as ended, so Slurm is not asked.
+The jobs are recorded as ended, so Slurm is not asked. A second line gives each command's CPU seconds
+(user + system) in the same order: on a busy machine they vary less than the wall times.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -40,10 +42,19 @@ for d in os.scandir(os.path.join(sys.argv[1], "jobs")):
 """
 
 
+CPU: list[float] = []  # the CPU seconds (user + system) of each command timed, in order
+
+
 def timed(args: list[str], env: dict[str, str]) -> float:
+    """Wall seconds of one command; its CPU seconds are appended to CPU (they vary less than the wall
+    time on a machine that runs other work)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(args, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return wall
 
 
 def settle(run: Path) -> None:
@@ -89,6 +100,7 @@ def main() -> int:
             run = make_run(Path(tmp), n)
             settle(run)
             root = ["--output-root", str(run.parent.parent)]
+            del CPU[:]
             floor = timed([sys.executable, "-c", FLOOR.format(files=JOB_FILES), str(run)], env)
             first = timed([*jobgen, *root, "status", str(run)], env)
             again = timed([*jobgen, *root, "status", str(run)], env)
@@ -101,6 +113,8 @@ def main() -> int:
                 f"  {report:5.2f}s ({report / floor:5.1f}x)",
                 flush=True,
             )
+            print(f"{'cpu':>6}  " + "  ".join(f"{c:6.2f}s" for c in CPU), flush=True)
+    print(f"load average at the end: {os.getloadavg()[0]:.2f} (1 min)")
     return 0
 
 

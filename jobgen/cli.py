@@ -554,6 +554,11 @@ def requeue(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
     show_default=True,
     help="Combine runs of one configuration (seeds, repeats) into mean ± std (n).",
 )
+@click.option(
+    "--refresh",
+    is_flag=True,
+    help="Ask Slurm about every job and its usage, also what the manifest kept of jobs that ended.",
+)
 @click.pass_context
 def summary(
     ctx: click.Context,
@@ -562,13 +567,14 @@ def summary(
     plot: str | None,
     baseline: str | None,
     combine: bool,
+    refresh: bool,
     all_runs: bool,
 ) -> None:
     """Time and accuracy of every job of RUNS (run folders, experiment names or files; default: the latest run)."""
     from jobgen.results.state import read_some
     from jobgen.results.summary import summarize
 
-    loaded = read_some(_many_runs(ctx, runs, all_runs))
+    loaded = read_some(_many_runs(ctx, runs, all_runs), refresh=refresh)
     text = summarize(
         loaded,
         baseline=baseline,
@@ -683,14 +689,21 @@ def _side(ctx: click.Context, ref: str, job: str | None) -> Any:
     help="The HTML file to write.",
 )
 @click.option("--baseline", help="Configuration (job name) speed-ups are measured against.")
+@click.option(
+    "--refresh",
+    is_flag=True,
+    help="Ask Slurm about every job and its usage, also what the manifest kept of jobs that ended.",
+)
 @click.pass_context
-def report(ctx: click.Context, runs: tuple[str, ...], output: str, baseline: str | None, all_runs: bool) -> None:
+def report(
+    ctx: click.Context, runs: tuple[str, ...], output: str, baseline: str | None, refresh: bool, all_runs: bool
+) -> None:
     """Write one self-contained HTML page for RUNS (default: the latest run): the summary table, loss and
     accuracy curves, time vs accuracy, failure causes and links to each job's logs."""
     from jobgen.results.report import write_report
     from jobgen.results.state import read_some
 
-    loaded = read_some(_many_runs(ctx, runs, all_runs))
+    loaded = read_some(_many_runs(ctx, runs, all_runs), refresh=refresh)
     path = write_report(loaded, Path(output), baseline=baseline)
     for run in loaded:
         if not isinstance(run, Path):

@@ -8,6 +8,7 @@ backend names: it asks the run's scheduler (docs/backends.md).
 from __future__ import annotations
 
 import fnmatch
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -29,6 +30,9 @@ class Attempt:
     cpus: int | None  # what it was allocated (None: the accounting does not say)
     gpus: int | None  # None also where the accounting does not track GPUs
     energy_j: int | None  # None where the cluster records no energy (no plugin: sacct says 0 or nothing)
+    # The accounting calls this attempt over for good (a final state; REQUEUED is not): its numbers no
+    # longer change, so jobgen may keep them (jobgen.results.cost.keep_usage).
+    final: bool = False
 
 
 class Scheduler:
@@ -116,13 +120,22 @@ class Scheduler:
     # ---- files
     def log_files(self, job_dir: Path, stream: str | None = None) -> list[Path]:
         """The job's log files of one stream (None: every stream), oldest first."""
-        patterns = [p for s, ps in self.logs.items() if stream in (None, s) for p in ps]
+        by_folder: dict[str, list[str]] = {}
+        for s, ps in self.logs.items():
+            if stream in (None, s):
+                for pattern in ps:
+                    folder, _, name = pattern.rpartition("/")
+                    by_folder.setdefault(folder, []).append(name)
         found: set[Path] = set()
-        for pattern in patterns:
-            folder, _, name = pattern.rpartition("/")
+        for folder, names in by_folder.items():  # each folder listed once (the report lists 10,000 of them)
             base = job_dir / folder if folder else job_dir
             try:
-                found.update(p for p in base.iterdir() if fnmatch.fnmatchcase(p.name, name) and p.is_file())
+                with os.scandir(base) as entries:
+                    found.update(
+                        base / e.name
+                        for e in entries
+                        if any(fnmatch.fnmatchcase(e.name, n) for n in names) and e.is_file()
+                    )
             except OSError:
                 continue
         return sorted(found, key=oldest_first)

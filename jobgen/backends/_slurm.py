@@ -221,7 +221,8 @@ def expand_array_id(jid: str) -> list[str]:
 
 # -D: every attempt of a requeued job, each with its own allocation, elapsed time and limit (users pay
 # for all of them). AllocTRES is the job's whole allocation: "billing=8,cpu=8,gres/gpu=4,mem=64G,node=1".
-USAGE_FIELDS = "JobID,Start,ElapsedRaw,TimelimitRaw,AllocTRES,ConsumedEnergyRaw"
+# State says whether an attempt's numbers are final (the accounting lags the controller).
+USAGE_FIELDS = "JobID,Start,ElapsedRaw,TimelimitRaw,AllocTRES,ConsumedEnergyRaw,State"
 NO_VAL64 = 2**63  # sacct prints Slurm's "no value" markers (0xfffffffffffffffe) as huge numbers
 
 
@@ -244,9 +245,9 @@ def usage(job_ids: list[str]) -> dict[str, list[Attempt]]:
 def parse_usage_line(line: str) -> tuple[str, Attempt] | None:
     """One line of the USAGE_FIELDS query -> (job id, attempt); None for a line of another shape."""
     parts = line.split("|")
-    if len(parts) != 6 or not parts[2].strip().isdigit():
+    if len(parts) != 7 or not parts[2].strip().isdigit():
         return None
-    jid, start, elapsed, limit, tres, energy = (p.strip() for p in parts)
+    jid, start, elapsed, limit, tres, energy, state = (p.strip() for p in parts)
     counts = parse_tres(tres)
     return jid, Attempt(
         # A job cancelled in the queue has a Start (its end) but no allocation.
@@ -256,6 +257,7 @@ def parse_usage_line(line: str) -> tuple[str, Attempt] | None:
         cpus=counts.get("cpu"),
         gpus=tres_gpus(counts),
         energy_j=int(energy) if energy.isdigit() and 0 < int(energy) < NO_VAL64 else None,
+        final=from_slurm(state).is_final,
     )
 
 

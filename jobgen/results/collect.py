@@ -7,6 +7,7 @@ bad file: a missing, truncated or foreign result becomes a `problem` on that job
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
@@ -17,12 +18,15 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from jobgen.backends._base import Attempt
+from jobgen.errors import JobgenError
 from jobgen.facts import RESULT_SCHEMA
 from jobgen.results import logs
-from jobgen.results.cost import Accounting, Usage, ask_accounting, usage_of
+from jobgen.results.cost import USAGE, Accounting, Usage, ask_accounting, attempts_to_keep, kept_attempts, usage_of
 from jobgen.results.diagnose import LAST_LINE, Cause, find_cause
 from jobgen.results.state import settle
 from jobgen.results.status import progress
+from jobgen.run import store
 from jobgen.run.model import Retries, Run, RunJob
 from jobgen.states import JobInfo, State
 
@@ -97,12 +101,53 @@ LiveStates = Mapping[tuple[str, str], State | JobInfo]  # (run id, job name) -> 
 
 def collect(runs: Sequence[Run | Path], live_states: LiveStates | None = None) -> list[JobRow]:
     """Rows for every job of every run, in run order then manifest order. The loaded runs' schedulers are
-    asked once (per backend, for all their jobs) what the jobs were allocated and used."""
-    accounting = ask_accounting([run for run in runs if isinstance(run, Run)])
+    asked once (per backend, for all their jobs) what the jobs were allocated and used, but for jobs whose
+    final usage the manifest kept (jobgen.results.cost.kept_attempts); what is final now is kept."""
+    loaded = [run for run in runs if isinstance(run, Run)]
+    results = {id(job): job_result(job) for run in loaded for job in run.jobs}
+    known: dict[str, list[Attempt]] = {}
+    asked: set[int] = set()
+    for run in loaded:
+        for job in run.jobs:
+            found = None if run.refresh else kept_attempts(job, _restarts(results[id(job)][0]))
+            if found is None:
+                asked.add(id(job))
+            else:
+                known |= found
+    accounting = ask_accounting(loaded, skip=lambda job: id(job) not in asked) | known
     rows: list[JobRow] = []
-    for run in runs:
-        rows.extend(collect_run(run, live_states, accounting))
+    for each in runs:
+        if isinstance(each, Run):
+            rows.extend(read_job(each, job, accounting, results[id(job)]) for job in each.jobs)
+            _keep_usage(each, [job for job in each.jobs if id(job) in asked], accounting, results)
+        else:
+            rows.extend(collect_run(each, live_states, accounting))
     return rows
+
+
+def _restarts(result: Result | None) -> int:
+    return (result.requeue_count or 0) if result else 0
+
+
+def _keep_usage(
+    run: Run, jobs: list[RunJob], accounting: Accounting, results: dict[int, tuple[Result | None, str | None]]
+) -> None:
+    """Write to the manifest the final usage the accounting gave of these jobs: the next command asks
+    nothing for them. Best effort: a run folder that cannot be written is asked again next time."""
+    if not accounting:
+        return
+    updates = {}
+    for job in jobs:
+        kept = attempts_to_keep(job, accounting, _restarts(results[id(job)][0]))
+        if kept is not None and job.entry.get(USAGE) != kept:
+            updates[job.name] = {USAGE: kept}
+    if not updates:
+        return
+    with contextlib.suppress(JobgenError):
+        store.update_jobs(run.run_dir, updates, if_job_id={job.name: job.job_id for job in jobs}, durable=False)
+        store.compact(run.run_dir)
+        for job in jobs:
+            job.entry.update(updates.get(job.name, {}))
 
 
 def collect_run(
@@ -136,12 +181,23 @@ def _broken_run_row(run_dir: Path, exc: Exception) -> JobRow:
     )
 
 
-def read_job(run: Run, job: RunJob, accounting: Accounting | None = None) -> JobRow:
-    """One job of a run (its state already decided) -> a row."""
+def job_result(job: RunJob) -> tuple[Result | None, str | None]:
+    """The job's result as the summary counts it (result_of), or why there is none."""
     result, problem = result_of(job)
     if result is not None and job.previous_job_ids:
         # Slurm's restart count starts again under a new job id: add the times jobgen resubmitted it.
         result = dataclasses.replace(result, requeue_count=(result.requeue_count or 0) + len(job.previous_job_ids))
+    return result, problem
+
+
+def read_job(
+    run: Run,
+    job: RunJob,
+    accounting: Accounting | None = None,
+    read: tuple[Result | None, str | None] | None = None,
+) -> JobRow:
+    """One job of a run (its state already decided) -> a row; `read`: its job_result, when known."""
+    result, problem = read if read is not None else job_result(job)
     row = JobRow(
         run_dir=run.run_dir,
         run_id=run.run_id,
@@ -274,12 +330,17 @@ def _is_result_fact(kept: Any) -> bool:
     """Whether a kept fact has the shape _read_result gives (a damaged cache must cost time, not a crash)."""
     if type(kept) is str:
         return True
-    return (
-        type(kept) is list
-        and len(kept) == len(_KINDS)
-        and all(v is None or type(v) is kind for v, kind in zip(kept, _KINDS, strict=True))
-        and all(type(g) is str for g in kept[_GPUS] or ())
-    )
+    if type(kept) is not list or len(kept) != len(_KINDS):
+        return False
+    shape = tuple(map(type, kept))  # one C call; the shapes seen valid are few (which fields are None)
+    if shape not in _VALID_SHAPES:
+        if not all(v is None or type(v) is kind for v, kind in zip(kept, _KINDS, strict=True)):
+            return False
+        _VALID_SHAPES.add(shape)
+    return all(type(g) is str for g in kept[_GPUS] or ())
+
+
+_VALID_SHAPES: set[tuple[type, ...]] = set()
 
 
 def _read_result(job: RunJob) -> list[Any] | str:
@@ -416,10 +477,10 @@ class Point:
     acc: float | None
 
 
-def read_metrics(path: Path) -> list[Point]:
+def read_metrics(path: str | os.PathLike[str]) -> list[Point]:
     """The rows of a job's metrics.csv, or [] when there is none (or it cannot be read)."""
     try:
-        with path.open(newline="", encoding="utf-8") as f:
+        with open(path, newline="", encoding="utf-8") as f:
             return [
                 Point(
                     str(r.get("split") or ""),

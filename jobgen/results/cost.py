@@ -12,9 +12,10 @@ several times without accounting, a job on the local backend (it holds no alloca
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 from jobgen import backends
 from jobgen.backends._base import Attempt
 from jobgen.experiment.config import time_seconds
+from jobgen.results.state import SETTLED
 from jobgen.run.model import Run, RunJob
 from jobgen.states import State
 
@@ -42,18 +44,75 @@ class Usage:
     ran: bool = True  # False: the accounting says no attempt started (every number is then None)
 
 
-def ask_accounting(runs: Iterable[Run]) -> dict[str, list[Attempt]]:
-    """Every attempt of every submitted job of these runs: one question per backend for all of them."""
+def ask_accounting(runs: Iterable[Run], skip: Callable[[RunJob], bool] | None = None) -> dict[str, list[Attempt]]:
+    """Every attempt of every submitted job of these runs (but those `skip` says are known): one question
+    per backend for all of them."""
     asking: dict[str, list[str]] = {}
     for run in runs:
         for job in run.jobs:
-            if job.state not in NEVER_SUBMITTED:
+            if job.state not in NEVER_SUBMITTED and not (skip and skip(job)):
                 asking.setdefault(run.backend, []).extend(job_ids(job))
     found: dict[str, list[Attempt]] = {}
     for backend, ids in asking.items():
         if ids:
             found |= backends.get(backend).usage(ids)
     return found
+
+
+# --- the accounting's final word, kept in the manifest -------------------------------------------------
+#
+# Once a job has ended for good and the accounting calls the last attempt of each of its ids final, its
+# attempts no longer change: summary and report keep them in the job's manifest entry (USAGE, written
+# through jobgen.run.store like every manifest change) and ask sacct nothing for it again. What they were
+# kept for is their key: the job's ids, how often `jobgen requeue` ran it again, the restarts its result
+# counts and the end Slurm last gave. A later attempt changes one of them (a requeue counts, a new end is
+# recorded), so the kept attempts are no longer taken and sacct is asked again; `--refresh` asks anyway.
+
+USAGE = "usage"  # the manifest entry's field
+_ATTEMPT_KINDS = (bool, int, int, int, int, int, bool)  # Attempt's fields; None allowed for limit..energy
+
+
+def usage_key(job: RunJob, restarts: int) -> list[Any]:
+    """What kept attempts must still match to be the job's: a later attempt changes it."""
+    return [job_ids(job), int(job.entry.get("requeues") or 0), restarts, job.entry.get("ended_at")]
+
+
+def kept_attempts(job: RunJob, restarts: int) -> dict[str, list[Attempt]] | None:
+    """The attempts kept in the job's manifest entry (id -> attempts), when they are still its own: the job
+    has ended for good and nothing ran it again since. None: ask the accounting."""
+    kept = job.entry.get(USAGE)
+    if job.state not in SETTLED or type(kept) is not dict or kept.get("key") != usage_key(job, restarts):
+        return None
+    attempts = kept.get("attempts")
+    if type(attempts) is not dict:
+        return None
+    out: dict[str, list[Attempt]] = {}
+    for jid in job_ids(job):
+        values = attempts.get(jid)
+        if type(values) is not list or not values:
+            return None
+        for value in values:
+            if type(value) is not list or len(value) != len(_ATTEMPT_KINDS):
+                return None  # damaged: ask again (a bad cache costs time, never a wrong number)
+            for n, (v, kind) in enumerate(zip(value, _ATTEMPT_KINDS, strict=True)):
+                if type(v) is not kind and not (v is None and 2 <= n <= 5):
+                    return None
+        out[jid] = [Attempt(*value) for value in values]
+    return out
+
+
+def attempts_to_keep(job: RunJob, accounting: Accounting, restarts: int) -> dict[str, Any] | None:
+    """The job's USAGE entry to keep from the accounting's answer; None while it may still change: the job
+    has not ended for good, or the accounting (which lags the controller) does not call the last attempt of
+    each of its ids final yet."""
+    ids = job_ids(job)
+    if job.state not in SETTLED or not ids or not all(accounting.get(i) and accounting[i][-1].final for i in ids):
+        return None
+    attempts = {
+        i: [[a.started, a.elapsed_s, a.limit_s, a.cpus, a.gpus, a.energy_j, a.final] for a in accounting[i]]
+        for i in ids
+    }
+    return {"key": usage_key(job, restarts), "attempts": attempts}
 
 
 def job_ids(job: RunJob) -> list[str]:
@@ -134,10 +193,24 @@ def from_request(job: RunJob) -> Usage | None:
 
 def _asked(job: RunJob) -> tuple[int | None, int | None, int | None]:
     """(GPUs, CPUs, time limit in seconds) the job asked for in spec.json's `slurm`; None for what the
-    request does not say (an option in slurm.extra that changes the allocation, whole nodes)."""
+    request does not say (an option in slurm.extra that changes the allocation, whole nodes). Kept by
+    spec.json's stamp (RunJob.fact): a summary of a cluster whose accounting lists no GPUs asks it of
+    every job."""
+    found = job.fact("spec.json", ASKED_FACT, _read_asked, _is_asked)
+    return found[0], found[1], found[2]
+
+
+ASKED_FACT = "asked"  # the key of _asked's answer among the facts kept of a spec.json
+
+
+def _is_asked(kept: Any) -> bool:
+    return type(kept) is list and len(kept) == 3 and all(v is None or type(v) is int for v in kept)
+
+
+def _read_asked(job: RunJob) -> list[int | None]:
     slurm = job.spec().get("slurm")
     if not isinstance(slurm, dict):
-        return None, None, None
+        return [None, None, None]
     nodes, gpus, tasks, cpus = (
         _whole(slurm.get(k)) for k in ("nodes", "gpus_per_node", "ntasks_per_node", "cpus_per_task")
     )
@@ -146,7 +219,7 @@ def _asked(job: RunJob) -> tuple[int | None, int | None, int | None]:
     exact = not slurm.get("exclusive") and not CHANGES_ALLOCATION & {k for k, v in extra.items() if v is not False}
     held_gpus = nodes * gpus if exact and nodes and gpus is not None else None
     held_cpus = nodes * tasks * cpus if exact and nodes and tasks and cpus else None
-    return held_gpus, held_cpus, _seconds(slurm.get("time"))
+    return [held_gpus, held_cpus, _seconds(slurm.get("time"))]
 
 
 def elapsed_seconds(job: RunJob) -> int | None:
@@ -211,6 +284,7 @@ PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
 PRECISIONS = {"bf16-mixed": "bf16", "bf16-true": "bf16", "16-mixed": "fp16", "16-true": "fp16", "32-true": "fp32"}
 
 
+@functools.lru_cache(maxsize=256)  # asked once per job; a sweep has a few kinds of GPU and precision
 def peak_flops(gpu: str, precision: str | None) -> float | None:
     """The GPU's dense peak FLOP/s at the precision the job ran in (Lightning's names); None if unknown."""
     kind = PRECISIONS.get(precision or "")

@@ -207,7 +207,7 @@ def _href(path: Path) -> str:
     """An absolute file:// link: it keeps working when the page is copied, mailed or opened from
     anywhere on a machine that sees the run's folder (a link relative to the page breaks once the page
     moves without the runs)."""
-    return escape(path.resolve().as_uri())
+    return escape(Path(os.path.abspath(path)).as_uri())  # not resolve(): a syscall per folder of the path
 
 
 def _tradeoff(lines: list[Line], colors: dict[int, str]) -> str:
@@ -262,7 +262,8 @@ def _curves(lines: list[Line], colors: dict[int, str]) -> str:
     """Loss and validation accuracy, over optimizer steps and over wall time, one line per job."""
     loss_step, loss_time, acc_step, acc_time = [], [], [], []
     for line in lines:
-        points = read_metrics(Path(line.jobs[0].job_dir) / "metrics.csv") if line.jobs[0].job_dir else []
+        folder = line.jobs[0].job_dir
+        points = read_metrics(os.path.join(folder, "metrics.csv")) if folder else []
         train = [p for p in points if p.split == "train" and _ok(p.loss)]
         val = [p for p in points if p.split in ("validation", "val") and _ok(p.acc)]
         c, name = colors[id(line)], line.label

@@ -61,6 +61,8 @@ def read_some(run_dirs: Sequence[Path], **how: bool) -> list[Run | Path]:
 
 def settle(runs: Sequence[Run], *, live: bool = True, refresh: bool = False, record: bool = True) -> None:
     """Decide the state of every job of these (loaded) runs; see read_runs."""
+    for run in runs:
+        run.refresh = refresh
     if live:
         ask_schedulers(runs, refresh)
     for run in runs:

@@ -319,6 +319,9 @@ class Run:
     manifest: dict[str, Any]
     jobs: list[RunJob]
     verdicts: Verdicts | None = field(default=None, repr=False)
+    # Set by `--refresh` (jobgen.results.state.settle): Slurm is asked again about every job, its usage
+    # too, and what the manifest kept of it is not taken.
+    refresh: bool = False
 
     @classmethod
     def load(cls, run_dir: Path) -> Run:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,8 @@ from jobgen.results import cost
 from jobgen.results.columns import Line, Stat
 from jobgen.results.state import read_some
 from jobgen.results.summary import apply_baseline, summarize, totals
+from jobgen.run import store
+from jobgen.run.model import RunJob
 from tests.core.conftest import stub_tool
 from tests.data.summary.synth import FakeJob, write_run
 
@@ -50,7 +54,7 @@ def _sacct(bin_dir: Path, usage_lines: list[str], state_lines: list[str] = ()) -
     ],
 )
 def test_alloc_tres_gives_cpus_and_gpus(tres: str, cpus: int | None, gpus: int | None) -> None:
-    jid, attempt = track.parse_usage_line(f"71|2026-01-01T00:00:00|3600|60|{tres}|")
+    jid, attempt = track.parse_usage_line(f"71|2026-01-01T00:00:00|3600|60|{tres}||COMPLETED")
     assert jid == "71" and attempt.cpus == cpus and attempt.gpus == gpus
     assert attempt.elapsed_s == 3600 and attempt.limit_s == 3600  # TimelimitRaw is minutes
 
@@ -60,7 +64,7 @@ def test_alloc_tres_gives_cpus_and_gpus(tres: str, cpus: int | None, gpus: int |
     [("0", None), ("", None), ("18446744073709551614", None), ("7200000", 7_200_000)],
 )
 def test_energy_is_unknown_where_the_cluster_records_none(raw: str, joules: int | None) -> None:
-    _, attempt = track.parse_usage_line(f"5|2026-01-01T00:00:00|10|UNLIMITED|cpu=1,node=1|{raw}")
+    _, attempt = track.parse_usage_line(f"5|2026-01-01T00:00:00|10|UNLIMITED|cpu=1,node=1|{raw}|COMPLETED")
     assert attempt.energy_j == joules
     assert attempt.limit_s is None  # an unlimited job has no share of its limit
 
@@ -82,10 +86,10 @@ def test_a_requeued_job_is_every_attempt_sacct_d_lists(bin_dir: Path) -> None:
         bin_dir,
         [
             # Slurm requeued 81 once: the first attempt ran 600 s on 4 GPUs, the second 1800 s.
-            "81|2026-01-01T00:00:00|600|60|billing=8,cpu=8,gres/gpu=4,mem=64G,node=1|0",
-            "81|2026-01-01T00:20:00|1800|60|billing=8,cpu=8,gres/gpu=4,mem=64G,node=1|0",
-            "82|Unknown|0|60||0",  # still pending
-            "83|2026-01-01T00:30:00|0|Partition_Limit||0",  # cancelled in the queue: a Start, no allocation
+            "81|2026-01-01T00:00:00|600|60|billing=8,cpu=8,gres/gpu=4,mem=64G,node=1|0|REQUEUED",
+            "81|2026-01-01T00:20:00|1800|60|billing=8,cpu=8,gres/gpu=4,mem=64G,node=1|0|COMPLETED",
+            "82|Unknown|0|60||0|PENDING",  # still pending
+            "83|2026-01-01T00:30:00|0|Partition_Limit||0|CANCELLED by 0",  # cancelled in the queue: a Start, no allocation
         ],
     )
     found = track.usage(["81", "82", "83", "81"])
@@ -149,9 +153,9 @@ def test_summary_takes_the_hours_from_sacct(tmp_path: Path, bin_dir: Path) -> No
         bin_dir,
         [
             # sacct knows better than the request: 24 CPUs asked, 32 held (whole cores).
-            "4000|2026-01-01T00:00:00|1800|120|billing=32,cpu=32,gres/gpu=8,mem=64G,node=2|5400000",
-            "90|2026-01-01T00:00:00|7200|120|cpu=32,gres/gpu:h100=8,gres/gpu=8,node=2|",
-            "91|2026-01-01T02:00:00|3600|120|cpu=32,gres/gpu:h100=8,gres/gpu=8,node=2|",
+            "4000|2026-01-01T00:00:00|1800|120|billing=32,cpu=32,gres/gpu=8,mem=64G,node=2|5400000|COMPLETED",
+            "90|2026-01-01T00:00:00|7200|120|cpu=32,gres/gpu:h100=8,gres/gpu=8,node=2||COMPLETED",
+            "91|2026-01-01T02:00:00|3600|120|cpu=32,gres/gpu:h100=8,gres/gpu=8,node=2||COMPLETED",
         ],
     )
     doc = _json(read_some([run]))
@@ -175,9 +179,9 @@ def test_a_chain_is_every_segment_that_ran(tmp_path: Path, bin_dir: Path) -> Non
     _sacct(
         bin_dir,
         [
-            "70|2026-01-01T00:00:00|7200|120|cpu=24,gres/gpu=8,node=2|",  # ran to its limit
-            "71|2026-01-01T02:00:00|1800|120|cpu=24,gres/gpu=8,node=2|",  # finished the training
-            "72|2026-01-01T02:30:00|0|120||",  # cancelled in the queue once the training was done
+            "70|2026-01-01T00:00:00|7200|120|cpu=24,gres/gpu=8,node=2||TIMEOUT",  # ran to its limit
+            "71|2026-01-01T02:00:00|1800|120|cpu=24,gres/gpu=8,node=2||COMPLETED",  # finished the training
+            "72|2026-01-01T02:30:00|0|120|||CANCELLED by 0",  # cancelled in the queue once the training was done
         ],
     )
     (row,) = _json(read_some([run]))["rows"]
@@ -193,7 +197,10 @@ def test_gpus_the_accounting_does_not_track_come_from_the_request(tmp_path: Path
         FakeJob("whole-nodes", state="COMPLETED", slurm={**REQUEST, "exclusive": True}),
     ]
     run = write_run(tmp_path, "exp", jobs)
-    _sacct(bin_dir, [f"{4000 + i}|2026-01-01T00:00:00|3600|120|billing=32,cpu=32,mem=64G,node=2|" for i in range(3)])
+    _sacct(
+        bin_dir,
+        [f"{4000 + i}|2026-01-01T00:00:00|3600|120|billing=32,cpu=32,mem=64G,node=2||COMPLETED" for i in range(3)],
+    )
     rows = {r["config"]: r for r in _json(read_some([run]))["rows"]}
     assert rows["gpu"]["gpu_hours"] == pytest.approx(2 * 4) and rows["gpu"]["cpu_hours"] == pytest.approx(32)
     assert rows["cpu"]["gpu_hours"] == 0
@@ -369,3 +376,122 @@ def test_scaling_efficiency_of_the_baseline_is_one(shapes: list, data) -> None:
     for line in lines:
         ratio = line.config["nodes"] * line.config["devices_per_node"] / base_devices
         assert line.scaling_efficiency * ratio == pytest.approx(line.speedup)
+
+
+# --- the accounting's final word, kept in the manifest -------------------------------------------------------
+
+GPU_ATTEMPT = "|2026-01-01T00:00:00|1800|120|cpu=32,gres/gpu=8,node=2||"
+
+
+def _usage_calls(bin_dir: Path) -> int:
+    calls = bin_dir / "sacct.calls"
+    return sum(track.USAGE_FIELDS in c for c in calls.read_text().splitlines()) if calls.exists() else 0
+
+
+def test_final_usage_is_kept_and_sacct_is_not_asked_again(tmp_path: Path, bin_dir: Path) -> None:
+    run = write_run(tmp_path, "exp", [FakeJob("a", state="COMPLETED", slurm=REQUEST, ran_s=1800)])
+    _sacct(bin_dir, [f"4000{GPU_ATTEMPT}COMPLETED"])
+    first = _json(read_some([run]))["rows"]
+    assert _usage_calls(bin_dir) == 1 and first[0]["gpu_hours"] == pytest.approx(4.0)
+    _sacct(bin_dir, [])  # the accounting has forgotten the job (or is down): the kept numbers still hold
+    assert _json(read_some([run]))["rows"] == first
+    assert _usage_calls(bin_dir) == 1  # not asked again
+    assert first[0]["usage_from"] == "sacct"
+    # --refresh asks again, and the accounting that forgot the job leaves only the request to go by
+    assert _json(read_some([run], refresh=True))["rows"][0]["usage_from"] == "request"
+    assert _usage_calls(bin_dir) == 2
+
+
+@pytest.mark.parametrize("state", ["RUNNING", "REQUEUED"])
+def test_usage_is_not_kept_before_the_accounting_calls_it_final(tmp_path: Path, bin_dir: Path, state: str) -> None:
+    """The accounting lags the controller: a job that ended can still be running there (or only its first,
+    requeued attempt be written). Its numbers are used, not kept."""
+    run = write_run(tmp_path, "exp", [FakeJob("a", state="COMPLETED", slurm=REQUEST, ran_s=1800)])
+    _sacct(bin_dir, [f"4000{GPU_ATTEMPT}{state}"])
+    _json(read_some([run]))
+    _json(read_some([run]))
+    assert _usage_calls(bin_dir) == 2
+
+
+def test_a_job_running_is_asked_until_it_ends(tmp_path: Path, bin_dir: Path) -> None:
+    run = write_run(tmp_path, "exp", [FakeJob("a", state="RUNNING", slurm=REQUEST, result=None)])
+    _sacct(bin_dir, [f"4000{GPU_ATTEMPT}COMPLETED"], ["4000|RUNNING|0:0|00:30:00|2|n[1-2]|x|2026-01-01T00:00:00|"])
+    _json(read_some([run]))
+    _json(read_some([run]))
+    assert _usage_calls(bin_dir) == 2
+
+
+@pytest.mark.parametrize("again", ["jobgen requeue", "slurm restart", "new end"])
+def test_a_later_attempt_is_counted_not_the_kept_one(tmp_path: Path, bin_dir: Path, again: str) -> None:
+    """Requeued after its usage was kept (same id): every attempt is counted, the new one too."""
+    run = write_run(tmp_path, "exp", [FakeJob("a", state="COMPLETED", slurm=REQUEST, ran_s=1800)])
+    _sacct(bin_dir, [f"4000{GPU_ATTEMPT}COMPLETED"])
+    assert _json(read_some([run]))["rows"][0]["gpu_hours"] == pytest.approx(4.0)
+    if again == "slurm restart":  # the new attempt's result counts one restart
+        result = json.loads((run / "jobs/a/result.json").read_text())
+        (run / "jobs/a/result.json").write_text(json.dumps({**result, "requeue_count": 1}))
+    else:
+        fields = {"requeues": 1} if again == "jobgen requeue" else {"ended_at": "2026-01-01T03:00:00"}
+        store.update_jobs(run, {"a": fields})
+    _sacct(bin_dir, [f"4000{GPU_ATTEMPT}REQUEUED", f"4000{GPU_ATTEMPT}COMPLETED"])
+    assert _json(read_some([run]))["rows"][0]["gpu_hours"] == pytest.approx(8.0)
+    assert _usage_calls(bin_dir) == 2  # asked again: the kept attempt is not the job's last
+    _sacct(bin_dir, [])
+    assert _json(read_some([run]))["rows"][0]["gpu_hours"] == pytest.approx(8.0)  # both attempts, kept
+    assert _usage_calls(bin_dir) == 2
+
+
+@pytest.mark.parametrize(
+    "kept",
+    [
+        "junk",
+        {"key": "junk"},
+        {"key": None, "attempts": {"4000": [[True, "1800", 7200, 32, 8, None, True]]}},
+        {"key": None, "attempts": {"4000": [[True, 1800, 7200, 32, 8, None]]}},
+        {"key": None, "attempts": {"4000": []}},
+        {"key": None, "attempts": []},
+    ],
+)
+def test_a_damaged_kept_usage_is_asked_again(tmp_path: Path, bin_dir: Path, kept: object) -> None:
+    run = write_run(tmp_path, "exp", [FakeJob("a", state="COMPLETED", slurm=REQUEST, ran_s=1800)])
+    (loaded,) = read_some([run])
+    if isinstance(kept, dict) and kept.get("key", "") is None:
+        kept = {**kept, "key": cost.usage_key(loaded.jobs[0], 0)}  # the right key, damaged attempts
+    store.update_jobs(run, {"a": {cost.USAGE: kept}})
+    _sacct(bin_dir, [f"4000{GPU_ATTEMPT}COMPLETED"])
+    assert _json(read_some([run]))["rows"][0]["gpu_hours"] == pytest.approx(4.0)
+    assert _usage_calls(bin_dir) == 1
+
+
+def test_a_job_queued_again_is_asked_while_it_waits(tmp_path: Path, bin_dir: Path) -> None:
+    """Requeued by hand (`scontrol requeue`), seen queued by `status --refresh`: its kept usage is not taken."""
+    run = write_run(tmp_path, "exp", [FakeJob("a", state="COMPLETED", slurm=REQUEST, ran_s=1800)])
+    _sacct(bin_dir, [f"4000{GPU_ATTEMPT}COMPLETED"])
+    _json(read_some([run]))
+    store.update_jobs(run, {"a": {"state": "REQUEUED"}})
+    waiting = "4000|PENDING|0:0|00:00:00|1|None assigned|x|Unknown|Unknown"
+    _sacct(bin_dir, [f"4000{GPU_ATTEMPT}REQUEUED", "4000|Unknown|0|120||0|PENDING"], [waiting])
+    (row,) = _json(read_some([run]))["rows"]
+    assert row["state"] == "PENDING" and _usage_calls(bin_dir) == 2
+
+
+def test_what_a_settled_spec_asked_is_not_read_again(tmp_path: Path, bin_dir: Path, monkeypatch) -> None:
+    """The accounting lists no GPUs (a cluster that does not track them): each job's request says how many
+    it held, read once from spec.json and kept by its stamp."""
+    run = write_run(tmp_path, "exp", [FakeJob(f"j{i}", state="COMPLETED", slurm=REQUEST, ran_s=3600) for i in range(2)])
+    past = time.time() - 60
+    for path in (run / "jobs").rglob("*"):
+        os.utime(path, (past, past))
+    _sacct(bin_dir, [f"{4000 + i}|2026-01-01T00:00:00|3600|120|cpu=32,node=2||COMPLETED" for i in range(2)])
+    loaded = read_some([run])
+    first = _json(loaded)["rows"]
+    assert [r["gpu_hours"] for r in first] == [pytest.approx(8.0)] * 2
+    loaded[0].problems()  # as the command ends: the damage checks, then what was read is kept
+    real = RunJob.raw
+
+    def refuse(job: RunJob, name: str) -> bytes | None:
+        assert name != "spec.json", "a settled spec.json was read again"
+        return real(job, name)
+
+    monkeypatch.setattr(RunJob, "raw", refuse)
+    assert _json(read_some([run]))["rows"] == first

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -150,3 +151,23 @@ def test_every_attempt_of_a_requeued_job_is_counted(slurm, root: Path, tmp_path:
     (row,) = _summary(run_dir, root)["rows"]
     assert row["cpu_hours"] == pytest.approx(cpus.pop() * elapsed / 3600, abs=1e-6)
     assert row["gpu_hours"] == 0
+    # Both attempts are final in the accounting: the manifest keeps them, and the next summary asks
+    # sacct nothing for the job (a sacct that fails on PATH would leave only the request to go by).
+    kept = manifest(run_dir)["jobs"][0]["usage"]
+    assert [a[1] for a in kept["attempts"][job["job_id"]]] == [int(a["elapsed"]) for a in found]
+    shim = tmp_path / "no-sacct"
+    shim.mkdir()
+    (shim / "sacct").write_text("#!/bin/sh\nexit 1\n")
+    (shim / "sacct").chmod(0o755)
+    again = json.loads(
+        jobgen(
+            "summary",
+            str(run_dir),
+            "--format",
+            "json",
+            "--no-combine",
+            root=root,
+            env={"PATH": f"{shim}:{os.environ['PATH']}"},
+        ).stdout
+    )
+    assert again["rows"][0]["cpu_hours"] == row["cpu_hours"] and again["rows"][0]["usage_from"] == "sacct"
