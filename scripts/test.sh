@@ -26,10 +26,6 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 # checkouts sharing one folder would rebuild it each time the other had run.
 checkout_key="$(pwd -P | cksum | cut -d' ' -f1)"
 export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/jobgen-test/torch_extensions/${checkout_key}}"
-# The same for torch.compile's C++ kernels (their build flags name .venv too), compiled in the process
-# that asks: a pool of compile workers would import torch once more each.
-export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$HOME/.cache/jobgen-test/inductor/${checkout_key}}"
-export TORCHINDUCTOR_COMPILE_THREADS="${TORCHINDUCTOR_COMPILE_THREADS:-1}"
 parallel=()
 [ "$workers" -le 1 ] || parallel=(-n "$workers" --dist loadgroup)
 .venv/bin/python -m pytest -q -ra -p no:cacheprovider --durations=15 "${parallel[@]}" "$@"

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 
 import pytest
 
-from tests.training.conftest import spec_dict
+from tests.training.conftest import REPO, spec_dict
 from training.data import prepare
 from training.loaders import COMPILE_BUCKET, make_loader
 from training.run import run
@@ -16,6 +17,21 @@ from training.spec import from_dict
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.training, pytest.mark.slow, pytest.mark.timeout(300)]
 
 
+@pytest.fixture
+def inductor_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.compile's C++ kernels: kept between sessions, one folder per checkout (their build flags
+    name the checkout's .venv, so a folder shared by two checkouts is rebuilt whenever the other ran:
+    minutes of CPU here), and built in this process (a pool of compile workers imports torch once more
+    each). Set for this test alone: exported to the Slurm jobs, which inherit the environment, a cache
+    folder that a container does not bind fails torch's import there (it creates the folder)."""
+    from torch._inductor import config
+
+    key = zlib.crc32(str(REPO.resolve()).encode())
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(Path.home() / ".cache" / "jobgen-test" / "inductor" / str(key)))
+    monkeypatch.setattr(config, "compile_threads", 1)
+
+
+@pytest.mark.usefixtures("inductor_cache")
 def test_compiled_run_reports_compile_time_apart_and_learns(tmp_path: Path, cache_dir: Path) -> None:
     job = tmp_path / "job"
     train = {"engine": "torch", "compile": True, "warmup_compile_steps": 3, "epochs": 1}
