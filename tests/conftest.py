@@ -42,8 +42,8 @@ WAITING_ON_SLURM = (
     "tests/slurm/test_cost.py",
     "tests/slurm/test_requeue.py",
     "tests/slurm/test_retries.py",
-    # Not waiting, but timed: the probe's predictions against the jobs' real wall time. On gw0, at
-    # full CPU priority (see pytest_configure), its jobs get their cores whatever the others run.
+    # Not waiting, but timed (the probe's predictions against the jobs' real wall time): here, beside
+    # tests that mostly sleep, and its jobs at a higher CPU priority (tests/slurm/test_probe.py).
     "tests/slurm/test_probe.py",
 )
 WAITING = "waiting-on-slurm"
@@ -68,17 +68,6 @@ def xdist_group(nodeid: str) -> str:
     if path in ONE_WORKER_MODULES:
         return path
     return nodeid
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """With a waiting worker (3 workers or more), the training workers run at nice 5, and with them
-    every process they start: their local ranks, and their Slurm jobs' tasks (the test clusters set
-    PropagatePrioProcess=1). gw0 keeps full priority for the timed probe test. The CPU does the same
-    work in all; the priority only decides who waits when all want it."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
-    if count >= 3 and worker and worker != "gw0":
-        os.nice(5)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -157,8 +157,8 @@ SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
-# A job's tasks run at the nice value of the sbatch that submitted it, not at slurmd's: the suite's
-# training workers run niced, so that the waiting worker's timed jobs (the probe) keep their cores.
+# A job's tasks run at the nice value of the sbatch that submitted it, not at slurmd's: the probe
+# test's timed jobs run at a higher CPU priority than the rest of the suite (tests/slurm/test_probe.py).
 PropagatePrioProcess=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
