@@ -18,7 +18,7 @@ from typing import Any
 
 from jobgen.errors import JobgenError
 from jobgen.results.collect import JobRow, LiveStates, collect
-from jobgen.results.columns import COLUMNS, METRICS, NO_VALUE, SUMMED, Line, Metric, Stat, amount
+from jobgen.results.columns import COLUMNS, METRICS, NO_VALUE, SUMMED, Line, Stat, amount
 from jobgen.results.diagnose import LAST_LINE
 from jobgen.run.model import Run
 from jobgen.states import State
@@ -126,16 +126,9 @@ def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
     )
 
 
-# (name, of, combine) of each metric, combine None for the default one: what _alone does, without a call
-# (a line per job of a 10,000-job sweep, a dozen metrics each).
+# (name, of, combine) of each metric, combine None for the default one (Stat.of): a line of one job takes
+# its value as is, without the call (a line per job of a 10,000-job sweep, a dozen metrics each).
 _ALONE = tuple((m.name, m.of, None if m.combine == Stat.of else m.combine) for m in METRICS)
-
-
-def _alone(metric: Metric, value: float | None) -> Stat:
-    """What metric.combine makes of one job's value (without the call, for the default one)."""
-    if metric.combine != Stat.of:
-        return metric.combine([value])
-    return NO_VALUE if value is None else Stat(value, None, 1)
 
 
 def _label(jobs: list[JobRow]) -> str:

@@ -51,3 +51,14 @@ def result_rate(texts: list[str]) -> float | None:
     found = [re.match(r"^training: samples/s (\S+) ", t) for t in texts]
     rates = [float(m.group(1)) for m in found if m]
     return rates[-1] if rates else None
+
+
+def check_two_rank_log(log: str, epochs: int) -> None:
+    """The log of a run on two ranks: each rank says who it is; progress comes from rank 0 alone
+    (training/console.py: each epoch's end once, not per rank); every engine's teardown frees its
+    process group, so no backend thread lives on into exit (issue 20)."""
+    assert "rank 0/2" in log and "rank 1/2" in log, log[-3000:]
+    lines = log.splitlines()
+    ends = [p.epoch for p in map(progress.parse, lines) if p is not None and p.percent == 100]
+    assert ends == list(range(1, epochs + 1)), [ln for ln in lines if progress.is_progress(ln)]
+    assert "still running after destroy_process_group" not in log, log[-3000:]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.training.conftest import run_entrypoint, start, subprocess_env, write_spec
+from tests.training.logcheck import check_two_rank_log
 from training import progress
 
 pytestmark = [pytest.mark.training, pytest.mark.slow, pytest.mark.timeout(480)]
@@ -69,14 +70,9 @@ def test_two_ranks_launched_locally(
     assert result["precision"]["effective"] == precision
     assert any((tmp_path / "job" / "checkpoints").iterdir())
     log = (tmp_path / "job" / "entrypoint.log").read_text()
-    assert "rank 1/2" in log and "rank 0/2" in log
-    # Progress comes from rank 0 alone (training/console.py): each epoch's end and score once, not per rank.
-    lines = log.splitlines()
-    ends = [p for p in map(progress.parse, lines) if p is not None and p.percent == 100]
-    assert [p.epoch for p in ends] == [1, 2], [ln for ln in lines if progress.is_progress(ln)]
-    assert sum(1 for ln in lines if progress.EPOCH_LINE.match(ln)) == 3, log[-3000:]  # 2 validations, the test
-    # Every engine's teardown frees its process group: no backend thread lives on into exit (issue 20).
-    assert "still running after destroy_process_group" not in log, log[-3000:]
+    check_two_rank_log(log, epochs=2)
+    # Each score once, from rank 0: 2 validations and the test.
+    assert sum(1 for ln in log.splitlines() if progress.EPOCH_LINE.match(ln)) == 3, log[-3000:]
     # What each rank's strategy did: the DeepSpeed config it holds, the policy FSDP2 was given.
     expected = {
         "fsdp": "offload=none",
