@@ -412,14 +412,14 @@ def status(
     ctx: click.Context, run: str | None, watch: bool, interval: float, timeout: float | None, refresh: bool
 ) -> None:
     """One row per job of RUN (a run folder, experiment name or file; default: the latest run)."""
-    from jobgen.commands.wait import watch as readings
-    from jobgen.results.status import format_table, status_table
+    from jobgen.commands.wait import watch_status
+    from jobgen.results.status import format_table
 
     run_dir = _one_run(ctx, run)
-    for n, loaded in enumerate(readings(run_dir, interval=interval, timeout=timeout, refresh=refresh)):
-        header, rows, _ = status_table(loaded)
-        click.echo(("\n" if n else "") + f"run: {run_dir}\n{format_table(header, rows)}")
-        _warn([loaded])
+    for n, view in enumerate(watch_status(run_dir, interval=interval, timeout=timeout, refresh=refresh)):
+        click.echo(("\n" if n else "") + f"run: {run_dir}\n{format_table(view.header, view.rows)}")
+        for line in view.warnings:
+            click.echo(f"warning: {view.run_dir}/{line}", err=True)
         if not watch:
             return
 
