@@ -186,7 +186,7 @@ def query(job_ids: list[str]) -> dict[str, JobInfo]:
         # squeue has no exit code: an ended job it lists is asked of scontrol too (no accounting)
         missing = wanted - {jid for jid, info in found.items() if info.exit_code or not info.state.is_final}
         if missing:
-            found |= {jid: info for jid, info in _scontrol().items() if jid in missing}
+            found |= _scontrol(missing)
     return {jid: found[jid] for jid in ids if jid in found}
 
 
@@ -308,12 +308,20 @@ def _squeue() -> dict[str, JobInfo]:
     return out
 
 
-def _scontrol() -> dict[str, JobInfo]:
-    """Every job `scontrol show job` knows, one line each (-o); array tasks also by <array id>_<task>."""
+_SCONTROL_IDS = re.compile(r"JobId=(\S*)(?:.*? ArrayJobId=(\S*) ArrayTaskId=(\S*))?")
+
+
+def _scontrol(wanted: set[str]) -> dict[str, JobInfo]:
+    """The `wanted` jobs among those `scontrol show job` knows, one line each (-o); array tasks by <array
+    id>_<task>. It lists every job the controller holds: only the lines of wanted jobs are read whole."""
     said = slurm.ask(["scontrol", "show", "job", "-o"])
     out: dict[str, JobInfo] = {}
     for line in said.splitlines() if said is not None else []:
-        if "JobState=" not in line:
+        ids = _SCONTROL_IDS.match(line)
+        if "JobState=" not in line or ids is None:
+            continue
+        jid, array, task = ids.groups()
+        if jid not in wanted and not (array and any(one in wanted for one in expand_array_id(f"{array}_{task}"))):
             continue
         kv = dict(re.findall(r"(\w+)=(\S*)", line))
         nodelist = kv.get("NodeList", "")
@@ -331,7 +339,7 @@ def _scontrol() -> dict[str, JobInfo]:
         if kv.get("ArrayJobId") and kv.get("ArrayTaskId"):
             for one in expand_array_id(f"{kv['ArrayJobId']}_{kv['ArrayTaskId']}"):
                 out[one] = info
-    return out
+    return {jid: info for jid, info in out.items() if jid in wanted}
 
 
 def _time(value: str) -> str:
