@@ -571,12 +571,11 @@ def summary(
     all_runs: bool,
 ) -> None:
     """Time and accuracy of every job of RUNS (run folders, experiment names or files; default: the latest run)."""
-    from jobgen.results.state import read_some
-    from jobgen.results.summary import summarize
+    from jobgen.results.kept import summary_text
 
-    loaded = read_some(_many_runs(ctx, runs, all_runs), refresh=refresh)
-    text = summarize(
-        loaded,
+    text, warnings = summary_text(
+        _many_runs(ctx, runs, all_runs),
+        refresh=refresh,
         baseline=baseline,
         fmt=fmt,
         plot=Path(plot) if plot else None,
@@ -584,7 +583,8 @@ def summary(
         color=fmt == "table" and sys.stdout.isatty(),
     )
     click.echo(text, nl=False)
-    _warn(loaded)
+    for line in warnings:
+        click.echo(f"warning: {line}", err=True)
     if plot:
         click.echo(f"plot: {plot}", err=True)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -342,16 +343,22 @@ class Run:
     # when a journal was replayed.
     digest: str | None = field(default=None, repr=False)
     journal: str = field(default="", repr=False)
+    # When it was loaded (time.time_ns()): a file changed since is not taken for the version read.
+    loaded_ns: int = field(default=0, repr=False)
+    # What summary and report asked the accounting about this run's jobs (backend -> ids) and the digest
+    # of its answer (jobgen.results.collect), when the run was asked alone.
+    asked: tuple[dict[str, list[str]], str] | None = field(default=None, repr=False)
 
     @classmethod
     def load(cls, run_dir: Path) -> Run:
         """The run at `run_dir`; a missing or damaged manifest is a one-line error naming the file."""
+        started = time.time_ns()
         read = store.read_manifest(run_dir)
         manifest = read.doc
         folder = Path(run_dir)
         verdicts = Verdicts(folder)
         jobs = [RunJob.from_entry(folder, e, verdicts) for e in manifest["jobs"]]
-        return cls(folder, manifest, jobs, verdicts, digest=read.digest, journal=read.journal)
+        return cls(folder, manifest, jobs, verdicts, digest=read.digest, journal=read.journal, loaded_ns=started)
 
     def problems(self) -> list[str]:
         """One line per damaged record of its jobs (RunJob.problems), the verdicts kept for next time."""

@@ -69,19 +69,23 @@ def load(run_dir: Path | str, command: str) -> tuple[Any, list[Any]] | None:
         return None  # a record gone or unreadable, or a damaged cache: read the run
 
 
-def keep(run: Run, command: str, whole: Any, values: list[Any]) -> bool:
+def keep(run: Run, command: str, whole: Any, values: list[Any], more: list[list[list[Any]]] | None = None) -> bool:
     """Keep the command's rows of `run` (one JSON value per job, in manifest order, and one for the
     whole run), when the run's record and every job's files are settled and were seen whole; whether
-    they were kept. Best effort: a folder that takes no new file keeps nothing."""
-    if run.digest is None or len(values) != len(run.jobs):
+    they were kept. `more`: per job, the stamps ([name, *stamp]) of other files in its folder the rows
+    came from (logs). Settled means: unchanged for SETTLED_NS before the run was loaded, so a file
+    written while the command ran is never kept. Best effort: a folder that takes no new file keeps
+    nothing."""
+    if run.digest is None or len(values) != len(run.jobs) or (more is not None and len(more) != len(values)):
         return False
-    now = time.time_ns()
+    now = run.loaded_ns or time.time_ns()
     jobs = []
-    for job, value in zip(run.jobs, values, strict=True):
+    for n, (job, value) in enumerate(zip(run.jobs, values, strict=True)):
         stamps = job.stamps()
         if stamps is None:
             return False
         folder, files = stamps
+        files = files + (more[n] if more is not None else [])
         if not _settled(folder, now) or not all(_settled(tuple(f[1:]), now) for f in files):
             return False
         jobs.append([job.dir, list(folder), files, value])
