@@ -700,14 +700,9 @@ def report(
 ) -> None:
     """Write one self-contained HTML page for RUNS (default: the latest run): the summary table, loss and
     accuracy curves, time vs accuracy, failure causes and links to each job's logs."""
-    from jobgen.results.report import write_report
-    from jobgen.results.state import read_some
+    from jobgen.results.kept import report_page
 
-    loaded = read_some(_many_runs(ctx, runs, all_runs), refresh=refresh)
-    path = write_report(loaded, Path(output), baseline=baseline)
-    for run in loaded:
-        if not isinstance(run, Path):
-            run.keep_facts()
+    path = report_page(_many_runs(ctx, runs, all_runs), Path(output), refresh=refresh, baseline=baseline)
     click.echo(f"report: {path}")
 
 

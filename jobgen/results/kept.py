@@ -22,13 +22,14 @@ from typing import Any
 from jobgen import backends
 from jobgen.errors import JobgenError
 from jobgen.results import cost, logs
+from jobgen.results.report import CREATED, build_report, check_folder, made_at, write_page
 from jobgen.results.state import NEVER_RAN, from_record, read_some
 from jobgen.results.summary import summarize
 from jobgen.run import rows
 from jobgen.run.damage import stamp
 from jobgen.run.model import Run, RunJob
 
-SUMMARY = "summary"
+SUMMARY, REPORT = "summary", "report"
 
 
 def summary_text(
@@ -65,8 +66,12 @@ def summary_text(
 
 def _how(run_dir: Path, fmt: str, baseline: str | None, combine: bool, color: bool, width: int) -> list[Any]:
     """Everything besides the run's files that the text depends on."""
-    zone = [list(time.tzname), time.timezone, time.altzone]
-    return [os.path.abspath(run_dir), fmt, baseline, combine, color, width, zone]
+    return [os.path.abspath(run_dir), fmt, baseline, combine, color, width, _zone()]
+
+
+def _zone() -> list[Any]:
+    """The local time zone, which Slurm's times (they carry none) are read in."""
+    return [list(time.tzname), time.timezone, time.altzone]
 
 
 def _still(whole: Any, how: list[Any] | None) -> bool:
@@ -88,24 +93,59 @@ def _is_lines(value: Any) -> bool:
     return type(value) is list and all(type(line) is str for line in value)
 
 
-def _keep(run: Run, how: list[Any] | None, text: str, problems: list[list[str]]) -> bool:
-    """Keep the summary of a run whose every job's row came from its record and files alone."""
+def _keep(run: Run, how: list[Any] | None, text: str, problems: list[list[str]], every_log: bool = False) -> bool:
+    """Keep the summary (`every_log`: the report) of a run whose every job's row came from its record
+    and files alone. A report is kept only when no job lacks a usable result: the page shows the end of
+    such a job's logs, with the secrets of this shell's environment taken out."""
     if run.asked is None or not all(from_record(job) for job in run.jobs):
         return False
+    if every_log:
+        for job in run.jobs:
+            job.problems()  # every record stat'ed (the page needs not all): their stamps are kept
+        if not all(job.recorded in NEVER_RAN or _usable(job) for job in run.jobs):
+            return False
     more = []
     for job in run.jobs:
-        found = _log_stamps(run, job)
+        found = _log_stamps(run, job, every_log)
         if found is None:
             return False
         more.append(found)
     whole = {"how": how, "text": text, "asked": run.asked[0], "said": run.asked[1]}
-    return rows.keep(run, SUMMARY, whole, problems, more)
+    return rows.keep(run, REPORT if every_log else SUMMARY, whole, problems, more)
 
 
-def _log_stamps(run: Run, job: RunJob) -> list[list[Any]] | None:
+def _usable(job: RunJob) -> bool:
+    """The job wrote a result the summary can read (its damage check finds nothing wrong)."""
+    return job.finished and job._problem("result.json") is None
+
+
+def report_page(run_dirs: Sequence[Path], out: Path, *, refresh: bool = False, baseline: str | None = None) -> Path:
+    """Write `jobgen report`'s page of these runs to `out`. The page of a run whose every job has ended
+    with a usable result (or never ran) is kept like a summary (`.rows-report.json`), with the stamps of
+    every job's logs too (the page links them, oldest first), and written again, with the time it is
+    made, while none of it changed."""
+    check_folder(out)
+    alone = len(run_dirs) == 1 and not refresh
+    how = [os.path.abspath(run_dirs[0]), str(run_dirs[0]), baseline, _zone()] if alone else None
+    if alone:
+        found = rows.load(run_dirs[0], REPORT)
+        if found is not None and _still(found[0], how) and CREATED in found[0]["text"]:
+            return write_page(out, found[0]["text"].replace(CREATED, made_at()))
+    loaded = read_some(run_dirs, refresh=refresh)
+    html = build_report(loaded, baseline, created=CREATED)
+    for run in loaded:
+        if isinstance(run, Run):
+            run.keep_facts()
+            if alone and not _keep(run, how, html, [[] for _ in run.jobs], every_log=True):
+                rows.forget(run.run_dir, REPORT)
+    return write_page(out, html.replace(CREATED, made_at()))
+
+
+def _log_stamps(run: Run, job: RunJob, every_log: bool = False) -> list[list[Any]] | None:
     """The stamps of the logs a job's row may have been read from (a job without a usable result: they
-    say why it stopped); None when they cannot be told by the job folder's stamp."""
-    if job.recorded in NEVER_RAN or (job.finished and job._problem("result.json") is None):
+    say why it stopped; `every_log`: every job's); None when they cannot be told by the job folder's
+    stamp."""
+    if job.recorded in NEVER_RAN or (not every_log and _usable(job)):
         return []
     try:
         scheduler = backends.get(run.backend)

@@ -68,14 +68,25 @@ code { font-size: 12px; }
 """
 
 
-def build_report(runs: Sequence[Run | Path], baseline: str | None = None, live_states: LiveStates | None = None) -> str:
-    """The report's HTML for these runs: one page that needs nothing beside it but the runs' log files."""
+# Where the page says when it was made: a tag no escaped text can hold (jobgen.results.kept keeps the
+# page of an unchanged run with it, and puts the time in when it writes the page again).
+CREATED = "<jobgen-created/>"
+
+
+def build_report(
+    runs: Sequence[Run | Path],
+    baseline: str | None = None,
+    live_states: LiveStates | None = None,
+    created: str | None = None,
+) -> str:
+    """The report's HTML for these runs: one page that needs nothing beside it but the runs' log files.
+    `created`: what the page says of when it was made (default: now)."""
     lines = build_lines(collect(runs, live_states), combine=False)
     apply_baseline(lines, baseline)
     colors = {id(line): color(i) for i, line in enumerate(lines)}
     experiments = ", ".join(dict.fromkeys(line.experiment for line in lines)) or "no jobs"
     names = ", ".join(escape(str(r.run_dir if isinstance(r, Run) else r)) for r in runs)
-    created = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    created = created or made_at()
     body = [
         f"<h1>{escape(experiments)}</h1>",
         f'<p class="meta">{len(lines)} job(s) from {names} &middot; jobgen {__version__} &middot; {created}</p>',
@@ -98,14 +109,25 @@ def build_report(runs: Sequence[Run | Path], baseline: str | None = None, live_s
     )
 
 
+def made_at() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def write_report(
     runs: Sequence[Run | Path], out: Path, baseline: str | None = None, live_states: LiveStates | None = None
 ) -> Path:
+    check_folder(out)
+    return write_page(out, build_report(runs, baseline, live_states))
+
+
+def check_folder(out: Path) -> None:
     if not out.parent.is_dir():  # no folder is made for the page: a typo in it would hide the report
         raise JobgenError(
             f"{out}: the folder {out.parent} does not exist; create it first or write the report elsewhere"
         )
-    html = build_report(runs, baseline, live_states)
+
+
+def write_page(out: Path, html: str) -> Path:
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
     tmp.write_text(html, encoding="utf-8")
     os.replace(tmp, out)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -153,3 +154,52 @@ def test_a_broken_cache_costs_time_not_answers(runner, run: Path) -> None:
     doc["jobs"][0][3] = "not lines"
     (run / KEPT).write_text(json.dumps(doc))
     assert _summary(runner, run, "--format", "csv") == good
+
+
+def _report(runner, run: Path, out: Path) -> str:
+    result = runner.invoke(main, ["--output-root", str(run.parent.parent), "report", str(run), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    return out.read_text()
+
+
+@pytest.fixture
+def done(tmp_path: Path, bin_dir: Path) -> Path:
+    """A run whose every job wrote its result, with its logs."""
+    stub_tool(bin_dir, "sacct", "exit 1\n")
+    jobs = [synth.FakeJob(f"job{i}", state="COMPLETED", logs={f"slurm-{i}.out": "hi\n"}) for i in range(3)]
+    folder = synth.write_run(tmp_path / "done", "exp", jobs)
+    _settle(*sorted((folder / "jobs").rglob("*"), reverse=True))
+    return folder
+
+
+def test_an_unchanged_run_gets_the_kept_page_with_the_time_it_is_made(runner, done: Path, tmp_path, monkeypatch):
+    first = _report(runner, done, tmp_path / "a.html")
+    assert (done / ".rows-report.json").exists() and kept.CREATED not in first
+    with monkeypatch.context() as m:
+        _not_read(m)
+        m.setattr(kept, "made_at", lambda: "2031-01-01 00:00 UTC")
+        again = _report(runner, done, tmp_path / "b.html")
+    assert "2031-01-01 00:00 UTC" in again
+    assert again.replace("2031-01-01 00:00 UTC", "") == re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", "", first)
+
+
+def test_a_log_appended_reads_the_run_again(runner, done: Path, tmp_path) -> None:
+    """The page links each job's logs oldest first: a log written to since moves in that order."""
+    _report(runner, done, tmp_path / "a.html")
+    (done / "jobs" / "job1" / "slurm-1b.out").write_text("later\n")
+    os.utime(done / "jobs" / "job1" / "slurm-1b.out", (PAST + 1, PAST + 1))
+    os.utime(done / "jobs" / "job1", (PAST, PAST))
+    page = _report(runner, done, tmp_path / "b.html")
+    assert "slurm-1b.out" in page
+    log = done / "jobs" / "job1" / "slurm-1.out"
+    with open(log, "a", encoding="utf-8") as fh:
+        fh.write("more\n")
+    os.utime(log, (PAST + 2, PAST + 2))  # now the newest: linked after slurm-1b.out
+    page = _report(runner, done, tmp_path / "c.html")
+    assert page.index("slurm-1b.out</a>") < page.index("slurm-1.out</a>")
+
+
+def test_a_run_with_a_job_without_result_keeps_no_page(runner, run: Path, tmp_path) -> None:
+    """Such a job's log tail is on the page, with this shell's secrets taken out: not kept."""
+    _report(runner, run, tmp_path / "a.html")
+    assert not (run / ".rows-report.json").exists()
