@@ -266,8 +266,9 @@ def read_manifest(run_dir: Path) -> ManifestRead:
         lines = _journal_lines(journal)
         if lines is None and _identity(path) != seen:
             continue  # folded into a new manifest while we read the old one: read again
+        named: dict[str, dict[str, list[dict[str, Any]]]] = {}  # key -> name -> its entries, made once
         for number, change in enumerate(lines or [], start=1):
-            problem = _apply(doc, change)
+            problem = _apply(doc, change, named)
             if problem:
                 raise JobgenError(
                     f"{journal}: damaged: line {number} {problem}; jobgen cannot read this run "
@@ -391,17 +392,25 @@ def _journal_lines(path: Path) -> list[Any] | None:
     return out
 
 
-def _apply(doc: dict[str, Any], change: Any) -> str | None:
-    """Merge one journal line into the manifest; what is wrong with the line, if anything."""
+def _apply(doc: dict[str, Any], change: Any, named: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
+    """Merge one journal line into the manifest; what is wrong with the line, if anything. `named`: the
+    entries of each key by name, built at the first line that needs them (a submission's journal has a
+    line per job: looking each name up, not every entry per line, keeps the replay linear)."""
     if not isinstance(change, dict) or not isinstance(change.get("updates"), dict):
         return "is not a change of jobs"
     if_job_id = change.get("if_job_id")
-    for entry in doc.get(str(change.get("key") or "jobs")) or []:
-        fields = change["updates"].get(entry["name"])
-        if isinstance(fields, dict) and (
-            not isinstance(if_job_id, dict) or entry.get("job_id") == if_job_id.get(entry["name"])
-        ):
-            entry.update(fields)
+    key = str(change.get("key") or "jobs")
+    if key not in named:
+        named[key] = {}
+        for entry in doc.get(key) or []:
+            named[key].setdefault(entry["name"], []).append(entry)
+    entries = named[key]
+    for name, fields in change["updates"].items():
+        for entry in entries.get(name, ()):
+            if isinstance(fields, dict) and (
+                not isinstance(if_job_id, dict) or entry.get("job_id") == if_job_id.get(name)
+            ):
+                entry.update(fields)
     return None
 
 
