@@ -101,7 +101,7 @@ def _keep(run: Run, how: list[Any] | None, text: str, problems: list[list[str]],
         return False
     if every_log:
         for job in run.jobs:
-            job.problems()  # every record stat'ed (the page needs not all): their stamps are kept
+            job.look()  # every record stat'ed (the page needs not all): their stamps are kept
         if not all(job.recorded in NEVER_RAN or _usable(job) for job in run.jobs):
             return False
     more = []

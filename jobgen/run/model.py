@@ -251,9 +251,14 @@ class RunJob:
         self._keep_listing()
         return out
 
+    def look(self) -> None:
+        """Stat every record not looked at yet (what `stamps` needs, without the damage checks)."""
+        for name in JOB_FILES:
+            self._stat(name)
+
     def stamps(self) -> tuple[Stamp, list[list[Any]]] | None:
         """The stamps of the job's folder and of each of its records, as this command first saw them
-        (before reading any), once every record was asked about (`problems` asks them all): what tells a
+        (before reading any), once every record was asked about (`problems` and `look` ask them all): what tells a
         later command that none of them changed (jobgen.run.rows). None when one could not be read."""
         marks = self._marks
         if self._folder_mark is None or any(name not in marks for name in JOB_FILES):
