@@ -7,15 +7,16 @@ came from: the digest of the manifest's bytes, and the stat stamps (inode, size,
 job's folder and of each record it holds, taken before they were read. A later command checks those
 (one read and hash of the manifest, one stat per folder and record: no JSON parsed but the kept file)
 and prints the kept rows when nothing changed; a changed manifest, a journal holding changes since, a
-record made, removed, replaced or rewritten in place, and another jobgen version each make it read
-the run again. A stamp younger than SETTLED_NS is not kept (a rewrite within the same tick of a coarse
-clock may keep size and mtime). The file is a cache: it is replaced whole, and a missing, damaged or
+record made, removed, replaced or rewritten in place, and another jobgen (another version, or its
+code edited in place) each make it read the run again. A stamp younger than SETTLED_NS is not kept
+(a rewrite within the same tick of a coarse clock may keep size and mtime). The file is a cache: it is replaced whole, and a missing, damaged or
 foreign one costs one slower command, never a wrong row.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import threading
@@ -29,6 +30,27 @@ from jobgen.run.damage import SETTLED_NS, Stamp
 from jobgen.run.model import Run
 
 ROWS_SCHEMA = 1
+
+
+@functools.lru_cache(maxsize=1)
+def code_stamp() -> str:
+    """What tells this jobgen's code from another's, besides its version: the names, sizes and mtimes of
+    its modules (and training's, which describe the spec). A checkout edited in place keeps its version
+    number; its rows are not taken for the edited code's. Once per command: about a hundred stats."""
+    import hashlib
+
+    import jobgen
+    import training
+
+    seen = []
+    for package in (jobgen, training):
+        top = os.path.dirname(os.path.abspath(package.__file__ or ""))
+        for folder, _, names in os.walk(top):
+            for name in sorted(names):
+                if name.endswith((".py", ".j2")):
+                    st = os.stat(os.path.join(folder, name))
+                    seen.append(f"{os.path.relpath(os.path.join(folder, name), top)}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.blake2b("\n".join(sorted(seen)).encode(), digest_size=16).hexdigest()
 
 
 def rows_path(run_dir: Path | str, command: str) -> str:
@@ -45,6 +67,8 @@ def load(run_dir: Path | str, command: str) -> tuple[Any, list[Any]] | None:
         return None
     try:
         if doc["schema"] != ROWS_SCHEMA or doc["jobgen"] != __version__ or doc["command"] != command:
+            return None
+        if doc["code"] != code_stamp():
             return None
         digest, journal, jobs = doc["digest"], doc["journal"], doc["jobs"]
         if type(digest) is not str or type(journal) is not str or type(jobs) is not list:
@@ -92,6 +116,7 @@ def keep(run: Run, command: str, whole: Any, values: list[Any], more: list[list[
     doc = {
         "schema": ROWS_SCHEMA,
         "jobgen": __version__,
+        "code": code_stamp(),
         "command": command,
         "digest": run.digest,
         "journal": run.journal,

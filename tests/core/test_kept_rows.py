@@ -244,3 +244,36 @@ def test_a_record_replaced_between_its_stat_and_its_read_keeps_no_stamps(run: Pa
     again.retries()
     again.problems()
     assert again.stamps() is not None
+
+
+def test_edited_code_reads_the_run_again(runner, run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkout edited in place keeps its version number: its modules' stamps tell the code apart."""
+    _status(runner, run)
+    assert _kept(runner, run)
+    with monkeypatch.context() as m:
+        m.setattr(rows, "code_stamp", lambda: "the stamp of edited modules")
+        assert not _kept(runner, run)
+    assert not _kept(runner, run)  # kept by the edited code a moment ago: read, and kept again
+    assert _kept(runner, run)
+
+
+def test_the_code_stamp_follows_the_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rows.code_stamp.cache_clear()
+    before = rows.code_stamp()
+    module = Path(status.__file__)
+    rows.code_stamp.cache_clear()
+    real_stat = os.stat
+
+    def later(path, *a, **k):
+        found = real_stat(path, *a, **k)
+        if os.fspath(path) == str(module):
+            return os.stat_result((*found[:8], found[8] + 1, found[9]))  # mtime one second later
+        return found
+
+    monkeypatch.setattr(os, "stat", later)
+    try:
+        assert rows.code_stamp() != before
+    finally:
+        monkeypatch.undo()
+        rows.code_stamp.cache_clear()
+    assert rows.code_stamp() == before
