@@ -9,8 +9,10 @@ numbers, which records each job folder holds), so only the first command after t
 files reads them all. Printed side by side, from one process each (the CLI as a user runs it, its
 bytecode compiled once beforehand, as an installed package has it): the first status (nothing kept
 yet; it records the jobs' states), the next one (it reads the run and keeps its rows: jobgen.run.rows),
-the one after it (it shows the kept rows), runs, summary and report, each as a ratio to the floor measured in the same run:
-`python -c pass` plus one os.stat per job file, the least a status that checks every record can cost.
+the one after it (it shows the kept rows), runs, summary and report (each reads the run and keeps what
+it showed), then summary and report again (they show what they kept), each as a ratio to the floor
+measured in the same run: `python -c pass` plus one os.stat per job file, the least a status that
+checks every record can cost.
 The jobs are recorded as ended, so Slurm is not asked. A second line gives each command's CPU seconds
 (user + system) in the same order: on a busy machine they vary less than the wall times.
 """
@@ -94,7 +96,7 @@ def main() -> int:
     jobgen = [str(Path(sys.executable).with_name("jobgen"))]
     print(
         f"{'jobs':>6}  {'floor':>7}  {'status (first)':>16}  {'status (next)':>15}  {'status (kept)':>15}"
-        f"  {'runs':>13}  {'summary':>13}  {'report':>14}"
+        f"  {'runs':>13}  {'summary':>13}  {'report':>14}  {'summary (kept)':>14}  {'report (kept)':>14}"
     )
     with tempfile.TemporaryDirectory() as tmp:
         env = {**user_env(), "JOBGEN_NO_COLOR": "1"}
@@ -111,10 +113,13 @@ def main() -> int:
             runs = timed([*jobgen, *root, "runs"], env)
             summary = timed([*jobgen, *root, "summary", str(run)], env)
             report = timed([*jobgen, *root, "report", str(run), "-o", str(Path(tmp) / f"{n}.html")], env)
+            summary_kept = timed([*jobgen, *root, "summary", str(run)], env)
+            report_kept = timed([*jobgen, *root, "report", str(run), "-o", str(Path(tmp) / f"{n}.html")], env)
             print(
                 f"{n:>6}  {floor:6.2f}s  {first:6.2f}s ({first / floor:4.1f}x)  {again:6.2f}s ({again / floor:4.1f}x)"
                 f"  {kept:6.2f}s ({kept / floor:4.1f}x)  {runs:5.2f}s ({runs / floor:4.1f}x)  {summary:5.2f}s ({summary / floor:4.1f}x)"
-                f"  {report:5.2f}s ({report / floor:5.1f}x)",
+                f"  {report:5.2f}s ({report / floor:5.1f}x)  {summary_kept:5.2f}s ({summary_kept / floor:5.1f}x)"
+                f"  {report_kept:5.2f}s ({report_kept / floor:5.1f}x)",
                 flush=True,
             )
             print(f"{'cpu':>6}  " + "  ".join(f"{c:6.2f}s" for c in CPU), flush=True)
