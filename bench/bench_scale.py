@@ -8,7 +8,12 @@ does all the work there is, and jobgen's own cost is what is left.
     source /tmp/jobgen-cluster/env.sh
     .venv/bin/python bench/bench_scale.py --sizes 100 1000 10000
 
-Besides the seconds, every command runs behind a PATH shim that counts the Slurm processes it starts.
+Besides the seconds, every command runs behind a PATH shim that counts the Slurm processes it starts,
+and a second table gives each command's CPU seconds (user + system, its Slurm tools included), which
+vary less than wall times on a busy machine. The columns, in order: status while the jobs are queued,
+the first status once they ended, the next one, runs, summary, report, summary again, and two statuses
+after them (the first reads the manifest that summary's kept usage changed, the second shows the rows
+the first kept). `--how arrays` measures arrays alone (10,000 jobs one by one take long).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -66,20 +72,36 @@ def calls(folder: Path) -> int:
     return sum(line.split()[-1] == str(LAST_PID[0]) for line in lines)
 
 
+LAST_CPU = [0.0]  # the CPU seconds (user + system) of the last command, its Slurm tools included
+
+
 def jobgen(args: list[str], env: dict[str, str]) -> float:
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "jobgen.cli", *args], env=env, stdout=subprocess.DEVNULL)
     LAST_PID[0] = proc.pid
-    if proc.wait() != 0:
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    LAST_CPU[0] = usage.ru_utime + usage.ru_stime
+    if proc.returncode != 0:
         raise SystemExit(f"jobgen {' '.join(args)} failed")
     return time.perf_counter() - started
 
 
-def bare_sbatch(n: int) -> float:
+def bare_sbatch(n: int, counter: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds of n bare sbatch calls from this process, one after the other, through the
+    same counting shim as jobgen's (a shell that logs a line, then runs the real sbatch)."""
+    env = {**os.environ, "PATH": f"{counter}:{os.environ['PATH']}"}
+    before = _children_cpu()
     started = time.perf_counter()
     for _ in range(n):
-        subprocess.run(["sbatch", "--parsable", "--wrap", "true", "-o", "/dev/null"], check=True, capture_output=True)
-    return time.perf_counter() - started
+        command = ["sbatch", "--parsable", "--wrap", "true", "-o", "/dev/null"]
+        subprocess.run(command, check=True, capture_output=True, env=env)
+    return time.perf_counter() - started, _children_cpu() - before
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def wait_ended(name: str, timeout: float) -> None:
@@ -111,6 +133,7 @@ def measure(n: int, array: bool, root: Path, counter: Path) -> dict[str, float]:
 
     def measure_one(key: str, args: list[str]) -> None:
         out[f"{key}_s"] = jobgen([*runs, *args], env)
+        out[f"{key}_cpu"] = LAST_CPU[0]
         out[f"{key}_calls"] = calls(counter)
 
     measure_one("submit", ["submit", str(exp)])
@@ -125,6 +148,9 @@ def measure(n: int, array: bool, root: Path, counter: Path) -> dict[str, float]:
     measure_one("report", ["report", exp.stem, "-o", str(root / f"{exp.stem}.html")])
     # The jobs' usage, final in the accounting, was kept by the first summary: sacct is not asked again.
     measure_one("summary_again", ["summary", exp.stem, "--format", "json"])
+    # The usage kept changed the manifest: this status reads the run and keeps its rows, the next shows them.
+    measure_one("status_last", ["status", exp.stem])
+    measure_one("status_kept", ["status", exp.stem])
     return out
 
 
@@ -135,7 +161,17 @@ def squeue_floor() -> float:
     return time.perf_counter() - started
 
 
-COLUMNS = ("status_queued", "status_ended", "status_again", "runs", "summary", "report", "summary_again")
+COLUMNS = (
+    "status_queued",
+    "status_ended",
+    "status_again",
+    "runs",
+    "summary",
+    "report",
+    "summary_again",
+    "status_last",
+    "status_kept",
+)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -159,29 +195,58 @@ def table(rows: list[dict[str, Any]]) -> str:
         f"squeue {row['floor_queued_s']:.2f} s queued / {row['floor_ended_s']:.2f} s ended"
         for row in rows
     ]
-    return "\n".join([*lines, "", "floors (same run): " + "; ".join(floors)])
+    cpu = [
+        "| jobs | how | submit, per job (× bare sbatch) | " + " | ".join(c.replace("_", " ") for c in COLUMNS) + " |"
+    ]
+    cpu.append("|" + " --- |" * (3 + len(COLUMNS)))
+    for row in rows:
+        per_job = 1000 * row["submit_cpu"] / row["jobs"]
+        cells = [
+            f"{row['jobs']:,}",
+            "arrays" if row["array"] else "one by one",
+            f"{per_job:.1f} ms ({per_job / row['floor_sbatch_cpu_ms']:.2f}×)",
+        ]
+        cells += [f"{row[f'{column}_cpu']:.2f} s" for column in COLUMNS]
+        cpu.append("| " + " | ".join(cells) + " |")
+    return "\n".join(
+        [
+            *lines,
+            "",
+            "floors (same run): " + "; ".join(floors),
+            "",
+            "CPU seconds (user + system, the command's Slurm tools included; bare sbatch the same way):",
+            "",
+            *cpu,
+        ]
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument(
+        "--how", choices=["both", "one-by-one", "arrays"], default="both", help="submit one by one, as arrays, or both"
+    )
     args = parser.parse_args()
     rows = []
+    kinds = {"both": (False, True), "one-by-one": (False,), "arrays": (True,)}[args.how]
     with tempfile.TemporaryDirectory(prefix="jobgen-scale-", dir=os.environ.get("JOBGEN_BENCH_DIR", "/tmp")) as tmp:
         root = Path(tmp)
         counter = shim(root / "shim")
         USER_ENV.update(user_env())
         for n in args.sizes:
-            floor = bare_sbatch(min(n, 500)) / min(n, 500)
-            for array in (False, True):
+            for array in kinds:
+                # Right before the submission it is compared with: the load of a shared machine changes.
+                floor, floor_cpu = (x / min(n, 300) for x in bare_sbatch(min(n, 300), counter))
                 row = measure(n, array, root, counter)
-                row.update(array=array, floor_sbatch_ms=1000 * floor)
+                row.update(array=array, floor_sbatch_ms=1000 * floor, floor_sbatch_cpu_ms=1000 * floor_cpu)
                 rows.append(row)
-                print(table([row]).splitlines()[-3], flush=True)
+                print(table([row]).splitlines()[2], f"(load {os.getloadavg()[0]:.1f})", flush=True)
                 if args.json:
                     args.json.write_text(json.dumps(rows, indent=2))
     print(table(rows))
+    print(f"load average at the end: {os.getloadavg()[0]:.2f} (1 min)")
 
 
 if __name__ == "__main__":

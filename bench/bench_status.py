@@ -8,8 +8,11 @@ the commands read of each file by its stat stamp (.verdicts.json: the damage ver
 numbers, which records each job folder holds), so only the first command after the jobs wrote their
 files reads them all. Printed side by side, from one process each (the CLI as a user runs it, its
 bytecode compiled once beforehand, as an installed package has it): the first status (nothing kept
-yet), the next one, runs, summary and report, each as a ratio to the floor measured in the same run:
-`python -c pass` plus one os.stat per job file, the least a status that checks every record can cost.
+yet; it records the jobs' states), the next one (it reads the run and keeps its rows: jobgen.run.rows),
+the one after it (it shows the kept rows), runs, summary and report (each reads the run and keeps what
+it showed), then summary and report again (they show what they kept), each as a ratio to the floor
+measured in the same run: `python -c pass` plus one os.stat per job file, the least a status that
+checks every record can cost.
 The jobs are recorded as ended, so Slurm is not asked. A second line gives each command's CPU seconds
 (user + system) in the same order: on a busy machine they vary less than the wall times.
 """
@@ -58,13 +61,15 @@ def timed(args: list[str], env: dict[str, str]) -> float:
 
 
 def settle(run: Path) -> None:
-    """The jobs' files as written a minute ago (a verdict is kept only for a file that has settled)."""
+    """The jobs' files and folders as written a minute ago (a verdict is kept only for a file that has
+    settled, and what a folder holds only for a folder that has)."""
     past = time.time() - 60
     for folder in (run / "jobs").iterdir():
         for name in JOB_FILES:
             path = folder / name
             if path.exists():
                 os.utime(path, (past, past))
+        os.utime(folder, (past, past))
 
 
 def user_env() -> dict[str, str]:
@@ -90,8 +95,8 @@ def main() -> int:
     args = parser.parse_args()
     jobgen = [str(Path(sys.executable).with_name("jobgen"))]
     print(
-        f"{'jobs':>6}  {'floor':>7}  {'status (first)':>16}  {'status (next)':>15}  {'runs':>13}  {'summary':>13}"
-        f"  {'report':>14}"
+        f"{'jobs':>6}  {'floor':>7}  {'status (first)':>16}  {'status (next)':>15}  {'status (kept)':>15}"
+        f"  {'runs':>13}  {'summary':>13}  {'report':>14}  {'summary (kept)':>14}  {'report (kept)':>14}"
     )
     with tempfile.TemporaryDirectory() as tmp:
         env = {**user_env(), "JOBGEN_NO_COLOR": "1"}
@@ -104,13 +109,17 @@ def main() -> int:
             floor = timed([sys.executable, "-c", FLOOR.format(files=JOB_FILES), str(run)], env)
             first = timed([*jobgen, *root, "status", str(run)], env)
             again = timed([*jobgen, *root, "status", str(run)], env)
+            kept = timed([*jobgen, *root, "status", str(run)], env)
             runs = timed([*jobgen, *root, "runs"], env)
             summary = timed([*jobgen, *root, "summary", str(run)], env)
             report = timed([*jobgen, *root, "report", str(run), "-o", str(Path(tmp) / f"{n}.html")], env)
+            summary_kept = timed([*jobgen, *root, "summary", str(run)], env)
+            report_kept = timed([*jobgen, *root, "report", str(run), "-o", str(Path(tmp) / f"{n}.html")], env)
             print(
                 f"{n:>6}  {floor:6.2f}s  {first:6.2f}s ({first / floor:4.1f}x)  {again:6.2f}s ({again / floor:4.1f}x)"
-                f"  {runs:5.2f}s ({runs / floor:4.1f}x)  {summary:5.2f}s ({summary / floor:4.1f}x)"
-                f"  {report:5.2f}s ({report / floor:5.1f}x)",
+                f"  {kept:6.2f}s ({kept / floor:4.1f}x)  {runs:5.2f}s ({runs / floor:4.1f}x)  {summary:5.2f}s ({summary / floor:4.1f}x)"
+                f"  {report:5.2f}s ({report / floor:5.1f}x)  {summary_kept:5.2f}s ({summary_kept / floor:5.1f}x)"
+                f"  {report_kept:5.2f}s ({report_kept / floor:5.1f}x)",
                 flush=True,
             )
             print(f"{'cpu':>6}  " + "  ".join(f"{c:6.2f}s" for c in CPU), flush=True)

@@ -412,14 +412,14 @@ def status(
     ctx: click.Context, run: str | None, watch: bool, interval: float, timeout: float | None, refresh: bool
 ) -> None:
     """One row per job of RUN (a run folder, experiment name or file; default: the latest run)."""
-    from jobgen.commands.wait import watch as readings
-    from jobgen.results.status import format_table, status_table
+    from jobgen.commands.wait import watch_status
+    from jobgen.results.status import format_table
 
     run_dir = _one_run(ctx, run)
-    for n, loaded in enumerate(readings(run_dir, interval=interval, timeout=timeout, refresh=refresh)):
-        header, rows, _ = status_table(loaded)
-        click.echo(("\n" if n else "") + f"run: {run_dir}\n{format_table(header, rows)}")
-        _warn([loaded])
+    for n, view in enumerate(watch_status(run_dir, interval=interval, timeout=timeout, refresh=refresh)):
+        click.echo(("\n" if n else "") + f"run: {run_dir}\n{format_table(view.header, view.rows)}")
+        for line in view.warnings:
+            click.echo(f"warning: {view.run_dir}/{line}", err=True)
         if not watch:
             return
 
@@ -571,12 +571,11 @@ def summary(
     all_runs: bool,
 ) -> None:
     """Time and accuracy of every job of RUNS (run folders, experiment names or files; default: the latest run)."""
-    from jobgen.results.state import read_some
-    from jobgen.results.summary import summarize
+    from jobgen.results.kept import summary_text
 
-    loaded = read_some(_many_runs(ctx, runs, all_runs), refresh=refresh)
-    text = summarize(
-        loaded,
+    text, warnings = summary_text(
+        _many_runs(ctx, runs, all_runs),
+        refresh=refresh,
         baseline=baseline,
         fmt=fmt,
         plot=Path(plot) if plot else None,
@@ -584,7 +583,8 @@ def summary(
         color=fmt == "table" and sys.stdout.isatty(),
     )
     click.echo(text, nl=False)
-    _warn(loaded)
+    for line in warnings:
+        click.echo(f"warning: {line}", err=True)
     if plot:
         click.echo(f"plot: {plot}", err=True)
 
@@ -700,14 +700,9 @@ def report(
 ) -> None:
     """Write one self-contained HTML page for RUNS (default: the latest run): the summary table, loss and
     accuracy curves, time vs accuracy, failure causes and links to each job's logs."""
-    from jobgen.results.report import write_report
-    from jobgen.results.state import read_some
+    from jobgen.results.kept import report_page
 
-    loaded = read_some(_many_runs(ctx, runs, all_runs), refresh=refresh)
-    path = write_report(loaded, Path(output), baseline=baseline)
-    for run in loaded:
-        if not isinstance(run, Path):
-            run.keep_facts()
+    path = report_page(_many_runs(ctx, runs, all_runs), Path(output), refresh=refresh, baseline=baseline)
     click.echo(f"report: {path}")
 
 

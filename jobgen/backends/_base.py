@@ -140,6 +140,11 @@ class Scheduler:
                 continue
         return sorted(found, key=oldest_first)
 
+    def logs_in_job_folder(self) -> bool:
+        """Whether every log is in the job's folder itself, not below it: the folder's stat stamp then
+        changes when one is made or removed (jobgen.results.kept relies on it)."""
+        return all("/" not in pattern for patterns in self.logs.values() for pattern in patterns)
+
     # ---- rules
     def shape_problems(self, exp: Experiment) -> list[str]:
         """Job shapes this scheduler cannot start, each with its fix."""

@@ -174,8 +174,9 @@ def query(job_ids: list[str]) -> dict[str, JobInfo]:
     if not ids:
         return {}
     found: dict[str, JobInfo] = {}
-    for start in range(0, len(ids), SACCT_CHUNK):
-        found |= _sacct(ids[start : start + SACCT_CHUNK])
+    asked = sacct_ids(ids)
+    for start in range(0, len(asked), SACCT_CHUNK):
+        found |= _sacct(asked[start : start + SACCT_CHUNK])
     wanted = set(ids)
     # The accounting database is written after the controller, and lags it under load: sacct can call a
     # job pending or running that has ended. The controller's word wins for every job it still holds.
@@ -185,8 +186,15 @@ def query(job_ids: list[str]) -> dict[str, JobInfo]:
         # squeue has no exit code: an ended job it lists is asked of scontrol too (no accounting)
         missing = wanted - {jid for jid, info in found.items() if info.exit_code or not info.state.is_final}
         if missing:
-            found |= {jid: info for jid, info in _scontrol().items() if jid in missing}
+            found |= _scontrol(missing)
     return {jid: found[jid] for jid in ids if jid in found}
+
+
+def sacct_ids(ids: list[str]) -> list[str]:
+    """The ids to hand sacct for these jobs: the tasks of an array (<array id>_<task>) as the array's id,
+    which sacct answers with a line per task. A sweep of 10,000 tasks in arrays of 1,000 is one short
+    list, not ten chunks of task ids; the tasks not asked about are left out of the answer."""
+    return list(dict.fromkeys(jid.split("_", 1)[0] for jid in ids))
 
 
 def _sacct(ids: list[str]) -> dict[str, JobInfo]:
@@ -230,16 +238,18 @@ def usage(job_ids: list[str]) -> dict[str, list[Attempt]]:
     """Every attempt of each job id that the accounting database knows: one sacct per SACCT_CHUNK ids.
     {} without accounting (sacct refuses, or is missing: a copied run read elsewhere)."""
     ids = list(dict.fromkeys(j for j in job_ids if j))
+    asked = sacct_ids(ids)
     out: dict[str, list[Attempt]] = {}
-    for start in range(0, len(ids), SACCT_CHUNK):
-        chunk = ids[start : start + SACCT_CHUNK]
+    for start in range(0, len(asked), SACCT_CHUNK):
+        chunk = asked[start : start + SACCT_CHUNK]
         said = slurm.ask(["sacct", "-n", "-P", "-X", "-D", f"--format={USAGE_FIELDS}", "-j", ",".join(chunk)])
         for line in said.splitlines() if said is not None else []:
             parsed = parse_usage_line(line)
             if parsed is not None:
                 for one in expand_array_id(parsed[0]):
                     out.setdefault(one, []).append(parsed[1])
-    return out
+    wanted = set(ids)
+    return {jid: attempts for jid, attempts in out.items() if jid in wanted}
 
 
 def parse_usage_line(line: str) -> tuple[str, Attempt] | None:
@@ -298,12 +308,20 @@ def _squeue() -> dict[str, JobInfo]:
     return out
 
 
-def _scontrol() -> dict[str, JobInfo]:
-    """Every job `scontrol show job` knows, one line each (-o); array tasks also by <array id>_<task>."""
+_SCONTROL_IDS = re.compile(r"JobId=(\S*)(?:.*? ArrayJobId=(\S*) ArrayTaskId=(\S*))?")
+
+
+def _scontrol(wanted: set[str]) -> dict[str, JobInfo]:
+    """The `wanted` jobs among those `scontrol show job` knows, one line each (-o); array tasks by <array
+    id>_<task>. It lists every job the controller holds: only the lines of wanted jobs are read whole."""
     said = slurm.ask(["scontrol", "show", "job", "-o"])
     out: dict[str, JobInfo] = {}
     for line in said.splitlines() if said is not None else []:
-        if "JobState=" not in line:
+        ids = _SCONTROL_IDS.match(line)
+        if "JobState=" not in line or ids is None:
+            continue
+        jid, array, task = ids.groups()
+        if jid not in wanted and not (array and any(one in wanted for one in expand_array_id(f"{array}_{task}"))):
             continue
         kv = dict(re.findall(r"(\w+)=(\S*)", line))
         nodelist = kv.get("NodeList", "")
@@ -321,7 +339,7 @@ def _scontrol() -> dict[str, JobInfo]:
         if kv.get("ArrayJobId") and kv.get("ArrayTaskId"):
             for one in expand_array_id(f"{kv['ArrayJobId']}_{kv['ArrayTaskId']}"):
                 out[one] = info
-    return out
+    return {jid: info for jid, info in out.items() if jid in wanted}
 
 
 def _time(value: str) -> str:

@@ -111,7 +111,7 @@ def rerun(
             files[str(rec.job.entry["script"])] = script
             entries.append(_entry(rec.job, scheduler.submit_command(new_dir / rec.job.entry["script"]), dry_run))
         manifest = _manifest(old, run_id, entries, dry_run, sets, changed)
-        files[record.MANIFEST] = record.dumps(manifest)
+        files[record.MANIFEST] = record.manifest_text(manifest)
         record.check_no_secrets({k: v for k, v in files.items() if isinstance(v, str)})
         return manifest, files
 

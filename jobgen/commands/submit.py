@@ -177,7 +177,7 @@ def _render(
         manifest["container"] = container.record(jobs[0])  # [container] is one for the whole run
     if exp.launch.array:
         manifest["arrays"] = _arrays(jobs, entries, run, exp, files, scheduler, dry_run)
-    files[record.MANIFEST] = record.dumps(manifest)
+    files[record.MANIFEST] = record.manifest_text(manifest)
     record.check_no_secrets({k: v for k, v in files.items() if isinstance(v, str)})
     return manifest, files
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from jobgen.errors import WaitTimeout
 from jobgen.results.state import read_runs
+from jobgen.results.status import StatusView, read_status
 from jobgen.run.model import Run
+
+Reading = TypeVar("Reading")
 
 
 def watch(
@@ -21,11 +25,39 @@ def watch(
 ) -> Iterator[Run]:
     """The run, read (states settled by the one state rule) every `interval` seconds until all its jobs
     have ended; WaitTimeout once `timeout` seconds have passed with some still queued or running."""
+
+    def read() -> Run:
+        (loaded,) = read_runs([run_dir], refresh=refresh)
+        return loaded
+
+    return _poll(read, lambda run: all(job.state.is_final for job in run.jobs), run_dir, interval, timeout, sleep)
+
+
+def watch_status(
+    run_dir: Path,
+    *,
+    interval: float = 10.0,
+    timeout: float | None = None,
+    refresh: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[StatusView]:
+    """Like watch, as `jobgen status` shows it (jobgen.results.status.read_status)."""
+    return _poll(lambda: read_status(run_dir, refresh), lambda view: view.all_final, run_dir, interval, timeout, sleep)
+
+
+def _poll(
+    read: Callable[[], Reading],
+    ended: Callable[[Reading], bool],
+    run_dir: Path,
+    interval: float,
+    timeout: float | None,
+    sleep: Callable[[float], None],
+) -> Iterator[Reading]:
     started = time.monotonic()
     while True:
-        (loaded,) = read_runs([run_dir], refresh=refresh)
-        yield loaded
-        if all(job.state.is_final for job in loaded.jobs):
+        reading = read()
+        yield reading
+        if ended(reading):
             return
         if timeout is not None and time.monotonic() - started > timeout:
             raise WaitTimeout(f"jobs still running after {timeout:.0f} s; check again with: jobgen status {run_dir}")

@@ -22,7 +22,17 @@ from jobgen.backends._base import Attempt
 from jobgen.errors import JobgenError
 from jobgen.facts import RESULT_SCHEMA
 from jobgen.results import logs
-from jobgen.results.cost import USAGE, Accounting, Usage, ask_accounting, attempts_to_keep, kept_attempts, usage_of
+from jobgen.results.cost import (
+    USAGE,
+    Accounting,
+    Usage,
+    answer,
+    attempts_to_keep,
+    digest,
+    kept_attempts,
+    question,
+    usage_of,
+)
 from jobgen.results.diagnose import LAST_LINE, Cause, find_cause
 from jobgen.results.state import settle
 from jobgen.results.status import progress
@@ -114,7 +124,11 @@ def collect(runs: Sequence[Run | Path], live_states: LiveStates | None = None) -
                 asked.add(id(job))
             else:
                 known |= found
-    accounting = ask_accounting(loaded, skip=lambda job: id(job) not in asked) | known
+    asking = question(loaded, skip=lambda job: id(job) not in asked)
+    said = answer(asking)
+    for run in loaded:
+        run.asked = (asking, digest(said)) if len(loaded) == 1 else None
+    accounting = said | known
     rows: list[JobRow] = []
     for each in runs:
         if isinstance(each, Run):

@@ -12,16 +12,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from jobgen.results.collect import JobRow
 from jobgen.results.cost import mfu
 from jobgen.states import State
 
 
-@dataclass(frozen=True)
-class Stat:
-    """Mean, sample standard deviation (None below two values) and count of one metric."""
+class Stat(NamedTuple):
+    """Mean, sample standard deviation (None below two values) and count of one metric. A tuple: a
+    summary of 10,000 jobs makes 150,000 of them, and a frozen dataclass costs three times as much."""
 
     mean: float | None
     std: float | None

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -47,16 +49,35 @@ class Usage:
 def ask_accounting(runs: Iterable[Run], skip: Callable[[RunJob], bool] | None = None) -> dict[str, list[Attempt]]:
     """Every attempt of every submitted job of these runs (but those `skip` says are known): one question
     per backend for all of them."""
-    asking: dict[str, list[str]] = {}
+    return answer(question(runs, skip))
+
+
+Question = dict[str, list[str]]  # backend -> the job ids its accounting is asked about
+
+
+def question(runs: Iterable[Run], skip: Callable[[RunJob], bool] | None = None) -> Question:
+    """What ask_accounting asks each backend."""
+    asking: Question = {}
     for run in runs:
         for job in run.jobs:
             if job.state not in NEVER_SUBMITTED and not (skip and skip(job)):
                 asking.setdefault(run.backend, []).extend(job_ids(job))
+    return asking
+
+
+def answer(asking: Question) -> dict[str, list[Attempt]]:
+    """The accounting's answer to a question: every attempt of each job id it knows."""
     found: dict[str, list[Attempt]] = {}
     for backend, ids in asking.items():
         if ids:
             found |= backends.get(backend).usage(ids)
     return found
+
+
+def digest(found: Accounting) -> str:
+    """What tells two answers of the accounting apart (jobgen.results.kept asks again and compares)."""
+    text = json.dumps(sorted((jid, [dataclasses.astuple(a) for a in found[jid]]) for jid in found))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 # --- the accounting's final word, kept in the manifest -------------------------------------------------

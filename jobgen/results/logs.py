@@ -27,11 +27,11 @@ def files(backend: str, job_dir: Path, stream: str | None = None) -> list[Path]:
     """A job's log files of one stream ('out', 'err'; None: both), oldest first. An unknown backend
     (a damaged manifest) gets every scheduler's kinds of log."""
     try:
-        schedulers = [backends.get(backend)]
+        scheduler = backends.get(backend)
     except JobgenError:
-        schedulers = [backends.get(name) for name in backends.names()]
-    found = {p for s in schedulers for p in s.log_files(job_dir, stream)}
-    return sorted(found, key=oldest_first)
+        found = {p for name in backends.names() for p in backends.get(name).log_files(job_dir, stream)}
+        return sorted(found, key=oldest_first)
+    return scheduler.log_files(job_dir, stream)  # oldest first already
 
 
 def label(line: str, rank: int | None) -> str | None:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
+from urllib.parse import quote_from_bytes
 
 from jobgen import __version__
 from jobgen.errors import JobgenError
@@ -67,14 +68,25 @@ code { font-size: 12px; }
 """
 
 
-def build_report(runs: Sequence[Run | Path], baseline: str | None = None, live_states: LiveStates | None = None) -> str:
-    """The report's HTML for these runs: one page that needs nothing beside it but the runs' log files."""
+# Where the page says when it was made: a tag no escaped text can hold (jobgen.results.kept keeps the
+# page of an unchanged run with it, and puts the time in when it writes the page again).
+CREATED = "<jobgen-created/>"
+
+
+def build_report(
+    runs: Sequence[Run | Path],
+    baseline: str | None = None,
+    live_states: LiveStates | None = None,
+    created: str | None = None,
+) -> str:
+    """The report's HTML for these runs: one page that needs nothing beside it but the runs' log files.
+    `created`: what the page says of when it was made (default: now)."""
     lines = build_lines(collect(runs, live_states), combine=False)
     apply_baseline(lines, baseline)
     colors = {id(line): color(i) for i, line in enumerate(lines)}
     experiments = ", ".join(dict.fromkeys(line.experiment for line in lines)) or "no jobs"
     names = ", ".join(escape(str(r.run_dir if isinstance(r, Run) else r)) for r in runs)
-    created = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    created = created or made_at()
     body = [
         f"<h1>{escape(experiments)}</h1>",
         f'<p class="meta">{len(lines)} job(s) from {names} &middot; jobgen {__version__} &middot; {created}</p>',
@@ -97,14 +109,25 @@ def build_report(runs: Sequence[Run | Path], baseline: str | None = None, live_s
     )
 
 
+def made_at() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def write_report(
     runs: Sequence[Run | Path], out: Path, baseline: str | None = None, live_states: LiveStates | None = None
 ) -> Path:
+    check_folder(out)
+    return write_page(out, build_report(runs, baseline, live_states))
+
+
+def check_folder(out: Path) -> None:
     if not out.parent.is_dir():  # no folder is made for the page: a typo in it would hide the report
         raise JobgenError(
             f"{out}: the folder {out.parent} does not exist; create it first or write the report elsewhere"
         )
-    html = build_report(runs, baseline, live_states)
+
+
+def write_page(out: Path, html: str) -> Path:
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
     tmp.write_text(html, encoding="utf-8")
     os.replace(tmp, out)
@@ -122,19 +145,22 @@ def _table(lines: list[Line], colors: dict[int, str]) -> str:
     widths = {i: _column_px(HEADERS[i], [row[i] for row in rows]) for i in shown}
     widths[LOGS] = LOGS_PX
     groups = _fold([*(i for i in shown if HEADERS[i] != "config"), LOGS], widths, TABLE_PX - widths[0])
+    # Each cell's HTML once: the config cell leads every stacked table.
+    configs = [_cell(line, HEADERS[0], values[0], colors) for line, values in zip(lines, rows, strict=True)]
     tables = []
     for group in groups:
         # The config keeps its width: where the browser must narrow a table, headers wrap first.
         head = f'<th style="min-width:{widths[0] - 12:.0f}px">config</th>'
         head += "".join("<th>logs</th>" if i == LOGS else f"<th>{escape(HEADERS[i])}</th>" for i in group)
         body = []
-        for line, values, links in zip(lines, rows, log_cells, strict=True):
+        columns = [(i, HEADERS[i] if i != LOGS else "") for i in group]
+        for line, values, links, config in zip(lines, rows, log_cells, configs, strict=True):
             tds = [
-                f'<td class="logs">{links}</td>' if i == LOGS else _cell(line, HEADERS[i], values[i], colors)
-                for i in [0, *group]
+                f'<td class="logs">{links}</td>' if i == LOGS else _cell(line, header, values[i], colors)
+                for i, header in columns
             ]
             attrs = ' class="baseline"' if line.is_baseline else ""
-            body.append(f"<tr{attrs}>{''.join(tds)}</tr>")
+            body.append(f"<tr{attrs}>{config}{''.join(tds)}</tr>")
         tables.append(f'<table class="summary"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
     note = f'<p class="meta">no job has a value in: {escape(", ".join(empty))}</p>' if empty else ""
     return "\n".join(tables) + note
@@ -150,6 +176,8 @@ NOTE_CHARS = 60
 
 
 def _cell(line: Line, header: str, value: str, colors: dict[int, str]) -> str:
+    if not value and header in _EMPTY:  # most cells of a big sweep's report: nothing to escape or mark
+        return _EMPTY[header]
     css = "num" if header in NUMERIC else CLASSES.get(header, "")
     if header == "state":
         css = "state-" + _state_class(line.state)
@@ -164,6 +192,15 @@ def _cell(line: Line, header: str, value: str, colors: dict[int, str]) -> str:
         mean, spread = value.split(" ± ", 1)
         text = f'{escape(mean)}<br><span class="sd">± {escape(spread)}</span>'
     return f'<td class="{css}">{text}</td>' if css else f"<td>{text}</td>"
+
+
+# An empty cell of each column but those marked whatever they hold (state, config).
+_EMPTY = {
+    h: f'<td class="{css}"></td>' if css else "<td></td>"
+    for h in HEADERS
+    if h not in ("state", "config")
+    for css in ["num" if h in NUMERIC else CLASSES.get(h, "")]
+}
 
 
 def _column_px(header: str, values: list[str]) -> float:
@@ -207,7 +244,8 @@ def _href(path: Path) -> str:
     """An absolute file:// link: it keeps working when the page is copied, mailed or opened from
     anywhere on a machine that sees the run's folder (a link relative to the page breaks once the page
     moves without the runs)."""
-    return escape(Path(os.path.abspath(path)).as_uri())  # not resolve(): a syscall per folder of the path
+    # Path.as_uri() of the absolute path, without a Path per log: not resolve() (a syscall per folder).
+    return escape("file://" + quote_from_bytes(os.fsencode(os.path.abspath(path))))
 
 
 def _tradeoff(lines: list[Line], colors: dict[int, str]) -> str:

@@ -81,8 +81,7 @@ def ask_schedulers(runs: Sequence[Run], refresh: bool = False) -> None:
     asking: dict[str, list[RunJob]] = {}
     for run in runs:
         for job in run.jobs:
-            # A chain is always asked: its segments are what status shows of it.
-            if job.ids and (refresh or job.segments or job.recorded not in SETTLED):
+            if is_asked(job, refresh):
                 asking.setdefault(run.backend, []).append(job)
     for backend, jobs in asking.items():
         found = backends.get(backend).states([i for job in jobs for i in job.ids])
@@ -90,6 +89,19 @@ def ask_schedulers(runs: Sequence[Run], refresh: bool = False) -> None:
             job.live = (
                 chain_info(list(job.segments), found, job.finished) if job.segments else found.get(job.job_id or "")
             )
+
+
+def is_asked(job: RunJob, refresh: bool = False) -> bool:
+    """Whether the scheduler is asked about the job: it was submitted, and it may still change (a chain
+    is always asked: its segments are what status shows of it), or `refresh` asks about every job."""
+    return bool(job.ids) and (refresh or bool(job.segments) or job.recorded not in SETTLED)
+
+
+def from_record(job: RunJob) -> bool:
+    """Whether the job's state came from its record and files alone and is the one recorded: it was not
+    asked about, and needed no log to decide. What is shown of such a job changes only with its files
+    or its record (jobgen.run.rows keeps it until then)."""
+    return job.live is None and job.cause is None and job.state is job.recorded and not is_asked(job)
 
 
 def record_states(run: Run) -> None:

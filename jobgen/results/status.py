@@ -8,20 +8,75 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from jobgen.errors import JobgenError
-from jobgen.results.state import read_runs, settle
+from jobgen.results.state import from_record, read_runs, settle
+from jobgen.run import rows as kept_rows
 from jobgen.run.model import Run, RunJob
 from jobgen.states import State
 from training.progress import where as progress_where
 
+HEADER = ["job", "sweep", "job id", "state", "elapsed", "nodes", "exit", "retries", "progress", "source"]
+STATUS = "status"  # the command's name for its kept rows (jobgen.run.rows)
+
+
+@dataclass(frozen=True)
+class StatusView:
+    """What `jobgen status` shows of a run: its table, whether every job has ended, and one warning per
+    damaged record (RunJob.problems, named under the run folder); `kept`: read from the kept rows."""
+
+    run_dir: Path
+    header: list[str]
+    rows: list[list[str]]
+    all_final: bool
+    warnings: list[str]
+    kept: bool = False
+
+
+def read_status(run_dir: Path, refresh: bool = False) -> StatusView:
+    """The status of the run at `run_dir`. A run whose every job has ended, with its states recorded,
+    shows what its record and files say, and nothing else: its rows are kept (jobgen.run.rows) and shown
+    again while none of those files changed; else the run is read, Slurm asked once about the jobs that
+    may still change, and the states that changed recorded. `refresh` asks Slurm about every job."""
+    if not refresh:
+        found = kept_rows.load(run_dir, STATUS)
+        if found is not None and all(_is_kept_row(value) for value in found[1]):
+            table = [value[0] for value in found[1]]
+            warnings = [line for value in found[1] for line in value[1]]
+            return StatusView(Path(run_dir), HEADER, table, True, warnings, kept=True)
+    run = status_of(run_dir, refresh)
+    header, table, all_final = status_table(run)
+    problems = [job.problems() for job in run.jobs]
+    run.keep_facts()
+    if (
+        refresh
+        or not all(from_record(job) for job in run.jobs)
+        or not kept_rows.keep(run, STATUS, None, [[row, lines] for row, lines in zip(table, problems, strict=True)])
+    ):
+        kept_rows.forget(run_dir, STATUS)  # what is kept no longer holds (or was never kept): not read next time
+    return StatusView(Path(run_dir), header, table, all_final, [line for lines in problems for line in lines])
+
+
+def _is_kept_row(value: Any) -> bool:
+    """The shape read_status keeps per job: [10 cells, warnings]; a damaged cache costs time, never a crash."""
+    return (
+        type(value) is list
+        and len(value) == 2
+        and type(value[0]) is list
+        and len(value[0]) == len(HEADER)
+        and all(type(cell) is str for cell in value[0])
+        and type(value[1]) is list
+        and all(type(line) is str for line in value[1])
+    )
+
 
 def status_table(run: Run) -> tuple[list[str], list[list[str]], bool]:
     """(header, rows, all_final) for `jobgen status` of a run whose states are settled."""
-    header = ["job", "sweep", "job id", "state", "elapsed", "nodes", "exit", "retries", "progress", "source"]
+    header = list(HEADER)
     table = []
     for job in run.jobs:
         info = job.live
@@ -120,9 +175,9 @@ def progress(job: RunJob) -> str:
     return progress_where(*where)
 
 
-def status_of(run_dir: Path) -> Run:
+def status_of(run_dir: Path, refresh: bool = False) -> Run:
     """The run at `run_dir` with every job's state settled (Slurm asked once) and recorded."""
-    (run,) = read_runs([run_dir])
+    (run,) = read_runs([run_dir], refresh=refresh)
     return run
 
 

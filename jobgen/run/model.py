@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -250,6 +251,27 @@ class RunJob:
         self._keep_listing()
         return out
 
+    def look(self) -> None:
+        """Stat every record not looked at yet (what `stamps` needs, without the damage checks)."""
+        for name in JOB_FILES:
+            self._stat(name)
+
+    def stamps(self) -> tuple[Stamp, list[list[Any]]] | None:
+        """The stamps of the job's folder and of each of its records, as this command first saw them
+        (before reading any), once every record was asked about (`problems` and `look` ask them all): what tells a
+        later command that none of them changed (jobgen.run.rows). None when one could not be read."""
+        marks = self._marks
+        if self._folder_mark is None or any(name not in marks for name in JOB_FILES):
+            return None
+        files = []
+        for name in JOB_FILES:
+            mark = marks[name]
+            if isinstance(mark, OSError) or self._read.get(name, mark) != mark:
+                return None  # unreadable, or the version read is not the one first seen: changed meanwhile
+            if mark is not None:
+                files.append([name, *mark])
+        return self._folder_mark, files
+
     def _problem(self, name: str) -> str | None:
         """What is wrong with one of the job's files (None: fine or absent); the run's verdicts first."""
         mark = self._stat(name)
@@ -322,14 +344,26 @@ class Run:
     # Set by `--refresh` (jobgen.results.state.settle): Slurm is asked again about every job, its usage
     # too, and what the manifest kept of it is not taken.
     refresh: bool = False
+    # What says later whether the record is still the one read (jobgen.run.store.unchanged); no digest
+    # when a journal was replayed.
+    digest: str | None = field(default=None, repr=False)
+    journal: str = field(default="", repr=False)
+    # When it was loaded (time.time_ns()): a file changed since is not taken for the version read.
+    loaded_ns: int = field(default=0, repr=False)
+    # What summary and report asked the accounting about this run's jobs (backend -> ids) and the digest
+    # of its answer (jobgen.results.collect), when the run was asked alone.
+    asked: tuple[dict[str, list[str]], str] | None = field(default=None, repr=False)
 
     @classmethod
     def load(cls, run_dir: Path) -> Run:
         """The run at `run_dir`; a missing or damaged manifest is a one-line error naming the file."""
-        manifest = store.load_manifest(run_dir)
+        started = time.time_ns()
+        read = store.read_manifest(run_dir)
+        manifest = read.doc
         folder = Path(run_dir)
         verdicts = Verdicts(folder)
-        return cls(folder, manifest, [RunJob.from_entry(folder, e, verdicts) for e in manifest["jobs"]], verdicts)
+        jobs = [RunJob.from_entry(folder, e, verdicts) for e in manifest["jobs"]]
+        return cls(folder, manifest, jobs, verdicts, digest=read.digest, journal=read.journal, loaded_ns=started)
 
     def problems(self) -> list[str]:
         """One line per damaged record of its jobs (RunJob.problems), the verdicts kept for next time."""

@@ -181,3 +181,31 @@ def test_a_local_job_shows_its_elapsed_time_and_exit_code(tmp_path: Path, runner
     assert out.exit_code == 0, out.output
     line = next(ln for ln in out.output.splitlines() if ln.startswith("a "))
     assert " 01:02:05 " in line and " 0 " in line, line
+
+
+def test_array_tasks_are_asked_of_sacct_by_their_array(bin_dir: Path):
+    """sacct -j <array id> answers a line per task: 10,000 tasks in a few arrays are one short question."""
+    stub_tool(
+        bin_dir,
+        "sacct",
+        'echo "$*" >> "$(dirname "$0")/sacct.calls"; '
+        "printf '%s\\n' '70_0|COMPLETED|0:0|00:00:03|1|n1|x|2026-01-01T00:00:00|2026-01-01T00:00:03' "
+        "'70_1|FAILED|1:0|00:00:04|1|n2|x|2026-01-01T00:00:00|2026-01-01T00:00:04' "
+        "'70_2|COMPLETED|0:0|00:00:03|1|n1|x|2026-01-01T00:00:00|2026-01-01T00:00:03' "
+        "'71|TIMEOUT|0:0|00:00:09|1|n1|x|2026-01-01T00:00:00|2026-01-01T00:00:09'\n",
+    )
+    info = track.query(["70_0", "70_1", "71"])
+    assert sorted(info) == ["70_0", "70_1", "71"]  # 70_2 was not asked about
+    assert info["70_1"].state is State.FAILED and info["71"].state is State.TIMEOUT
+    assert (bin_dir / "sacct.calls").read_text().split()[-1] == "70,71"
+    (bin_dir / "sacct.calls").unlink()
+    stub_tool(
+        bin_dir,
+        "sacct",
+        'echo "$*" >> "$(dirname "$0")/sacct.calls"; '
+        "printf '%s\\n' '70_0|2026-01-01T00:00:00|3|10|billing=1,cpu=1,node=1||COMPLETED' "
+        "'70_2|2026-01-01T00:00:00|3|10|billing=1,cpu=1,node=1||COMPLETED'\n",
+    )
+    used = track.usage(["70_0", "70_1"])
+    assert sorted(used) == ["70_0"] and used["70_0"][0].cpus == 1
+    assert (bin_dir / "sacct.calls").read_text().split()[-1] == "70"
