@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +45,8 @@ WAITING_ON_SLURM = (
     "tests/slurm/test_cost.py",
     "tests/slurm/test_requeue.py",
     "tests/slurm/test_retries.py",
-    # Not waiting, but timed (the probe's predictions against the jobs' real wall time): here, beside
-    # tests that mostly sleep, and its jobs at a higher CPU priority (tests/slurm/test_probe.py).
+    # Not waiting, but timed (the probe's predictions against the jobs' real wall time): the group's
+    # first test, with the machine to itself (ALONE below).
     "tests/slurm/test_probe.py",
 )
 WAITING = "waiting-on-slurm"
@@ -104,6 +107,48 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
             super()._reschedule(node)
 
     return Scheduling(config, log)
+
+
+# The probe test (tests/slurm/test_probe.py) compares the wall time it predicts with the full jobs' own,
+# so it runs with the machine to itself: it is the first test of the waiting group, it waits for the
+# tests the other workers are running to end, and no other test starts until it has ended. Its two
+# jobs keep both cores busy meanwhile. Two flocks in /tmp/jobgen-test-turns-<xdist's run id>/, shared
+# by the workers (a lock dies with its process: a crashed worker blocks nobody): the probe holds `gate` exclusively for
+# the whole test and takes `run` exclusively once the others' tests have let go of it; every other
+# test passes `gate` (shared, at once released) and then holds `run` shared while it runs.
+ALONE = ("tests/slurm/test_probe.py",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not item.nodeid.startswith(ALONE))  # stable: only the probe test moves up
+
+
+def _lock(path: Path, mode: int) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, mode)
+    return fd
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Around the whole test, outside pytest-timeout's clock: a test's wait for its turn is no hang."""
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run_id:
+        yield
+        return
+    folder = Path(tempfile.gettempdir()) / f"jobgen-test-turns-{run_id}"
+    folder.mkdir(exist_ok=True)
+    alone = item.nodeid.startswith(ALONE)
+    gate = _lock(folder / "gate", fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+    if not alone:
+        os.close(gate)
+    held = _lock(folder / "run", fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+    try:
+        yield
+    finally:
+        os.close(held)
+        if alone:
+            os.close(gate)
 
 
 @pytest.fixture(autouse=True)
