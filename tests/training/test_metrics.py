@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
@@ -27,6 +27,7 @@ def _reference(preds, labels, num_classes):
     seed=st.integers(0, 10_000),
     repeats=st.integers(0, 5),
 )
+@example(num_classes=2, n=1, ranks=3, batch=1, seed=0, repeats=0)  # a rank with no row to score
 def test_scores_equal_torchmetrics_over_ranks_and_batches(num_classes, n, ranks, batch, seed, repeats):
     gen = torch.Generator().manual_seed(seed)
     logits = torch.randn(n + repeats, num_classes, generator=gen)
@@ -36,7 +37,7 @@ def test_scores_equal_torchmetrics_over_ranks_and_batches(num_classes, n, ranks,
     total = torch.zeros(5, dtype=torch.int64)
     for rank in range(ranks):
         scores = Scores(num_classes)
-        index = torch.arange(rank, n + repeats, ranks)
+        index = torch.arange(n + repeats)[rank::ranks]  # empty for a rank past the last row (n=1, 3 ranks)
         for start in range(0, len(index), batch):
             part = index[start : start + batch]
             scores.update(logits[part], labels[part], rows[part])
