@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -174,49 +175,50 @@ COLUMNS = (
 )
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    """The rows as Markdown: submission per job against a bare sbatch, every read against one squeue."""
+def _markdown(rows: list[dict[str, Any]], cells: Callable[[dict[str, Any]], list[str]]) -> list[str]:
+    """One Markdown table: jobs, how, then `cells(row)`: the submission per job and one per COLUMNS."""
     head = "| jobs | how | submit, per job (× bare sbatch) | " + " | ".join(c.replace("_", " ") for c in COLUMNS)
     lines = [head + " |", "|" + " --- |" * (3 + len(COLUMNS))]
     for row in rows:
-        per_job = 1000 * row["submit_s"] / row["jobs"]
-        cells = [
-            f"{row['jobs']:,}",
-            "arrays" if row["array"] else "one by one",
-            f"{per_job:.1f} ms ({per_job / row['floor_sbatch_ms']:.2f}×; {row['submit_calls']} calls)",
-        ]
-        for column in COLUMNS:
-            floor = row["floor_queued_s"] if column == "status_queued" else row["floor_ended_s"]
-            seconds = row[f"{column}_s"]
-            cells.append(f"{seconds:.2f} s ({seconds / floor:.1f}×; {row[f'{column}_calls']} calls)")
-        lines.append("| " + " | ".join(cells) + " |")
+        how = "arrays" if row["array"] else "one by one"
+        lines.append("| " + " | ".join([f"{row['jobs']:,}", how, *cells(row)]) + " |")
+    return lines
+
+
+def _wall(row: dict[str, Any]) -> list[str]:
+    per_job = 1000 * row["submit_s"] / row["jobs"]
+    cells = [f"{per_job:.1f} ms ({per_job / row['floor_sbatch_ms']:.2f}×; {row['submit_calls']} calls)"]
+    for column in COLUMNS:
+        floor = row["floor_queued_s"] if column == "status_queued" else row["floor_ended_s"]
+        seconds = row[f"{column}_s"]
+        cells.append(f"{seconds:.2f} s ({seconds / floor:.1f}×; {row[f'{column}_calls']} calls)")
+    return cells
+
+
+def _cpu(row: dict[str, Any]) -> list[str]:
+    per_job = 1000 * row["submit_cpu"] / row["jobs"]
+    return [f"{per_job:.1f} ms ({per_job / row['floor_sbatch_cpu_ms']:.2f}×)"] + [
+        f"{row[f'{column}_cpu']:.2f} s" for column in COLUMNS
+    ]
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The rows as Markdown: submission per job against a bare sbatch, every read against one squeue;
+    then the same in CPU seconds."""
     floors = [
         f"{row['jobs']:,} {'arrays' if row['array'] else 'one by one'}: sbatch {row['floor_sbatch_ms']:.1f} ms, "
         f"squeue {row['floor_queued_s']:.2f} s queued / {row['floor_ended_s']:.2f} s ended"
         for row in rows
     ]
-    cpu = [
-        "| jobs | how | submit, per job (× bare sbatch) | " + " | ".join(c.replace("_", " ") for c in COLUMNS) + " |"
-    ]
-    cpu.append("|" + " --- |" * (3 + len(COLUMNS)))
-    for row in rows:
-        per_job = 1000 * row["submit_cpu"] / row["jobs"]
-        cells = [
-            f"{row['jobs']:,}",
-            "arrays" if row["array"] else "one by one",
-            f"{per_job:.1f} ms ({per_job / row['floor_sbatch_cpu_ms']:.2f}×)",
-        ]
-        cells += [f"{row[f'{column}_cpu']:.2f} s" for column in COLUMNS]
-        cpu.append("| " + " | ".join(cells) + " |")
     return "\n".join(
         [
-            *lines,
+            *_markdown(rows, _wall),
             "",
             "floors (same run): " + "; ".join(floors),
             "",
             "CPU seconds (user + system, the command's Slurm tools included; bare sbatch the same way):",
             "",
-            *cpu,
+            *_markdown(rows, _cpu),
         ]
     )
 
