@@ -111,7 +111,7 @@ def write_new_run(
     manifest and files (every file made before anything is written: a job that cannot render leaves no
     trace), `copy_dirs` the folders copied into it (the code snapshot)."""
     for _ in range(100):
-        run_id = record.new_run_id()
+        run_id = record.new_run_id(root)
         run_dir = record.inside(root, experiment, run_id)
         manifest, files = make(run_id, run_dir)
         if record.reserve_run(root, experiment, run_id):

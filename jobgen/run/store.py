@@ -17,6 +17,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +30,23 @@ from jobgen.facts import MANIFEST_SCHEMA, SECRET_RE, now_iso
 MANIFEST = "manifest.json"
 
 
-def new_run_id() -> str:
-    return dt.datetime.now().strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+def new_run_id(output_root: Path | None = None) -> str:
+    """A run id for a new run under `output_root`: the time to the second, then 4 hex digits.
+
+    Run ids sort in the order the runs were made (`jobgen status exp` reads an experiment's last, and
+    `jobgen status` the last of all), also within one second: the digits are drawn just above the
+    highest any experiment under `output_root` took in this second (randomly, a little above, so two
+    submits racing in one second seldom draw the same; reserve_run settles a tie). When a second's
+    ids run out, the next second's are drawn.
+    """
+    while True:
+        now = dt.datetime.now()
+        stamp = now.strftime("%Y%m%d-%H%M%S")
+        taken = [p.name[len(stamp) + 1 :] for p in output_root.glob(f"*/{stamp}-*")] if output_root else []
+        low = max((int(t, 16) for t in taken if re.fullmatch(r"[0-9a-f]{4}", t)), default=-1) + 1
+        if low <= 0xFFFF:
+            return f"{stamp}-{low + secrets.randbelow(min(0x100, 0x10000 - low)):04x}"
+        time.sleep(1 - now.microsecond / 1e6)
 
 
 def git_info(path: Path) -> tuple[str | None, bool, str]:

@@ -81,3 +81,34 @@ def test_an_experiment_with_only_dry_runs_says_so(runner, tmp_path: Path, argv: 
     (line,) = result.output.strip().splitlines()
     assert "only dry runs" in line and "Traceback" not in line
     assert argv == ["summary"] or str(dry) in line
+
+
+class _Clock:
+    """datetime.datetime for jobgen.run.store, stopped at one moment until `sleep` moves it on."""
+
+    moment = __import__("datetime").datetime(2026, 12, 2, 6, 8, 44, 500000)
+
+    @classmethod
+    def now(cls):
+        return cls.moment
+
+    @classmethod
+    def sleep(cls, seconds: float) -> None:
+        cls.moment += __import__("datetime").timedelta(seconds=seconds)
+
+
+def test_runs_made_in_one_second_sort_in_the_order_they_were_made(tmp_path: Path, monkeypatch):
+    """`jobgen status exp` reads the last run by id: a rerun submitted in the same second as its run
+    (scripts do that) must sort after it, whatever the random digits draw."""
+    from jobgen.run import store
+
+    monkeypatch.setattr(store.dt, "datetime", _Clock)
+    monkeypatch.setattr(store.time, "sleep", _Clock.sleep)
+    made = []
+    for i in range(300):  # two experiments in turn: `jobgen status` (no name) reads the last of all
+        run_id = store.new_run_id(tmp_path)
+        assert store.reserve_run(tmp_path, f"exp{i % 2}", run_id), run_id
+        made.append(run_id)
+    assert {m[:15] for m in made} == {"20261202-060844"} and sorted(made) == made
+    (tmp_path / "exp1" / made[-1]).rename(tmp_path / "exp1" / "20261202-060844-ffff")  # this second is spent
+    assert store.new_run_id(tmp_path).startswith("20261202-060845-")

@@ -159,7 +159,7 @@ def test_auto_takes_the_newest_probe_times_the_margin(tmp_path: Path, partitions
     from jobgen.run import store
 
     ids = iter(["20261201-100000-ffff", "20261201-100001-0000", "20261201-100002-aaaa"])
-    monkeypatch.setattr(store, "new_run_id", lambda: next(ids))  # runs a second apart (ids order them)
+    monkeypatch.setattr(store, "new_run_id", lambda output_root=None: next(ids))  # runs a second apart (ids order them)
     exp = _experiment(tmp_path, "time_margin = 1.5\nmem_margin = 1.2")
     _probe_run(tmp_path, exp, {"lr-0.001": 1000.0, "lr-0.002": 1000.0})
     newest = _probe_run(tmp_path, exp, {"lr-0.001": 100.0, "lr-0.002": 200.0})
