@@ -358,12 +358,17 @@ _VALID_SHAPES: set[tuple[type, ...]] = set()
 
 
 def _read_result(job: RunJob) -> list[Any] | str:
-    """A result.json as JSON values (the Result's fields in order), or why it cannot be used."""
-    try:
-        raw = job.raw("result.json")
-    except OSError as exc:
-        return f"result.json unreadable ({_one_line(exc)})"
-    result, problem = (None, NO_RESULT) if raw is None else result_from(raw)
+    """A result.json as JSON values (the Result's fields in order), or why it cannot be used. The document
+    the damage check parsed is not parsed again (RunJob.json); a broken one is, for the summary's reason."""
+    doc, broken = job.json("result.json")
+    if broken is None and type(doc) is dict:
+        result, problem = result_from_doc(doc)
+    else:
+        try:
+            raw = job.raw("result.json")
+        except OSError as exc:
+            return f"result.json unreadable ({_one_line(exc)})"
+        result, problem = (None, NO_RESULT) if raw is None else result_from(raw)
     if result is None:
         return problem or NO_RESULT
     values = [getattr(result, name) for name in _RESULT_FIELDS]
@@ -381,6 +386,11 @@ def result_from(raw: bytes) -> tuple[Result | None, str | None]:
         return None, f"result.json is corrupt or truncated ({exc.msg} at line {exc.lineno}): rerun the job"
     if not isinstance(data, dict):
         return None, "result.json is not a JSON object: rerun the job"
+    return result_from_doc(data)
+
+
+def result_from_doc(data: dict[str, Any]) -> tuple[Result | None, str | None]:
+    """result_from for a result.json already parsed (a JSON object)."""
     schema = data.get("schema")
     if schema != RESULT_SCHEMA:
         return None, _schema_problem(schema, data)

@@ -74,6 +74,7 @@ class RunJob:
     cause: Any = None  # jobgen.results.diagnose.Cause, when the logs were asked why the job stopped
     verdicts: Verdicts | None = field(default=None, repr=False)  # the run's, shared by its jobs
     _files: dict[str, bytes | None | OSError] = field(default_factory=dict, repr=False)
+    _docs: dict[str, tuple[Any, str | None]] = field(default_factory=dict, repr=False)  # parsed once
     _marks: dict[str, Stamp | OSError | None] = field(default_factory=dict, repr=False)  # stat'ed once
     _read: dict[str, Stamp] = field(default_factory=dict, repr=False)  # the stamps of the versions read
     _folder: str = field(default="", repr=False)
@@ -185,12 +186,17 @@ class RunJob:
         return value
 
     def json(self, name: str) -> tuple[Any, str | None]:
-        """(document, None), (None, None) when absent, or (None, what is wrong with it)."""
+        """(document, None), (None, None) when absent, or (None, what is wrong with it); parsed once per
+        command (the damage check and the summary read the same result.json: neither changes it)."""
+        found = self._docs.get(name)
+        if found is not None:
+            return found
         try:
             raw = self.raw(name)
         except OSError as exc:
             return None, f"unreadable ({exc.strerror or exc})"
-        return (None, None) if raw is None else parse_json(raw)
+        found = self._docs[name] = (None, None) if raw is None else parse_json(raw)
+        return found
 
     def fact(
         self, name: str, key: str, read: Callable[[RunJob], Any], valid: Callable[[Any], bool] | None = None

@@ -70,6 +70,7 @@ def _no_reading(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("a settled result.json was read again")
 
     monkeypatch.setattr(collect, "result_from", refuse)
+    monkeypatch.setattr(collect, "result_from_doc", refuse)
 
 
 def test_a_settled_result_is_not_read_again(runner, run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -77,6 +78,17 @@ def test_a_settled_result_is_not_read_again(runner, run: Path, monkeypatch: pyte
     assert first == {"job0": 0.5, "job1": 0.6, "job2": 0.7}
     _no_reading(monkeypatch)
     assert _summary(runner, run) == first
+
+
+def test_the_summary_parses_each_result_once(runner, run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The damage check and the result's fields read the one document parsed of each result.json."""
+    from jobgen.results import collect
+
+    def refuse(*_a, **_k):
+        raise AssertionError("a result.json was parsed a second time")
+
+    monkeypatch.setattr(collect, "result_from", refuse)
+    assert _summary(runner, run) == {"job0": 0.5, "job1": 0.6, "job2": 0.7}
 
 
 @pytest.mark.parametrize("in_place", [False, True], ids=["replaced", "rewritten in place"])
