@@ -1,7 +1,8 @@
 """jobgen at scale on the real test cluster: submission, status and summary of 100 to 10,000 jobs.
 
 Each figure is printed next to its floor measured in the same run (a bare `sbatch --parsable --wrap true`
-loop for submission; one `squeue -t all` for status), as a ratio: these machines are noisy, so only
+loop for submission, right before it and as many calls, whose jobs run as jobgen's will and have ended
+before jobgen's submission starts; one `squeue -t all` for status), as a ratio: these machines are noisy, so only
 ratios measured side by side mean anything. The jobs' launch is `true` (bench/true.sbatch.j2): Slurm
 does all the work there is, and jobgen's own cost is what is left.
 
@@ -95,9 +96,14 @@ def bare_sbatch(n: int, counter: Path) -> tuple[float, float]:
     before = _children_cpu()
     started = time.perf_counter()
     for _ in range(n):
-        command = ["sbatch", "--parsable", "--wrap", "true", "-o", "/dev/null"]
+        command = ["sbatch", "--parsable", "--job-name", FLOOR_NAME, "--wrap", "true", "-o", "/dev/null"]
         subprocess.run(command, check=True, capture_output=True, env=env)
-    return time.perf_counter() - started, _children_cpu() - before
+    took = time.perf_counter() - started, _children_cpu() - before
+    wait_ended(FLOOR_NAME, timeout=max(600, n / 5), exact=True)  # the submission after it starts on an idle queue
+    return took
+
+
+FLOOR_NAME = "bare-sbatch-floor"
 
 
 def _children_cpu() -> float:
@@ -105,12 +111,13 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def wait_ended(name: str, timeout: float) -> None:
-    """Until no job of this experiment is queued or running (other users' jobs may be)."""
+def wait_ended(name: str, timeout: float, exact: bool = False) -> None:
+    """Until no job of this experiment (`exact`: of this job name) is queued or running (other users'
+    jobs may be)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         out = subprocess.run(["squeue", "-h", "-r", "-o", "%j"], capture_output=True, text=True).stdout
-        if not any(line.startswith(f"{name}.") for line in out.splitlines()):
+        if not any(line == name if exact else line.startswith(f"{name}.") for line in out.splitlines()):
             return
         time.sleep(2)
     raise SystemExit(f"jobs still queued after {timeout:.0f} s")
@@ -230,6 +237,13 @@ def main() -> None:
     parser.add_argument(
         "--how", choices=["both", "one-by-one", "arrays"], default="both", help="submit one by one, as arrays, or both"
     )
+    parser.add_argument(
+        "--floor-jobs",
+        type=int,
+        default=0,
+        help="bare sbatch calls for the floor (default: as many as the submission it is compared with, "
+        "which then meets a queue as long as the floor's did)",
+    )
     args = parser.parse_args()
     rows = []
     kinds = {"both": (False, True), "one-by-one": (False,), "arrays": (True,)}[args.how]
@@ -240,7 +254,8 @@ def main() -> None:
         for n in args.sizes:
             for array in kinds:
                 # Right before the submission it is compared with: the load of a shared machine changes.
-                floor, floor_cpu = (x / min(n, 300) for x in bare_sbatch(min(n, 300), counter))
+                floors = min(n, args.floor_jobs or n)
+                floor, floor_cpu = (x / floors for x in bare_sbatch(floors, counter))
                 row = measure(n, array, root, counter)
                 row.update(array=array, floor_sbatch_ms=1000 * floor, floor_sbatch_cpu_ms=1000 * floor_cpu)
                 rows.append(row)
