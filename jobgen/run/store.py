@@ -25,7 +25,7 @@ from typing import Any
 
 from jobgen import __version__
 from jobgen.errors import JobgenError, RunNotFound
-from jobgen.facts import MANIFEST_SCHEMA, SECRET_RE, now_iso
+from jobgen.facts import MANIFEST_SCHEMA, RUN_ID_RE, SECRET_RE, now_iso
 
 MANIFEST = "manifest.json"
 
@@ -42,8 +42,8 @@ def new_run_id(output_root: Path | None = None) -> str:
     while True:
         now = dt.datetime.now()
         stamp = now.strftime("%Y%m%d-%H%M%S")
-        taken = [p.name[len(stamp) + 1 :] for p in output_root.glob(f"*/{stamp}-*")] if output_root else []
-        low = max((int(t, 16) for t in taken if re.fullmatch(r"[0-9a-f]{4}", t)), default=-1) + 1
+        taken = [p.name for p in output_root.glob(f"*/{stamp}-*")] if output_root else []
+        low = max((int(name[-4:], 16) for name in taken if RUN_ID_RE.fullmatch(name)), default=-1) + 1
         if low <= 0xFFFF:
             return f"{stamp}-{low + secrets.randbelow(min(0x100, 0x10000 - low)):04x}"
         time.sleep(1 - now.microsecond / 1e6)
