@@ -164,29 +164,33 @@ SACCT_CHUNK = 1000
 
 
 def query(job_ids: list[str]) -> dict[str, JobInfo]:
-    """Info for each job id Slurm knows: sacct first, then squeue for what it lacks or calls unended, and
-    scontrol for the ended jobs neither gave an exit code.
+    """Info for each job id Slurm knows: squeue first (the controller's word, current for every job it
+    still holds, ended ones included), sacct for the jobs the controller has forgotten, and scontrol for
+    the ended jobs neither gave an exit code.
 
     One process per tool for the whole list (sacct in chunks), never one per job: a sweep of 10,000
-    jobs costs a handful of Slurm calls, not 10,000 (submitit#1759).
+    jobs costs a handful of Slurm calls, not 10,000 (submitit#1759); a sweep the controller still holds,
+    queued, running or just ended, costs one squeue.
     """
     ids = list(dict.fromkeys(j for j in job_ids if j))
     if not ids:
         return {}
-    found: dict[str, JobInfo] = {}
-    asked = sacct_ids(ids)
-    for start in range(0, len(asked), SACCT_CHUNK):
-        found |= _sacct(asked[start : start + SACCT_CHUNK])
     wanted = set(ids)
     # The accounting database is written after the controller, and lags it under load: sacct can call a
-    # job pending or running that has ended. The controller's word wins for every job it still holds.
-    unsure = wanted - {jid for jid, info in found.items() if info.state.is_final and info.exit_code}
-    if unsure:
-        found |= {jid: info for jid, info in _squeue().items() if jid in unsure}
-        # squeue has no exit code: an ended job it lists is asked of scontrol too (no accounting)
-        missing = wanted - {jid for jid, info in found.items() if info.exit_code or not info.state.is_final}
-        if missing:
-            found |= _scontrol(missing)
+    # job pending or running that has ended. So the controller is asked first, and its word stands for
+    # every job it holds; the accounting answers for the rest (MinJobAge after they ended).
+    found = {jid: info for jid, info in _squeue().items() if jid in wanted}
+    forgotten = [jid for jid in ids if jid not in found]
+    if forgotten:
+        asked = sacct_ids(forgotten)
+        from_acct: dict[str, JobInfo] = {}
+        for start in range(0, len(asked), SACCT_CHUNK):
+            from_acct |= _sacct(asked[start : start + SACCT_CHUNK])
+        found |= {jid: from_acct[jid] for jid in forgotten if jid in from_acct}
+    # An ended job without an exit code (a squeue that does not print it; no accounting): scontrol.
+    missing = wanted - {jid for jid, info in found.items() if info.exit_code or not info.state.is_final}
+    if missing:
+        found |= _scontrol(missing)
     return {jid: found[jid] for jid in ids if jid in found}
 
 
@@ -292,20 +296,72 @@ def tres_gpus(counts: dict[str, int]) -> int | None:
     return sum(typed) if typed else None
 
 
+# What squeue prints of each job (-O: every field, each ended by "|"): exit_code is the job's raw wait
+# status, as the controller keeps it, and EndTime is the expected end while the job runs.
+SQUEUE_FIELDS = ("JobArrayID", "State", "TimeUsed", "NumNodes", "NodeList", "StartTime", "EndTime", "exit_code")
+
+
 def _squeue() -> dict[str, JobInfo]:
     """Every job the controller still holds, ended ones included (-t all), array tasks one per line (-r).
 
     Not `-j <ids>`: squeue refuses the whole list when one id is unknown to it."""
-    said = slurm.ask(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T|%M|%D|%N|%S"])
+    fmt = ",".join(f"{field}:|" for field in SQUEUE_FIELDS)
+    said = slurm.ask(["squeue", "-h", "-r", "-t", "all", "-O", fmt])
     out: dict[str, JobInfo] = {}
     for line in said.splitlines() if said is not None else []:
         parts = line.split("|")
-        if len(parts) == 6:
-            jid, state, elapsed, nnodes, nodelist, start = parts
-            info = JobInfo(from_slurm(state), elapsed, nnodes, nodelist, "", _time(start), "", "squeue")
-            for one in expand_array_id(jid):
-                out[one] = info
+        if len(parts) != len(SQUEUE_FIELDS) + 1:
+            continue
+        jid, state_text, elapsed, nnodes, nodelist, start, end, status = (p.strip() for p in parts[:-1])
+        state = from_slurm(state_text)
+        final = state.is_final
+        info = JobInfo(
+            state,
+            sacct_elapsed(elapsed),
+            nnodes,
+            nodelist,
+            exit_code(status) if final else "",
+            _time(start),
+            _time(end) if final else "",  # a running job's EndTime is its time limit's
+            "squeue",
+        )
+        for one in expand_array_id(jid):
+            out[one] = info
     return out
+
+
+NO_VAL = 0xFFFFFFFE  # Slurm's "no value" for a 32-bit field
+
+
+def exit_code(status: str) -> str:
+    """A raw wait status, as squeue prints it, in sacct's words: "<exit status>:<signal>", the status
+    less 128 when the shell reported a signal as 128 + n, as sacct does (256 -> "1:0", 9 -> "0:9",
+    36608 (exit 143) -> "15:0"); "" when it is no number (or Slurm's no-value marker)."""
+    if not status.isdigit() or int(status) >= NO_VAL:
+        return ""
+    raw = int(status)
+    return _as_sacct((raw >> 8) & 0xFF, raw & 0x7F)
+
+
+def _as_sacct(status: int, signal: int) -> str:
+    return f"{status - 128 if status >= 128 else status}:{signal}"
+
+
+def _scontrol_exit(text: str) -> str:
+    """scontrol's ExitCode ("143:0") in sacct's words ("15:0"); anything else as it came."""
+    status, _, signal = text.partition(":")
+    return _as_sacct(int(status), int(signal)) if status.isdigit() and signal.isdigit() else text
+
+
+def sacct_elapsed(text: str) -> str:
+    """squeue's elapsed time ("1:06", "2:03:04", "1-02:03:04") as sacct writes it ("00:01:06",
+    "02:03:04", "1-02:03:04"), so one table shows one format whichever tool answered; "" when unreadable."""
+    seconds = _duration(text)
+    if seconds is None:
+        return ""
+    days, rest = divmod(seconds, 86400)
+    clock = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{clock}" if days else clock
 
 
 _SCONTROL_IDS = re.compile(r"JobId=(\S*)(?:.*? ArrayJobId=(\S*) ArrayTaskId=(\S*))?")
@@ -330,7 +386,7 @@ def _scontrol(wanted: set[str]) -> dict[str, JobInfo]:
             kv.get("RunTime", ""),
             kv.get("NumNodes", ""),
             "" if nodelist == "(null)" else nodelist,
-            kv.get("ExitCode", ""),
+            _scontrol_exit(kv.get("ExitCode", "")),
             _time(kv.get("StartTime", "")),
             _time(kv.get("EndTime", "")),
             "scontrol",

@@ -36,7 +36,6 @@ from jobgen.results.cost import (
 from jobgen.results.diagnose import LAST_LINE, Cause, find_cause
 from jobgen.results.state import settle
 from jobgen.results.status import progress
-from jobgen.run import store
 from jobgen.run.model import Retries, Run, RunJob
 from jobgen.states import JobInfo, State
 
@@ -158,10 +157,7 @@ def _keep_usage(
     if not updates:
         return
     with contextlib.suppress(JobgenError):
-        store.update_jobs(run.run_dir, updates, if_job_id={job.name: job.job_id for job in jobs}, durable=False)
-        store.compact(run.run_dir)
-        for job in jobs:
-            job.entry.update(updates.get(job.name, {}))
+        run.record(updates)
 
 
 def collect_run(

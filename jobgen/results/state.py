@@ -27,7 +27,6 @@ from jobgen import backends
 from jobgen.errors import JobgenError
 from jobgen.results import logs
 from jobgen.results.diagnose import CAUSE_STATES, LAST_LINE, Cause, find_cause
-from jobgen.run import store
 from jobgen.run.model import Run, RunJob
 from jobgen.states import FINAL_STATES, JobInfo, State
 
@@ -122,11 +121,7 @@ def record_states(run: Run) -> None:
         if any(job.entry.get(k) != v for k, v in fields.items()):
             updates[job.name] = fields
     if updates:
-        ids = {job.name: job.job_id for job in run.jobs}
-        store.update_jobs(run.run_dir, updates, if_job_id=ids, durable=False)
-        store.compact(run.run_dir)  # manifest.json is whole again when the command ends
-        for job in run.jobs:
-            job.entry.update(updates.get(job.name, {}))
+        run.record(updates)  # manifest.json is whole when the command ends
 
 
 def needs_cause(recorded: State, live: State | None, finished: bool) -> bool:

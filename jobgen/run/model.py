@@ -371,6 +371,20 @@ class Run:
         jobs = [RunJob.from_entry(folder, e, verdicts) for e in manifest["jobs"]]
         return cls(folder, manifest, jobs, verdicts, digest=read.digest, journal=read.journal, loaded_ns=started)
 
+    def record(self, updates: dict[str, dict[str, Any]]) -> None:
+        """Write these fields of the named jobs to the run's record and to their entries here, each only
+        where the job's id is still the one read (a requeue meanwhile gave it another). The manifest read
+        is written whole when it is still the one on disk (jobgen.run.store.update_read); the run then
+        stands for the record as written (its digest), so what a command keeps of it holds."""
+        ids = {job.name: job.job_id for job in self.jobs}
+        written = store.update_read(self.run_dir, self.manifest, self.digest, updates, if_job_id=ids)
+        if written is None:
+            self.digest = None  # the record changed since it was read: nothing kept of this read holds
+            for job in self.jobs:
+                job.entry.update(updates.get(job.name, {}))
+        else:
+            self.digest, self.journal = written
+
     def problems(self) -> list[str]:
         """One line per damaged record of its jobs (RunJob.problems), the verdicts kept for next time."""
         out = [line for job in self.jobs for line in job.problems()]

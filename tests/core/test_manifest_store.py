@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -71,3 +72,80 @@ def test_a_journal_replays_as_its_rule_says(entries: list, changes: list) -> Non
         assert _apply(ours, change, named) is None
         _naive(theirs, change)
     assert ours == theirs
+
+
+# --- a command that read the run writes what it decided -------------------------------------------------
+
+
+def _read_run(tmp_path):
+    from jobgen.run.model import Run
+    from tests.data.summary.synth import FakeJob, write_run
+
+    run_dir = write_run(tmp_path, "exp", [FakeJob(name, state="RUNNING") for name in ("a", "b", "c")])
+    return run_dir, Run.load(run_dir)
+
+
+def _states(run_dir) -> dict:
+    from jobgen.run.store import load_manifest
+
+    return {e["name"]: (e["state"], e["job_id"]) for e in load_manifest(run_dir)["jobs"]}
+
+
+def test_a_run_still_as_read_is_written_once_without_reading_it_again(tmp_path, monkeypatch) -> None:
+    """status of 10,000 jobs: the manifest read is the one written, not read, replayed and folded again."""
+    from jobgen.run import store
+
+    run_dir, run = _read_run(tmp_path)
+    reads = []
+    real = store._read_manifest
+    monkeypatch.setattr(store, "_read_manifest", lambda path: reads.append(path) or real(path))
+    run.record({"a": {"state": "COMPLETED"}})
+    run.record({"b": {"state": "FAILED", "exit_code": "1:0"}})  # a second write in the same command
+    assert reads == []
+    monkeypatch.undo()
+    assert _states(run_dir) == {"a": ("COMPLETED", "4000"), "b": ("FAILED", "4001"), "c": ("RUNNING", "4002")}
+    assert not list(run_dir.glob(".journal-*"))
+    assert run.jobs[1].entry["exit_code"] == "1:0"
+    # The run stands for the record as written: what a command keeps of it holds until the next change.
+    assert run.digest is not None and store.unchanged(run_dir, run.digest, run.journal)
+    store.update_jobs(run_dir, {"c": {"state": "CANCELLED"}})
+    assert not store.unchanged(run_dir, run.digest, run.journal)
+
+
+def test_a_record_changed_since_it_was_read_keeps_both_changes(tmp_path) -> None:
+    from jobgen.run import store
+    from jobgen.run.model import Run
+
+    run_dir, run = _read_run(tmp_path)
+    Run.load(run_dir).record({"b": {"state": "FAILED"}})  # another command wrote first (a new manifest)
+    store.update_jobs(run_dir, {"c": {"state": "CANCELLED"}})  # and a third one a journal line
+    run.record({"a": {"state": "COMPLETED"}})
+    assert _states(run_dir) == {"a": ("COMPLETED", "4000"), "b": ("FAILED", "4001"), "c": ("CANCELLED", "4002")}
+    assert run.digest is None and run.jobs[0].entry["state"] == "COMPLETED"
+    assert not list(run_dir.glob(".journal-*"))  # folded in
+
+
+def test_a_job_requeued_since_it_was_read_keeps_its_new_state(tmp_path) -> None:
+    """A status read before a requeue must not write the old job's end over the new job's queue."""
+    from jobgen.run import store
+
+    run_dir, run = _read_run(tmp_path)
+    store.update_jobs(run_dir, {"a": {"job_id": "9000", "state": "PENDING"}})
+    run.record({"a": {"state": "COMPLETED"}, "b": {"state": "COMPLETED"}})
+    assert _states(run_dir)["a"] == ("PENDING", "9000") and _states(run_dir)["b"] == ("COMPLETED", "4001")
+
+
+def test_a_full_disk_leaves_the_record_as_it_was(tmp_path, monkeypatch) -> None:
+    from jobgen.errors import JobgenError
+    from jobgen.run import store
+
+    run_dir, run = _read_run(tmp_path)
+    before = (run_dir / "manifest.json").read_bytes()
+
+    def full(path, text):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store, "atomic_write", full)
+    with pytest.raises(JobgenError, match=r"manifest\.json: No space left on device; free space first"):
+        run.record({"a": {"state": "COMPLETED"}})
+    assert (run_dir / "manifest.json").read_bytes() == before and run.manifest.get("journal") is None

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jobgen.backends import _slurm as track
 from jobgen.results.logs import label
@@ -15,7 +17,23 @@ from jobgen.states import State, from_slurm
 from tests.core.conftest import stub_tool
 
 
+def _squeue_lines(*lines: str) -> str:
+    """A squeue stub that writes down its arguments and prints these lines (the -O fields, each ended by "|")."""
+    printed = " ".join(f"'{line}'" for line in lines)
+    return 'echo "$*" >> "$(dirname "$0")/squeue.calls"; ' + (f"printf '%s\\n' {printed}\n" if lines else "\n")
+
+
+def _calls(bin_dir: Path, tool: str) -> list[str]:
+    path = bin_dir / f"{tool}.calls"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _logged(tool: str, body: str) -> str:
+    return f'echo "$*" >> "$(dirname "$0")/{tool}.calls"; {body}'
+
+
 def test_sacct_rows_map_to_states(bin_dir: Path):
+    stub_tool(bin_dir, "squeue", _squeue_lines())  # the controller has forgotten them all
     stub_tool(
         bin_dir,
         "sacct",
@@ -30,12 +48,8 @@ def test_sacct_rows_map_to_states(bin_dir: Path):
 
 def test_without_accounting_falls_back_to_squeue_then_scontrol(bin_dir: Path):
     stub_tool(bin_dir, "sacct", "echo 'sacct: error: Slurm accounting storage is disabled' >&2; exit 1\n")
-    stub_tool(
-        bin_dir,
-        "squeue",
-        # Asked once for every job it holds (-t all), not once per id.
-        'echo "$*" >> "$(dirname "$0")/squeue.calls"; echo "21|RUNNING|0:07|1|n2|2026-01-01T00:00:00"\n',
-    )
+    # Asked once for every job it holds (-t all), not once per id.
+    stub_tool(bin_dir, "squeue", _squeue_lines("21|RUNNING|0:07|1|n2|2026-01-01T00:00:00|2026-01-01T00:10:00|0|"))
     stub_tool(
         bin_dir,
         "scontrol",
@@ -45,12 +59,14 @@ def test_without_accounting_falls_back_to_squeue_then_scontrol(bin_dir: Path):
     )
     info = track.query(["21", "22", "23", "30_1"])
     assert info["21"].state is State.RUNNING and info["21"].source == "squeue"
+    assert info["21"].elapsed == "00:00:07" and info["21"].end == ""  # sacct's format; a running job has no end yet
     assert info["22"].state is State.TIMEOUT and info["22"].source == "scontrol"
     assert info["30_1"].state is State.RUNNING  # an array task, by <array id>_<task>
     assert "23" not in info
     # One process per tool for the whole list, never one per job.
-    assert (bin_dir / "squeue.calls").read_text().splitlines() == ["-h -r -t all -o %i|%T|%M|%D|%N|%S"]
-    assert (bin_dir / "scontrol.calls").read_text().splitlines() == ["show job -o"]
+    fields = "JobArrayID:|,State:|,TimeUsed:|,NumNodes:|,NodeList:|,StartTime:|,EndTime:|,exit_code:|"
+    assert _calls(bin_dir, "squeue") == [f"-h -r -t all -O {fields}"]
+    assert _calls(bin_dir, "scontrol") == ["show job -o"]
 
 
 def test_the_controller_wins_over_a_lagging_accounting_database(bin_dir: Path):
@@ -58,41 +74,89 @@ def test_the_controller_wins_over_a_lagging_accounting_database(bin_dir: Path):
     stub_tool(
         bin_dir,
         "sacct",
-        "printf '%s\\n' '41|RUNNING|0:0|00:00:09|1|n1|x|2026-01-01T00:00:00|Unknown' "
-        "'42_[0-1]|PENDING|0:0|00:00:00|1|None assigned|x|Unknown|Unknown' "
-        "'43|COMPLETED|0:0|00:00:03|1|n2|x|2026-01-01T00:00:00|2026-01-01T00:00:03' "
-        "'44|PENDING|0:0|00:00:00|1|None assigned|x|Unknown|Unknown'\n",
+        _logged(
+            "sacct",
+            "printf '%s\\n' '41|RUNNING|0:0|00:00:09|1|n1|x|2026-01-01T00:00:00|Unknown' "
+            "'42_[0-1]|PENDING|0:0|00:00:00|1|None assigned|x|Unknown|Unknown' "
+            "'43|COMPLETED|0:0|00:00:03|1|n2|x|2026-01-01T00:00:00|2026-01-01T00:00:03' "
+            "'44|PENDING|0:0|00:00:00|1|None assigned|x|Unknown|Unknown'\n",
+        ),
     )
     stub_tool(
         bin_dir,
         "squeue",
-        'echo "$*" >> "$(dirname "$0")/squeue.calls"; printf "%s\\n" "41|COMPLETED|0:11|1|n1|2026-01-01T00:00:00" '
-        '"42_0|COMPLETED|0:05|1|n1|2026-01-01T00:00:00" "42_1|RUNNING|0:04|1|n3|2026-01-01T00:00:01" '
-        '"43|COMPLETED|0:03|1|n2|2026-01-01T00:00:00"\n',
+        _squeue_lines(
+            "41|COMPLETED|0:11|1|n1|2026-01-01T00:00:00|2026-01-01T00:00:11|0|",
+            "42_0|FAILED|0:05|1|n1|2026-01-01T00:00:00|2026-01-01T00:00:05|256|",  # exit status 1
+            "42_1|RUNNING|0:04|1|n3|2026-01-01T00:00:01|2026-01-01T01:00:01|0|",
+            "43|CANCELLED|1:02:03|1|n2|2026-01-01T00:00:00|2026-01-01T01:02:03|15|",  # killed by SIGTERM
+        ),
     )
-    stub_tool(
-        bin_dir,
-        "scontrol",
-        'echo "JobId=41 JobState=COMPLETED RunTime=00:00:11 NumNodes=1 NodeList=n1 ExitCode=0:0 '
-        'StartTime=2026-01-01T00:00:00 EndTime=2026-01-01T00:00:11"; '
-        'echo "JobId=50 ArrayJobId=42 ArrayTaskId=0 JobState=FAILED RunTime=00:00:05 NumNodes=1 NodeList=n1 '
-        'ExitCode=1:0"\n',
-    )
+    stub_tool(bin_dir, "scontrol", _logged("scontrol", "exit 0\n"))
     info = track.query(["41", "42_0", "42_1", "43", "44"])
-    assert info["41"].state is State.COMPLETED and info["41"].exit_code == "0:0" and info["41"].source == "scontrol"
+    assert info["41"].state is State.COMPLETED and info["41"].exit_code == "0:0" and info["41"].source == "squeue"
+    assert info["41"].end == "2026-01-01T00:00:11" and info["41"].elapsed == "00:00:11"
     assert info["42_0"].state is State.FAILED and info["42_0"].exit_code == "1:0"
-    assert info["42_1"].state is State.RUNNING and info["42_1"].source == "squeue"
-    assert info["43"].source == "sacct"  # ended with an exit code: accounting's answer stands
+    assert info["42_1"].state is State.RUNNING and info["42_1"].exit_code == "" and info["42_1"].end == ""
+    assert info["43"].state is State.CANCELLED and info["43"].exit_code == "0:15" and info["43"].elapsed == "01:02:03"
     assert info["44"].state is State.PENDING and info["44"].source == "sacct"  # the controller does not hold it
-    assert len((bin_dir / "squeue.calls").read_text().splitlines()) == 1
+    # sacct is asked only about the job the controller has forgotten; every ended job had its exit code.
+    assert len(_calls(bin_dir, "squeue")) == 1 and _calls(bin_dir, "sacct")[0].split()[-1] == "44"
+    assert _calls(bin_dir, "scontrol") == []
 
 
-def test_jobs_accounting_says_ended_are_not_asked_again(bin_dir: Path):
+def test_a_sweep_the_controller_holds_costs_one_squeue(bin_dir: Path):
+    """10,000 queued, running and just-ended jobs: one squeue, and neither sacct nor scontrol."""
+    lines = [f"{100 + i}|PENDING|0:00|1||N/A|N/A|0|" for i in range(5000)]
+    lines += [f"9_{i}|COMPLETED|0:03|1|n1|2026-01-01T00:00:00|2026-01-01T00:00:03|0|" for i in range(5000)]
+    (bin_dir / "queue.txt").write_text("\n".join(lines) + "\n")
+    stub_tool(bin_dir, "squeue", 'echo "$*" >> "$(dirname "$0")/squeue.calls"; cat "$(dirname "$0")/queue.txt"\n')
+    for tool in ("sacct", "scontrol"):
+        stub_tool(bin_dir, tool, _logged(tool, "exit 0\n"))
+    ids = [f"{100 + i}" for i in range(5000)] + [f"9_{i}" for i in range(5000)]
+    info = track.query(ids)
+    assert len(info) == 10_000 and info["9_4999"].exit_code == "0:0" and info["100"].state is State.PENDING
+    assert len(_calls(bin_dir, "squeue")) == 1 and _calls(bin_dir, "sacct") == [] and _calls(bin_dir, "scontrol") == []
+
+
+def test_jobs_the_controller_forgot_are_asked_of_sacct_alone(bin_dir: Path):
+    stub_tool(bin_dir, "squeue", _squeue_lines())
     stub_tool(bin_dir, "sacct", "echo '61|COMPLETED|0:0|00:00:03|1|n2|x|2026-01-01T00:00:00|2026-01-01T00:00:03'\n")
-    for tool in ("squeue", "scontrol"):
-        stub_tool(bin_dir, tool, f'echo "$*" >> "$(dirname "$0")/{tool}.calls"\n')
+    stub_tool(bin_dir, "scontrol", _logged("scontrol", "exit 0\n"))
     assert track.query(["61"])["61"].state is State.COMPLETED
-    assert not (bin_dir / "squeue.calls").exists() and not (bin_dir / "scontrol.calls").exists()
+    assert len(_calls(bin_dir, "squeue")) == 1 and _calls(bin_dir, "scontrol") == []
+
+
+def test_an_ended_job_squeue_gives_no_exit_code_is_asked_of_scontrol(bin_dir: Path):
+    """A squeue that prints no exit code (an older Slurm, or the no-value marker): scontrol says it."""
+    stub_tool(
+        bin_dir, "squeue", _squeue_lines("71|FAILED|0:02|1|n1|2026-01-01T00:00:00|2026-01-01T00:00:02|4294967294|")
+    )
+    stub_tool(bin_dir, "sacct", _logged("sacct", "exit 1\n"))
+    stub_tool(bin_dir, "scontrol", _logged("scontrol", 'echo "JobId=71 JobState=FAILED ExitCode=137:0 NumNodes=1"\n'))
+    info = track.query(["71"])
+    assert info["71"].exit_code == "9:0" and info["71"].source == "scontrol"  # as sacct would say it
+    assert _calls(bin_dir, "sacct") == []  # the controller holds it: accounting is not asked
+
+
+@given(st.integers(0, 255), st.integers(0, 127))
+def test_squeue_wait_statuses_read_as_sacct_writes_them(status: int, signal: int):
+    """What exits with a status (status << 8) or dies of a signal reads as sacct's "<status>:<signal>"."""
+    # sacct reports a status of 128 + n (a shell's word for "killed by signal n") as n
+    assert track.exit_code(str(status << 8)) == f"{status - 128 if status >= 128 else status}:0"
+    assert track.exit_code(str(signal)) == f"0:{signal}"
+
+
+@given(st.integers(0, 400 * 86400))
+def test_squeue_elapsed_times_read_as_sacct_writes_them(seconds: int):
+    days, rest = divmod(seconds, 86400)
+    hours, minutes, secs = rest // 3600, rest % 3600 // 60, rest % 60
+    squeue = (f"{days}-{hours:02d}:" if days else f"{hours}:" if hours else "") + (
+        f"{minutes:02d}:{secs:02d}" if days or hours else f"{minutes}:{secs:02d}"
+    )
+    shown = track.sacct_elapsed(squeue)
+    assert track._duration(shown) == seconds  # noqa: SLF001 (the reading sbatch's times share)
+    assert shown == (f"{days}-" if days else "") + f"{hours:02d}:{minutes:02d}:{secs:02d}"
 
 
 def test_expand_array_ids():
@@ -185,6 +249,7 @@ def test_a_local_job_shows_its_elapsed_time_and_exit_code(tmp_path: Path, runner
 
 def test_array_tasks_are_asked_of_sacct_by_their_array(bin_dir: Path):
     """sacct -j <array id> answers a line per task: 10,000 tasks in a few arrays are one short question."""
+    stub_tool(bin_dir, "squeue", _squeue_lines())  # the controller has forgotten them
     stub_tool(
         bin_dir,
         "sacct",
