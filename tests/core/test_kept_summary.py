@@ -203,3 +203,25 @@ def test_a_run_with_a_job_without_result_keeps_no_page(runner, run: Path, tmp_pa
     """Such a job's log tail is on the page, with this shell's secrets taken out: not kept."""
     _report(runner, run, tmp_path / "a.html")
     assert not (run / ".rows-report.json").exists()
+
+
+def test_the_summary_that_kept_the_jobs_usage_is_kept_and_the_next_asks_sacct_nothing(
+    runner, run: Path, bin_dir: Path
+) -> None:
+    """The first summary of an ended run writes what each job used into the manifest (the accounting's
+    final word): the text it showed is kept beside the manifest it wrote, and the next summary neither
+    reads the run nor asks the accounting about the jobs whose usage the manifest holds."""
+    line = "{id}|2026-01-01T00:00:00|3600|120|billing=8,cpu=8,gres/gpu=4,node=1||COMPLETED"
+    stub_tool(
+        bin_dir,
+        "sacct",
+        'echo "$*" >> "$(dirname "$0")/sacct.calls"\n'
+        + "".join(f"echo '{line.format(id=4000 + i)}'\n" for i in range(4)),
+    )
+    first = _summary(runner, run, "--format", "json")[0]
+    assert json.loads(first)["totals"]["gpu_hours"] == 16.0
+    assert len((bin_dir / "sacct.calls").read_text().splitlines()) == 1
+    assert _kept(run, "json")
+    assert len((bin_dir / "sacct.calls").read_text().splitlines()) == 1  # the kept text asked nothing
+    assert _summary(runner, run, "--format", "json")[0] == first
+    assert len((bin_dir / "sacct.calls").read_text().splitlines()) == 1
