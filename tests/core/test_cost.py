@@ -118,9 +118,25 @@ def test_without_accounting_usage_is_empty(bin_dir: Path) -> None:
 
 def test_usage_is_one_sacct_per_chunk_of_ids(bin_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _sacct(bin_dir, [])
-    monkeypatch.setattr(track, "SACCT_CHUNK", 3)
+    monkeypatch.setattr(track, "SACCT_ARG_BYTES", 5)  # "0,1,2" fits, "0,1,2,3" does not
     track.usage([str(i) for i in range(7)])
-    assert len((bin_dir / "sacct.calls").read_text().splitlines()) == 3
+    assert [c.split()[-1] for c in (bin_dir / "sacct.calls").read_text().splitlines()] == ["0,1,2", "3,4,5", "6"]
+
+
+@given(st.lists(st.text("0123456789_", min_size=1, max_size=14), max_size=300), st.integers(14, 200))
+def test_sacct_chunks_keep_every_id_in_order_within_the_argument_limit(ids: list[str], limit: int) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(track, "SACCT_ARG_BYTES", limit)
+        chunks = track.sacct_chunks(ids)
+    assert [i for chunk in chunks for i in chunk] == ids and all(chunks)
+    assert all(len(",".join(chunk)) <= limit for chunk in chunks)
+    # as few as fit: no chunk could have taken the next one's first id
+    assert all(len(",".join([*a, b[0]])) > limit for a, b in zip(chunks, chunks[1:], strict=False))
+
+
+def test_ten_thousand_job_ids_are_one_sacct() -> None:
+    ids = [str(12_345_678 + i) for i in range(10_000)]  # 8-digit ids, as a busy cluster has
+    assert len(track.sacct_chunks(ids)) == 1 and len(",".join(ids)) < 128 * 1024
 
 
 # --- summary: sacct where the cluster keeps accounting, else the request ------------------------------------
