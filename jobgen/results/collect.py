@@ -29,7 +29,6 @@ from jobgen.results.cost import (
     answer,
     attempts_to_keep,
     digest,
-    job_ids,
     kept_attempts,
     question,
     usage_of,
@@ -162,11 +161,10 @@ def _keep_usage(
         if run.asked is not None:
             # The next command asks nothing for the jobs kept now: the question a kept summary puts to the
             # accounting again (jobgen.results.kept) is the one a fresh read would put, and so its answer.
-            kept_ids = {i for job in jobs if job.name in updates for i in job_ids(job)}
-            asking = {backend: [i for i in ids if i not in kept_ids] for backend, ids in run.asked[0].items()}
-            asking = {backend: ids for backend, ids in asking.items() if ids}
-            still = {i for ids in asking.values() for i in ids}
-            run.asked = (asking, digest({jid: found for jid, found in accounting.items() if jid in still}))
+            still = {id(job) for job in jobs if job.name not in updates}
+            asking = question([run], skip=lambda job: id(job) not in still)
+            ids = {i for asked in asking.values() for i in asked}
+            run.asked = (asking, digest({jid: found for jid, found in accounting.items() if jid in ids}))
 
 
 def collect_run(

@@ -497,13 +497,9 @@ def update_read(
                 same = False
             if same and not os.path.lexists(journal_path(run_dir, doc)):
                 _apply(doc, {"updates": updates, "if_job_id": if_job_id}, {})
-                generation = doc.get("journal")
-                doc["journal"] = int(generation or 0) + 1
-                text = manifest_text(doc)
                 try:
-                    atomic_write(run_dir / MANIFEST, text)
+                    text = _write_next_generation(run_dir, doc)
                 except OSError as exc:  # the manifest stays whole: nothing of the updates is recorded
-                    doc["journal"] = generation
                     raise JobgenError(
                         f"cannot update {run_dir / MANIFEST}: {exc.strerror or exc}; free space first"
                     ) from None
@@ -527,13 +523,27 @@ def _compact(run_dir: Path) -> None:
     old = journal_path(run_dir, doc)
     if not old.exists():
         return
-    doc["journal"] = int(doc.get("journal") or 0) + 1
     try:
-        atomic_write(run_dir / MANIFEST, manifest_text(doc))
+        _write_next_generation(run_dir, doc)
     except OSError:
         return  # a full disk: the old manifest and its journal stay whole and say everything; fold them later
     with contextlib.suppress(OSError):
         old.unlink()
+
+
+def _write_next_generation(run_dir: Path, doc: dict[str, Any]) -> str:
+    """Write `doc` whole as the manifest of the next journal generation (a reader holding the old one
+    then finds its journal gone and reads again); the text written. OSError leaves the file and `doc`'s
+    generation as they were."""
+    generation = doc.get("journal")
+    doc["journal"] = int(generation or 0) + 1
+    text = manifest_text(doc)
+    try:
+        atomic_write(run_dir / MANIFEST, text)
+    except OSError:
+        doc["journal"] = generation
+        raise
+    return text
 
 
 def _size(path: Path) -> int:
