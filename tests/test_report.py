@@ -150,6 +150,24 @@ def test_report_has_one_row_per_job_and_loads_nothing(tmp_path: Path, runner) ->
     assert any(href.endswith("oom/slurm-4000.out") for href in page.links)
 
 
+def test_report_lists_each_jobs_logs_once(tmp_path: Path, runner, monkeypatch) -> None:
+    """The page links each job's logs, keeps their stamps and reads the failed job's for its cause: one
+    listing of each job's folder for all of it (at 10,000 jobs each listing is a scandir and a sort)."""
+    from jobgen.backends._base import Scheduler
+
+    listed: list[str] = []
+    real = Scheduler.log_files
+
+    def counting(self, job_dir, stream=None):
+        listed.append(Path(job_dir).name)
+        return real(self, job_dir, stream)
+
+    monkeypatch.setattr(Scheduler, "log_files", counting)
+    _run, _out, html = _report(tmp_path, runner)
+    assert "CUDA out of memory" in html and "slurm-4000.out" in html
+    assert sorted(listed) == sorted(job.name for job in JOBS), listed
+
+
 def test_report_escapes_what_runs_wrote(tmp_path: Path, runner) -> None:
     hostile = FakeJob("x", {"train.engine": "torch"}, engine="<script>alert(1)</script>")
     write_run(tmp_path / "runs", "sweep", [hostile])

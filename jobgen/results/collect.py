@@ -95,6 +95,7 @@ class JobRow:
     segments: tuple[str, ...] = ()  # a chained job (slurm.chain): each segment's state, "?" where unknown
     retries: Retries | None = None  # slurm.retries: the batch shell's record, once the job failed once
     usage: Usage | None = None  # what it held and used, all attempts together (jobgen.results.cost)
+    source: RunJob | None = field(default=None, repr=False, compare=False)  # the read job it is made of
 
     @property
     def queue_wait_s(self) -> float | None:
@@ -228,6 +229,7 @@ def read_job(
         result=result,
         job_dir=job.folder,
         backend=run.backend,
+        source=job,
         segments=_segments(job),
         retries=job.retries(),
         usage=usage_of(job, accounting, (result.requeue_count or 0) if result else 0),
@@ -248,7 +250,7 @@ def _unfinished(row: JobRow, job: RunJob, problem: str | None) -> JobRow:
     """Fill in what a job without a usable result was asked to do, got so far, and why it stopped."""
     cause = job.cause
     if cause is None and _may_have_died(row.state, job.live):
-        cause = find_cause(logs.files(row.backend, job.job_dir), row.run_dir)
+        cause = find_cause(logs.of(job, row.backend), row.run_dir)
     train = job.spec().get("train")
     said = job.live.state if job.live and job.live.state is not State.UNKNOWN else job.recorded
     return dataclasses.replace(

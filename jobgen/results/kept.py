@@ -154,7 +154,7 @@ def _log_stamps(run: Run, job: RunJob, every_log: bool = False) -> list[list[Any
     if not scheduler.logs_in_job_folder():
         return None
     out = []
-    for path in logs.files(run.backend, job.job_dir):
+    for path in logs.of(job, run.backend):
         try:
             out.append([path.name, *stamp(os.stat(path))])
         except OSError:

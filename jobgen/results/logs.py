@@ -14,6 +14,7 @@ from pathlib import Path
 from jobgen import backends
 from jobgen.backends._base import oldest_first
 from jobgen.errors import JobgenError
+from jobgen.run.model import RunJob
 
 # srun --label: "<task>: "; torchrun/accelerate --tee: "[rank<n>]: ", possibly after srun's label (one
 # launcher task per node). The last label is the rank that wrote the line.
@@ -32,6 +33,14 @@ def files(backend: str, job_dir: Path, stream: str | None = None) -> list[Path]:
         found = {p for name in backends.names() for p in backends.get(name).log_files(job_dir, stream)}
         return sorted(found, key=oldest_first)
     return scheduler.log_files(job_dir, stream)  # oldest first already
+
+
+def of(job: RunJob, backend: str) -> list[Path]:
+    """files() of both streams of a job the command read, listed once per command: what the report links
+    is what it keeps the stamps of, and what tells why the job stopped."""
+    if job.log_paths is None:
+        job.log_paths = files(backend, job.job_dir)
+    return job.log_paths
 
 
 def label(line: str, rank: int | None) -> str | None:

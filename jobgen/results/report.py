@@ -235,9 +235,16 @@ def _state_class(state: str) -> str:
 def _log_links(jobs: list[JobRow]) -> str:
     links = []
     for job in jobs:
-        for path in logs.files(job.backend, Path(job.job_dir)) if job.job_dir else []:
+        for path in _logs(job):
             links.append(f'<a href="{_href(path)}">{escape(path.name)}</a>')
     return " ".join(links) or "&mdash;"
+
+
+def _logs(job: JobRow) -> list[Path]:
+    """The job's logs, oldest first: listed once per command for a job read from its run."""
+    if job.source is not None:
+        return logs.of(job.source, job.backend)
+    return logs.files(job.backend, Path(job.job_dir)) if job.job_dir else []
 
 
 def _href(path: Path) -> str:
@@ -365,8 +372,7 @@ def _tail_logs(job: JobRow) -> list[Path]:
     attempt's (out and err)."""
     if job.cause is not None and job.cause.log:
         return [job.run_dir / job.cause.log]
-    found = logs.files(job.backend, Path(job.job_dir)) if job.job_dir else []
-    return [p for p in found if p.is_file() and p.stat().st_size][-2:]
+    return [p for p in _logs(job) if p.is_file() and p.stat().st_size][-2:]
 
 
 def _tail(path: Path) -> str:

@@ -69,7 +69,7 @@ def settle(runs: Sequence[Run], *, live: bool = True, refresh: bool = False, rec
             said = job.live.state if job.live else None
             finished = job.finished
             if needs_cause(job.recorded, said, finished):
-                job.cause = find_cause(logs.files(run.backend, job.job_dir), run.run_dir)
+                job.cause = find_cause(logs.of(job, run.backend), run.run_dir)
             job.state = job_state(job.recorded, said, finished, job.cause, asked=live or job.live is not None)
         if record:
             record_states(run)

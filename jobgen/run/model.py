@@ -81,6 +81,9 @@ class RunJob:
     _listed: bool = field(default=False, repr=False)  # _listing asked (it stats the folder)
     _present: frozenset[str] | None = field(default=None, repr=False)  # the records there (None: unknown)
     _folder_mark: Stamp | None = field(default=None, repr=False)
+    # Its log files, oldest first, as jobgen.results.logs.of listed them once for this command (the
+    # report links them, keeps their stamps and may read one for the cause: one listing for all three).
+    log_paths: list[Path] | None = field(default=None, repr=False)
 
     @classmethod
     def from_entry(cls, run_dir: Path, entry: dict[str, Any], verdicts: Verdicts | None = None) -> RunJob:
