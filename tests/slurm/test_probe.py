@@ -12,7 +12,8 @@ its length: a job of 55-67 s cannot (one minute leaves it under 10% of headroom;
 1.8 times its length), a job of 33-54 s or of over 67 s can. The test reads the probe's predictions and
 takes the margin that gives the shortest whole-minute limit with 10% of headroom over the longest
 prediction (`--set slurm.time_margin=...`, as a user who read the probe would), and, if the jobs fall
-into that band on this machine at this load, probes once more on 1.5 times the rows.
+into that band on this machine at this load, probes once more on the number of rows its predictions
+put in the middle of the first band that fits (a fixed 1.5 times the rows once landed in the band again).
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from tests.slurm.helpers import PYTHON, all_final, jobgen, manifest, wait_states
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training]
 
-# About 40 s per job on an idle 2-core test machine, two jobs at once (a busy machine makes them longer).
-TRAIN_ROWS = 1200
+# About 45 s per job on an idle 2-core test machine, two jobs at once (31 samples/s each): the middle of
+# the 33-54 s band that a one-minute limit fits (1,200 rows made 55 s, the band no whole minute fits).
+TRAIN_ROWS = 900
 HEADROOM, MOST_USED = 1.1, 1.8
 NICE = 15  # how far ahead of the other workers' processes the probe and its jobs run (ahead_on_the_cpu)  # the limit: >= 1.1 x the longest prediction, <= 1.8 x the shortest
 
@@ -44,6 +46,19 @@ def _limit(predicted: list[float]) -> tuple[int, float] | None:
         if HEADROOM * max(predicted) <= 60 * minutes <= MOST_USED * min(predicted):
             return minutes, (60 * minutes - 0.5) / max(predicted)  # ceil(longest x margin / 60) == minutes
     return None
+
+
+def _rows_for(points: list[dict], rows: int) -> int:
+    """The training rows that put the jobs' predicted wall time in the middle of the first band a whole
+    minute fits (HEADROOM over it, MOST_USED of it used), from the probe of `rows` rows: the training
+    time is the part that grows with the rows (train_s), the rest (start, data, evaluation) stays."""
+    fixed = max(p["predicted_wall_s"] - p["train_s"] for p in points)
+    per_row = max(p["train_s"] for p in points) / rows
+    for minutes in range(1, 60):
+        middle = (60 * minutes / MOST_USED + 60 * minutes / HEADROOM) / 2
+        if middle - fixed >= 100 * per_row:
+            return round((middle - fixed) / per_row)
+    raise AssertionError(f"no length fits a whole-minute limit: {points}")
 
 
 def _probe(exp: Path, root: Path) -> dict[str, dict]:
@@ -140,11 +155,11 @@ def test_probe_predicts_the_full_jobs_and_auto_limits_fit(slurm, root: Path, tmp
     exp = _experiment(tmp_path)
     points = _probe(exp, root)
     chosen = _limit([p["predicted_wall_s"] for p in points.values()])
-    if chosen is None:  # the jobs' length, here and now, is one no whole minute fits: make them longer
-        exp = _experiment(tmp_path, int(TRAIN_ROWS * 1.5))
+    if chosen is None:  # the jobs' length, here and now, is one no whole minute fits: probe the length that does
+        exp = _experiment(tmp_path, _rows_for(list(points.values()), TRAIN_ROWS))
         points = _probe(exp, root)
         chosen = _limit([p["predicted_wall_s"] for p in points.values()])
-    assert chosen, points
+    assert chosen, {name: round(p["predicted_wall_s"], 1) for name, p in points.items()}
     minutes, margin = chosen
     probes = [p for p in (root / "probe_sweep").iterdir() if not p.name.startswith(".")]
     probe_run = max(probes, key=lambda p: (p / "manifest.json").stat().st_mtime_ns)  # the newest
