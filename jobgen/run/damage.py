@@ -50,16 +50,18 @@ def parse_json(raw: bytes) -> tuple[Any, str | None]:
         return None, f"truncated or not JSON ({exc.msg} at line {exc.lineno})"
 
 
-def json_problem(path: Path, doc: Any, problem: str | None) -> str | None:
-    """What is wrong with a job's JSON record, given what read_json made of it; None when it is fine."""
+def json_problem(path: Path | str, doc: Any, problem: str | None) -> str | None:
+    """What is wrong with a job's JSON record (its path, or its file name), given what read_json made of
+    it; None when it is fine."""
     if problem or doc is None:
         return problem
     if not isinstance(doc, dict):
         return f"not a JSON object (a {type(doc).__name__})"
-    wanted = SCHEMAS.get(path.name)
+    name = path if type(path) is str else Path(path).name  # a str: no pathlib per record at 10,000 jobs
+    wanted = SCHEMAS.get(name)
     if wanted is not None and doc.get("schema") != wanted:
         return f"schema {one_line(repr(doc.get('schema')))[:30]} is not {wanted} (written by another jobgen?)"
-    if path.name == "progress.json" and not all(isinstance(doc.get(k), int) for k in PROGRESS_KEYS):
+    if name == "progress.json" and not all(isinstance(doc.get(k), int) for k in PROGRESS_KEYS):
         return f"lacks the integers {', '.join(PROGRESS_KEYS)}"
     return None
 
