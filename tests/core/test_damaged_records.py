@@ -266,3 +266,23 @@ def test_verdicts_that_cannot_be_written_are_not_kept(runner, run: Path) -> None
     for _ in range(2):
         assert [ln for ln in _warnings(runner, run) if "hurt/result.json: empty" in ln]
     assert not list(run.glob(".verdicts.json.*.tmp"))
+
+
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, 3 * 1024 * 1024 + 7])
+def test_a_record_is_read_whole_with_the_stamp_of_the_version_read(tmp_path: Path, size: int) -> None:
+    """The unbuffered read of a job's record (jobgen.run.model.read_with_stamp) gives every byte, at
+    sizes around a page and past one read, and the stat stamp of that version."""
+    import os
+
+    from jobgen.run.damage import stamp
+    from jobgen.run.model import read_with_stamp
+
+    path = tmp_path / "result.json"
+    data = bytes(i % 251 for i in range(size))
+    path.write_bytes(data)
+    got, mark = read_with_stamp(str(path))
+    assert got == data and mark == stamp(os.stat(path))
+    with pytest.raises(FileNotFoundError):
+        read_with_stamp(str(tmp_path / "absent.json"))
+    with pytest.raises(IsADirectoryError):
+        read_with_stamp(str(tmp_path))
