@@ -8,6 +8,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jobgen.results import logs
 from jobgen.results.collect import collect, collect_run, read_best_val_acc, read_result
@@ -189,3 +191,18 @@ def test_an_unfinished_job_shows_its_validation_accuracy_so_far(tmp_path: Path) 
     [row] = json.loads(summarize([run], fmt="json"))["rows"]
     assert row["val_acc_so_far"] == pytest.approx(0.93) and row["best_val_acc"] is None
     assert "(93.0 so far)" in summarize([run], width=300)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.text(alphabet="ab*?[]!-.x\n", min_size=1, max_size=8), min_size=1, max_size=3),
+    st.text(alphabet="ab*?[]!-.x\n/", max_size=10),
+)
+def test_a_schedulers_log_patterns_match_the_names_fnmatch_matches(patterns: list[str], name: str) -> None:
+    """The one regular expression a log listing compiles for a folder's patterns matches a file name
+    exactly when one of the patterns does (fnmatchcase, as the listing matched before)."""
+    import fnmatch
+
+    from jobgen.backends._base import _matcher
+
+    assert bool(_matcher(tuple(patterns))(name)) == any(fnmatch.fnmatchcase(name, p) for p in patterns)

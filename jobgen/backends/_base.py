@@ -8,7 +8,10 @@ backend names: it asks the run's scheduler (docs/backends.md).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -129,13 +132,10 @@ class Scheduler:
         found: set[Path] = set()
         for folder, names in by_folder.items():  # each folder listed once (the report lists 10,000 of them)
             base = job_dir / folder if folder else job_dir
+            matches = _matcher(tuple(names))
             try:
                 with os.scandir(base) as entries:
-                    found.update(
-                        base / e.name
-                        for e in entries
-                        if any(fnmatch.fnmatchcase(e.name, n) for n in names) and e.is_file()
-                    )
+                    found.update(base / e.name for e in entries if matches(e.name) and e.is_file())
             except OSError:
                 continue
         return sorted(found, key=oldest_first)
@@ -149,6 +149,12 @@ class Scheduler:
     def shape_problems(self, exp: Experiment) -> list[str]:
         """Job shapes this scheduler cannot start, each with its fix."""
         return []
+
+
+@functools.lru_cache(maxsize=64)
+def _matcher(patterns: tuple[str, ...]) -> Callable[[str], re.Match[str] | None]:
+    """One compiled regular expression for these file-name patterns (fnmatchcase's, each matched whole)."""
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)).match
 
 
 def oldest_first(path: Path) -> tuple[float, str]:

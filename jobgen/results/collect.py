@@ -258,7 +258,7 @@ def _unfinished(row: JobRow, job: RunJob, problem: str | None) -> JobRow:
         train=train if isinstance(train, dict) else {},
         problem=_explain_missing(row.state, said, problem, job.entry.get("error"), cause, job),
         cause=cause,
-        partial_val_acc=read_best_val_acc(job.job_dir / "metrics.csv"),
+        partial_val_acc=read_best_val_acc(job.job_dir / "metrics.csv") if job.has("metrics.csv") else None,
     )
 
 

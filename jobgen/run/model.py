@@ -227,6 +227,11 @@ class RunJob:
             return self._files["result.json"] is not None
         return self._stat("result.json") is not None  # there, even if unreadable
 
+    def has(self, name: str) -> bool:
+        """Whether one of the job's records exists (even unreadable), asked of the file system once per
+        command: most ended jobs lack some (no metrics.csv before the first logged step)."""
+        return self._stat(name) is not None
+
     def progress(self) -> tuple[int, int, int, int] | None:
         """(epoch, epochs, batch, batches) from progress.json, which the training rewrites as it goes."""
         found = self.fact(PROGRESS_FILE, "progress", _read_progress, _is_progress)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,9 @@ def test_without_accounting_falls_back_to_squeue_then_scontrol(bin_dir: Path):
     assert "23" not in info
     # One process per tool for the whole list, never one per job.
     fields = "JobArrayID:|,State:|,TimeUsed:|,NumNodes:|,NodeList:|,StartTime:|,EndTime:|,exit_code:|"
-    assert _calls(bin_dir, "squeue") == [f"-h -r -t all -O {fields}"]
+    # This user's jobs only: the controller holds every user's (a run's jobs are its submitter's).
+    me = pwd.getpwuid(os.getuid()).pw_name
+    assert _calls(bin_dir, "squeue") == [f"-h -r -t all -u {me} -O {fields}"]
     assert _calls(bin_dir, "scontrol") == ["show job -o"]
 
 

@@ -80,7 +80,7 @@ def test_two_nodes_two_ranks_requeue_mid_epoch_trains_each_sample_once(slurm, ro
     from tests.training.test_resume import trained_rows
 
     trace = tmp_path / "trace"
-    n, batch, ranks = 2993, 8, 4  # 375 batches an epoch (the last of 1 row): 94 steps a rank, 1 top-up
+    n, batch, ranks = 1489, 8, 4  # 187 batches an epoch (the last of 1 row): 47 steps a rank, 1 top-up
     body = (
         BODY.replace("cpus_per_task = 1", "nodes = 2\ngpus_per_node = 2\ncpus_per_task = 1")
         .replace('model = "builtin:tiny"', 'model = "builtin:tiny"\nengine = "fabric"\nstrategy = "ddp"')
@@ -112,7 +112,7 @@ def test_two_nodes_two_ranks_requeue_mid_epoch_trains_each_sample_once(slurm, ro
     for epoch in range(2):
         fresh = sorted(r for r in rows[epoch] if r >= 0)
         assert fresh == list(range(n)), f"epoch {epoch}: {len(fresh)} rows, {len(set(fresh))} distinct"
-    assert result["optimizer_steps"] == 2 * 94
+    assert result["optimizer_steps"] == 2 * 47
     assert result["samples_trained"] == {"total": 2 * (n + batch), "repeats": 2 * batch, "timed": 2 * (n + batch)}
     assert result["scored"] == {"validation": 103, "test": 101}
     err = jobgen("logs", str(run_dir), "--err", root=root).stdout
