@@ -206,3 +206,37 @@ def test_a_schedulers_log_patterns_match_the_names_fnmatch_matches(patterns: lis
     from jobgen.backends._base import _matcher
 
     assert bool(_matcher(tuple(patterns))(name)) == any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from("ab"), inner, max_size=2),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON, st.lists(st.sampled_from("ab"), max_size=3))
+def test_the_results_tolerant_converters_take_exactly_the_json_values_they_took(value, keys) -> None:
+    """The converters' fast paths (exact JSON types first) accept and refuse what the plain isinstance
+    checks did: a bool is no number, NaN is unknown, an empty text is none, a path through a non-object ends."""
+    import math
+    from collections.abc import Mapping
+
+    from jobgen.results import collect as c
+
+    def get(data, *path):
+        for key in path:
+            if not isinstance(data, Mapping):
+                return None
+            data = data.get(key)
+        return data
+
+    num = None if isinstance(value, bool) or not isinstance(value, int | float) else float(value)
+    assert (c._num(value) is None) == (num is None or math.isnan(num))
+    if num is not None and not math.isnan(num):
+        assert c._num(value) == num and type(c._num(value)) is float
+    want_int = value if isinstance(value, int) and not isinstance(value, bool) else None
+    assert c._int(value) == want_int and type(c._int(value)) is type(want_int)
+    assert c._str(value) == (value if isinstance(value, str) and value else None)
+    assert repr(c._get({"a": value, "b": {"a": value}}, *keys)) == repr(get({"a": value, "b": {"a": value}}, *keys))
