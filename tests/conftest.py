@@ -50,10 +50,6 @@ WAITING = "waiting-on-slurm"
 # (concurrent submits and requeues, the controller's restart, lost replies, arrays, cost's sacct)
 # fill the others' end instead, on their own clusters.
 LAST = (
-    # The no-accounting half of two waiting tests (about 95 s): worker 0's chain was still the run's
-    # longest (1094 s against about 1046 s for each of the others, in a run of 1140 s).
-    "tests/slurm/test_states.py::test_every_state_shows[no-accounting]",
-    "tests/slurm/test_requeue_command.py::test_requeue_failed_then_running[no-accounting]",
     "tests/slurm/test_concurrency.py",
     "tests/slurm/test_at_most_once.py",
     "tests/slurm/test_controller.py",
@@ -78,7 +74,7 @@ def _heavy_first(scope: str) -> int:
 def xdist_group(nodeid: str) -> str:
     """The unit of work pytest-xdist hands to one worker: a group name, or the test's own id."""
     path = nodeid.split("::", 1)[0]
-    if path in WAITING_ON_SLURM and not nodeid.startswith(LAST):
+    if path in WAITING_ON_SLURM:
         return WAITING
     if path in ONE_WORKER_MODULES:
         return path
