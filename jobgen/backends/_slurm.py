@@ -322,7 +322,8 @@ def _squeue() -> dict[str, JobInfo]:
 
     Not `-j <ids>`: squeue refuses the whole list when one id is unknown to it. This user's jobs only
     (`-u`): a cluster's controller holds every user's, tens of thousands on a busy one, and a run's jobs
-    are its submitter's (another user's run is answered by the accounting, as forgotten jobs are)."""
+    are its submitter's (another user's run goes on to sacct and scontrol, as forgotten jobs do; sacct
+    shows a non-root user only their own jobs, so scontrol answers it)."""
     fmt = ",".join(f"{field}:|" for field in SQUEUE_FIELDS)
     said = slurm.ask(["squeue", "-h", "-r", "-t", "all", *_own_jobs(), "-O", fmt])
     out: dict[str, JobInfo] = {}

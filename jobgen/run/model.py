@@ -307,7 +307,7 @@ def read_with_stamp(path: str) -> tuple[bytes, Stamp]:
         while part := os.read(fd, want):
             parts.append(part)
             want = 1 << 20
-        return b"".join(parts) if len(parts) != 1 else parts[0], stamp(os.fstat(fd))
+        return b"".join(parts), stamp(os.fstat(fd))  # one part is joined without a copy
     finally:
         os.close(fd)
 
