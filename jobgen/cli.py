@@ -316,6 +316,8 @@ def _warn(runs: Any) -> None:
             continue  # its manifest is damaged: the command's own output says so
         for line in run.problems():
             click.echo(f"warning: {run.run_dir}/{line}", err=True)
+        for line in run.notes:
+            click.echo(f"warning: {line}", err=True)
 
 
 @main.command()
@@ -420,6 +422,8 @@ def status(
         click.echo(("\n" if n else "") + f"run: {run_dir}\n{format_table(view.header, view.rows)}")
         for line in view.warnings:
             click.echo(f"warning: {view.run_dir}/{line}", err=True)
+        for line in view.notes:
+            click.echo(f"warning: {line}", err=True)
         if not watch:
             return
 

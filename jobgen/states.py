@@ -115,6 +115,14 @@ def parse(text: str) -> State:
         return from_slurm(text)
 
 
+class Answer(dict[str, "JobInfo"]):
+    """A scheduler's answer about some jobs (id -> JobInfo). `silent` says why it could say nothing of
+    the jobs missing from it (its controller did not answer, its tools failed); "" when it answered, so
+    that a job it does not name is one it no longer holds (or a scheduler that keeps no jobs)."""
+
+    silent: str = ""
+
+
 @dataclass
 class JobInfo:
     """What a scheduler (or the run's files) says about one job: the one shape every backend answers in."""

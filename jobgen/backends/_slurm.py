@@ -14,7 +14,7 @@ from jobgen.backends import _tools as slurm
 from jobgen.backends._base import Attempt, Scheduler
 from jobgen.errors import SubmitError
 from jobgen.facts import submit_tag
-from jobgen.states import JobInfo, from_slurm
+from jobgen.states import Answer, JobInfo, from_slurm
 
 if TYPE_CHECKING:
     from jobgen.experiment.config import Experiment
@@ -180,10 +180,11 @@ def sacct_chunks(ids: list[str]) -> list[list[str]]:
     return chunks
 
 
-def query(job_ids: list[str]) -> dict[str, JobInfo]:
+def query(job_ids: list[str]) -> Answer:
     """Info for each job id Slurm knows: squeue first (the controller's word, current for every job it
     still holds, ended ones included), sacct for the jobs the controller has forgotten, and scontrol for
-    the ended jobs neither gave an exit code.
+    the ended jobs neither gave an exit code. When neither squeue nor scontrol answered (a controller
+    down or too busy), the answer says so (Answer.silent): its silence about a job is no news of it.
 
     One process per tool for the whole list (sacct in chunks), never one per job: a sweep of 10,000
     jobs costs a handful of Slurm calls, not 10,000 (submitit#1759); a sweep the controller still holds,
@@ -191,12 +192,13 @@ def query(job_ids: list[str]) -> dict[str, JobInfo]:
     """
     ids = list(dict.fromkeys(j for j in job_ids if j))
     if not ids:
-        return {}
+        return Answer()
     wanted = set(ids)
     # The accounting database is written after the controller, and lags it under load: sacct can call a
     # job pending or running that has ended. So the controller is asked first, and its word stands for
     # every job it holds; the accounting answers for the rest (MinJobAge after they ended).
-    found = {jid: info for jid, info in _squeue().items() if jid in wanted}
+    queue, silent = _squeue()
+    found = {jid: info for jid, info in queue.items() if jid in wanted}
     forgotten = [jid for jid in ids if jid not in found]
     if forgotten:
         asked = sacct_ids(forgotten)
@@ -207,8 +209,15 @@ def query(job_ids: list[str]) -> dict[str, JobInfo]:
     # An ended job without an exit code (a squeue that does not print it; no accounting): scontrol.
     missing = wanted - {jid for jid, info in found.items() if info.exit_code or not info.state.is_final}
     if missing:
-        found |= _scontrol(missing)
-    return {jid: found[jid] for jid in ids if jid in found}
+        held, scontrol_silent = _scontrol(missing)
+        found |= held
+        if not scontrol_silent:
+            silent = ""  # the controller answered after all: a job it does not hold has left it
+    answer = Answer({jid: found[jid] for jid in ids if jid in found})
+    # Neither squeue nor scontrol answered: a job missing from the answer may still be queued or
+    # running (a result.json in its folder may be an earlier attempt's), so it is not judged by its files.
+    answer.silent = silent
+    return answer
 
 
 def sacct_ids(ids: list[str]) -> list[str]:
@@ -317,15 +326,16 @@ def tres_gpus(counts: dict[str, int]) -> int | None:
 SQUEUE_FIELDS = ("JobArrayID", "State", "TimeUsed", "NumNodes", "NodeList", "StartTime", "EndTime", "exit_code")
 
 
-def _squeue() -> dict[str, JobInfo]:
+def _squeue() -> tuple[dict[str, JobInfo], str]:
     """Every job the controller still holds, ended ones included (-t all), array tasks one per line (-r).
 
     Not `-j <ids>`: squeue refuses the whole list when one id is unknown to it. This user's jobs only
     (`-u`): a cluster's controller holds every user's, tens of thousands on a busy one, and a run's jobs
     are its submitter's (another user's run goes on to sacct and scontrol, as forgotten jobs do; sacct
-    shows a non-root user only their own jobs, so scontrol answers it)."""
+    shows a non-root user only their own jobs, so scontrol answers it). With the jobs: why squeue gave
+    no answer ("" when it did, or is missing: no Slurm here)."""
     fmt = ",".join(f"{field}:|" for field in SQUEUE_FIELDS)
-    said = slurm.ask(["squeue", "-h", "-r", "-t", "all", *_own_jobs(), "-O", fmt])
+    said, why = slurm.ask_why(["squeue", "-h", "-r", "-t", "all", *_own_jobs(), "-O", fmt])
     out: dict[str, JobInfo] = {}
     for line in said.splitlines() if said is not None else []:
         parts = line.split("|")
@@ -346,7 +356,7 @@ def _squeue() -> dict[str, JobInfo]:
         )
         for one in expand_array_id(jid):
             out[one] = info
-    return out
+    return out, why
 
 
 def _own_jobs() -> list[str]:
@@ -394,10 +404,11 @@ def sacct_elapsed(text: str) -> str:
 _SCONTROL_IDS = re.compile(r"JobId=(\S*)(?:.*? ArrayJobId=(\S*) ArrayTaskId=(\S*))?")
 
 
-def _scontrol(wanted: set[str]) -> dict[str, JobInfo]:
+def _scontrol(wanted: set[str]) -> tuple[dict[str, JobInfo], str]:
     """The `wanted` jobs among those `scontrol show job` knows, one line each (-o); array tasks by <array
-    id>_<task>. It lists every job the controller holds: only the lines of wanted jobs are read whole."""
-    said = slurm.ask(["scontrol", "show", "job", "-o"])
+    id>_<task>. It lists every job the controller holds: only the lines of wanted jobs are read whole.
+    With them: why scontrol gave no answer ("" when it did, or is missing)."""
+    said, why = slurm.ask_why(["scontrol", "show", "job", "-o"])
     out: dict[str, JobInfo] = {}
     for line in said.splitlines() if said is not None else []:
         ids = _SCONTROL_IDS.match(line)
@@ -422,7 +433,7 @@ def _scontrol(wanted: set[str]) -> dict[str, JobInfo]:
         if kv.get("ArrayJobId") and kv.get("ArrayTaskId"):
             for one in expand_array_id(f"{kv['ArrayJobId']}_{kv['ArrayTaskId']}"):
                 out[one] = info
-    return {jid: info for jid, info in out.items() if jid in wanted}
+    return {jid: info for jid, info in out.items() if jid in wanted}, why
 
 
 def _time(value: str) -> str:

@@ -70,11 +70,21 @@ def run(command: list[str], *, what: str, timeout: float | None = None) -> str:
 
 def ask(command: list[str], timeout: float = QUERY_TIMEOUT_S) -> str | None:
     """A query's output, or None when the tool is missing, fails or does not answer (callers fall back)."""
+    return ask_why(command, timeout)[0]
+
+
+def ask_why(command: list[str], timeout: float = QUERY_TIMEOUT_S) -> tuple[str | None, str]:
+    """(the query's output, "") or (None, why there is none): "" when the tool is missing (no Slurm
+    here: nothing to ask), else what the tool said when it failed or did not answer in time, on one line."""
     try:
         done = call(command, timeout=timeout, what="asking")
-    except (SubmitError, BackendError):
-        return None
-    return done.stdout if done.returncode == 0 else None
+    except BackendError:
+        return None, ""
+    except SubmitError as exc:
+        return None, exc.message.removeprefix("asking: ")
+    if done.returncode != 0:
+        return None, f"{command[0]} failed: {words(done)}"
+    return done.stdout, ""
 
 
 def cluster_name() -> str | None:

@@ -58,7 +58,7 @@ def summary_text(
             continue  # its manifest is damaged: the summary's own rows say so
         problems = [job.problems() for job in run.jobs]
         run.keep_facts()
-        warnings += [f"{run.run_dir}/{line}" for lines in problems for line in lines]
+        warnings += [f"{run.run_dir}/{line}" for lines in problems for line in lines] + run.notes
         if alone and not _keep(run, how, text, problems):
             rows.forget(run.run_dir, SUMMARY)
     return text, warnings

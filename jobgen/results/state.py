@@ -28,7 +28,7 @@ from jobgen.errors import JobgenError
 from jobgen.results import logs
 from jobgen.results.diagnose import CAUSE_STATES, LAST_LINE, Cause, find_cause
 from jobgen.run.model import Run, RunJob
-from jobgen.states import FINAL_STATES, JobInfo, State
+from jobgen.states import FINAL_STATES, Answer, JobInfo, State
 
 NEVER_RAN = frozenset({State.DRY_RUN, State.NOT_SUBMITTED})
 # A job recorded in one of these states is not asked about again (unless --refresh): it has ended for
@@ -66,6 +66,9 @@ def settle(runs: Sequence[Run], *, live: bool = True, refresh: bool = False, rec
         ask_schedulers(runs, refresh)
     for run in runs:
         for job in run.jobs:
+            if job.unanswered:
+                job.state = job.recorded  # no news: its files may be an earlier attempt's
+                continue
             said = job.live.state if job.live else None
             finished = job.finished
             if needs_cause(job.recorded, said, finished):
@@ -84,10 +87,20 @@ def ask_schedulers(runs: Sequence[Run], refresh: bool = False) -> None:
                 asking.setdefault(run.backend, []).append(job)
     for backend, jobs in asking.items():
         found = backends.get(backend).states([i for job in jobs for i in job.ids])
+        silent = found.silent if isinstance(found, Answer) else ""
         for job in jobs:
             job.live = (
                 chain_info(list(job.segments), found, job.finished) if job.segments else found.get(job.job_id or "")
             )
+            job.unanswered = bool(silent) and job.live is None
+        if silent:
+            for run in runs:
+                if run.backend == backend and (n := sum(job.unanswered for job in run.jobs)):
+                    jobs_show = f"{n} jobs show" if n > 1 else "1 job shows"
+                    run.notes.append(
+                        f"{run.run_dir}: Slurm did not answer ({silent}): {jobs_show} the last state recorded,"
+                        " and none was changed; run the command again once Slurm answers"
+                    )
 
 
 def is_asked(job: RunJob, refresh: bool = False) -> bool:

@@ -35,6 +35,7 @@ class StatusView:
     all_final: bool
     warnings: list[str]
     kept: bool = False
+    notes: tuple[str, ...] = ()  # of the run as a whole (Run.notes: Slurm did not answer)
 
 
 def read_status(run_dir: Path, refresh: bool = False) -> StatusView:
@@ -58,7 +59,8 @@ def read_status(run_dir: Path, refresh: bool = False) -> StatusView:
         or not kept_rows.keep(run, STATUS, None, [[row, lines] for row, lines in zip(table, problems, strict=True)])
     ):
         kept_rows.forget(run_dir, STATUS)  # what is kept no longer holds (or was never kept): not read next time
-    return StatusView(Path(run_dir), header, table, all_final, [line for lines in problems for line in lines])
+    warnings = [line for lines in problems for line in lines]
+    return StatusView(Path(run_dir), header, table, all_final, warnings, notes=tuple(run.notes))
 
 
 def _is_kept_row(value: Any) -> bool:

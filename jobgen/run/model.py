@@ -71,6 +71,8 @@ class RunJob:
     live: JobInfo | None = None
     state: State = State.UNKNOWN
     cause: Any = None  # jobgen.results.diagnose.Cause, when the logs were asked why the job stopped
+    # The scheduler was asked about the job and could not answer (Answer.silent): it keeps its last state.
+    unanswered: bool = False
     verdicts: Verdicts | None = field(default=None, repr=False)  # the run's, shared by its jobs
     _files: dict[str, bytes | None | OSError] = field(default_factory=dict, repr=False)
     _docs: dict[str, tuple[Any, str | None]] = field(default_factory=dict, repr=False)  # parsed once
@@ -379,6 +381,8 @@ class Run:
     # What summary and report asked the accounting about this run's jobs (backend -> ids) and the digest
     # of its answer (jobgen.results.collect), when the run was asked alone.
     asked: tuple[dict[str, list[str]], str] | None = field(default=None, repr=False)
+    # What the command has to say of the run as a whole (the scheduler did not answer), one line each.
+    notes: list[str] = field(default_factory=list, repr=False)
 
     @classmethod
     def load(cls, run_dir: Path) -> Run:

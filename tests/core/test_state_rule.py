@@ -119,3 +119,32 @@ def test_status_and_summary_agree(tmp_path: Path, runner, monkeypatch, recorded,
     summary = runner.invoke(main, ["summary", str(run_dir), "--format", "json"])
     assert summary.exit_code == 0, summary.output
     assert shown_by_status == shown and json.loads(summary.output)["rows"][0]["state"] == shown
+
+
+@pytest.mark.parametrize("recorded", ["PENDING", "RUNNING"])
+def test_a_silent_controller_changes_no_state(tmp_path: Path, runner, bin_dir: Path, recorded: str):
+    """squeue and scontrol time out: a result.json in the job's folder may be an earlier attempt's, so the
+    job keeps its recorded state (not COMPLETED, and nothing recorded) until Slurm answers again."""
+    from tests.core.conftest import stub_tool
+
+    down = "echo 'slurm_load_jobs error: Socket timed out on send/recv operation' >&2; exit 1\n"
+    for tool in ("squeue", "scontrol", "sacct"):
+        stub_tool(bin_dir, tool, down)
+    run_dir = _run_with(tmp_path, runner, recorded, "Traceback\nterminate called\n", True)
+    before = (run_dir / "manifest.json").read_bytes()
+    for command in (["status", str(run_dir)], ["summary", str(run_dir), "--format", "json"]):
+        said = runner.invoke(main, command)
+        assert said.exit_code == 0, said.output
+        assert f"warning: {run_dir}: Slurm did not answer (squeue failed: slurm_load_jobs error: Socket timed out" in (
+            said.stderr
+        )
+        assert "1 job shows the last state recorded, and none was changed" in said.stderr
+    header, row = runner.invoke(main, ["status", str(run_dir)]).stdout.splitlines()[1:3]
+    assert row[header.index("state") :].split()[0] == recorded
+    assert json.loads(said.stdout)["rows"][0]["state"] == recorded
+    assert (run_dir / "manifest.json").read_bytes() == before
+    # Slurm answers again: its word (the attempt failed after an earlier attempt's result) is recorded.
+    stub_tool(bin_dir, "squeue", "echo '99999|FAILED|0:09|1|n1|2026-01-01T00:00:00|2026-01-01T00:00:09|36608|'\n")
+    header, row = runner.invoke(main, ["status", str(run_dir)]).stdout.splitlines()[1:3]
+    assert row[header.index("state") :].split()[0] == "FAILED"
+    assert json.loads((run_dir / "manifest.json").read_text())["jobs"][0]["state"] == "FAILED"

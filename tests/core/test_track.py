@@ -277,3 +277,35 @@ def test_array_tasks_are_asked_of_sacct_by_their_array(bin_dir: Path):
     used = track.usage(["70_0", "70_1"])
     assert sorted(used) == ["70_0"] and used["70_0"][0].cpus == 1
     assert (bin_dir / "sacct.calls").read_text().split()[-1] == "70"
+
+
+def test_a_controller_that_does_not_answer_says_nothing_of_any_job(bin_dir: Path):
+    down = "echo 'slurm_load_jobs error: Socket timed out on send/recv operation' >&2; exit 1\n"
+    stub_tool(bin_dir, "squeue", _logged("squeue", down))
+    stub_tool(bin_dir, "scontrol", _logged("scontrol", down))
+    stub_tool(bin_dir, "sacct", "echo 'sacct: error: Slurm accounting storage is disabled' >&2; exit 1\n")
+    info = track.query(["41", "42"])
+    assert dict(info) == {}
+    assert info.silent == "squeue failed: slurm_load_jobs error: Socket timed out on send/recv operation"
+    assert len(_calls(bin_dir, "squeue")) == 1 and len(_calls(bin_dir, "scontrol")) == 1
+
+
+def test_the_accounting_answers_for_a_silent_controller_where_it_can(bin_dir: Path):
+    down = "echo 'squeue: error: Unable to contact slurm controller (connect failure)' >&2; exit 1\n"
+    stub_tool(bin_dir, "squeue", down)
+    stub_tool(bin_dir, "scontrol", down)
+    stub_tool(
+        bin_dir, "sacct", "printf '%s\\n' '41|FAILED|1:0|00:00:09|1|n1|x|2026-01-01T00:00:00|2026-01-01T00:00:09'\n"
+    )
+    info = track.query(["41", "42"])
+    assert info["41"].state is State.FAILED and "42" not in info  # 42: no news of it
+    assert "Unable to contact slurm controller" in info.silent
+
+
+def test_a_job_the_controller_no_longer_holds_is_no_silence(bin_dir: Path):
+    # squeue failed, but scontrol answered: the controller is up, and a job it does not list has left it.
+    stub_tool(bin_dir, "squeue", "echo 'squeue: error: Invalid user' >&2; exit 1\n")
+    stub_tool(bin_dir, "scontrol", "echo 'JobId=41 JobState=TIMEOUT RunTime=00:01:12 NumNodes=1 ExitCode=0:0'\n")
+    stub_tool(bin_dir, "sacct", "exit 1\n")
+    info = track.query(["41", "42"])
+    assert info["41"].state is State.TIMEOUT and "42" not in info and info.silent == ""
