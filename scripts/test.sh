@@ -13,6 +13,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 workers="${JOBGEN_TEST_WORKERS:-3}"
 bash scripts/bootstrap.sh
+# A cache of compiled extensions (DeepSpeed's CPU ops: ~40 s of CPU to build) that survives between
+# test sessions, one per checkout: the build's hash covers the include paths inside .venv, so two
+# checkouts sharing one folder would rebuild it each time the other had run. On a fresh machine it is
+# built now, in the background, while lint, Chromium and the clusters start (tests/warm_builds.py).
+checkout_key="$(pwd -P | cksum | cut -d' ' -f1)"
+export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/jobgen-test/torch_extensions/${checkout_key}}"
+.venv/bin/python -m tests.warm_builds > .venv/warm_builds.log 2>&1 &
+warm_builds=$!
 bash scripts/lint.sh        # ruff check, ruff format --check, mypy --strict jobgen (as pre-commit does)
 bash scripts/browser.sh     # Chromium, for the report's headless-browser test
 bash tests/cluster/up.sh --accounting   # the first cluster alone: it installs Slurm when missing
@@ -21,11 +29,7 @@ trap '.venv/bin/python -m tests.slurm_cluster down --workers "$workers" >/dev/nu
 # shellcheck disable=SC1091
 source "${JOBGEN_CLUSTER_DIR:-/tmp/jobgen-cluster}/env.sh"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
-# A cache of compiled extensions (DeepSpeed's CPU ops: ~40 s of CPU to build) that survives between
-# test sessions, one per checkout: the build's hash covers the include paths inside .venv, so two
-# checkouts sharing one folder would rebuild it each time the other had run.
-checkout_key="$(pwd -P | cksum | cut -d' ' -f1)"
-export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/jobgen-test/torch_extensions/${checkout_key}}"
+wait "$warm_builds" || echo "test.sh: tests/warm_builds.py failed (the first DeepSpeed rank builds it instead): $(tail -1 .venv/warm_builds.log)"
 parallel=()
 [ "$workers" -le 1 ] || parallel=(-n "$workers" --dist loadgroup)
 .venv/bin/python -m pytest -q -ra -p no:cacheprovider --durations=15 "${parallel[@]}" "$@"
