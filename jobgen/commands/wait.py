@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -61,4 +62,5 @@ def _poll(
             return
         if timeout is not None and time.monotonic() - started > timeout:
             raise WaitTimeout(f"jobs still running after {timeout:.0f} s; check again with: jobgen status {run_dir}")
+        gc.collect()  # once a round: the CLI runs its commands without the automatic collector
         sleep(interval)

@@ -286,3 +286,20 @@ def test_a_record_is_read_whole_with_the_stamp_of_the_version_read(tmp_path: Pat
         read_with_stamp(str(tmp_path / "absent.json"))
     with pytest.raises(IsADirectoryError):
         read_with_stamp(str(tmp_path))
+
+
+@pytest.mark.parametrize("size", [0, 99, 100, 101, 4097])
+def test_a_read_that_comes_back_short_is_read_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int) -> None:
+    """read_with_stamp takes a short read for the end of the file only when the file's size says so:
+    reads that come back short for another reason (here: at most 100 bytes each) still give every byte."""
+    import os
+
+    from jobgen.run import model
+
+    path = tmp_path / "result.json"
+    data = bytes(i % 251 for i in range(size))
+    path.write_bytes(data)
+    real = os.read
+    monkeypatch.setattr(model.os, "read", lambda fd, n: real(fd, min(n, 100)))
+    got, mark = model.read_with_stamp(str(path))
+    assert got == data and mark[1] == size
