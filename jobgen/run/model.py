@@ -178,11 +178,7 @@ class RunJob:
 
     def _keep_listing(self) -> None:
         """Keep which records exist, once every one was asked about this time (see _listing)."""
-        if (
-            (self._present is None or self._listed_now)
-            and self._folder_mark is not None
-            and self.verdicts is not None
-        ):
+        if (self._present is None or self._listed_now) and self._folder_mark is not None and self.verdicts is not None:
             marks = self._marks
             names = [name for name in JOB_FILES if marks.get(name) is not None]
             self.verdicts.keep(self.dir + "/", self._folder_mark, PRESENT, names)
