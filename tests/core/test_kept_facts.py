@@ -243,3 +243,27 @@ def test_what_a_log_says_is_read_once_until_the_log_changes(runner, tmp_path: Pa
     result = runner.invoke(main, ["--output-root", str(run.parent.parent), "summary", str(run), "--format", "json"])
     rows_now = {row["config"]: row for row in json.loads(result.stdout)["rows"]}
     assert read == ["job1"] and "CUDA out of memory" in rows_now["job1"]["problem"], rows_now["job1"]
+
+
+def test_a_folder_not_known_is_listed_not_asked_for_each_record(runner, run: Path, monkeypatch) -> None:
+    """The first status of a run stats only the records each job folder holds (spec.json and
+    result.json here): the folder is listed once, and the records it lacks cost no stat."""
+    from jobgen.run import model
+
+    asked: list[str] = []
+    real = os.stat
+    monkeypatch.setattr(model.os, "stat", lambda path, *a, **k: asked.append(os.fspath(path)) or real(path, *a, **k))
+    rows, warnings = _status(runner, run)
+    assert len(rows) == 3 and not warnings
+    records = sorted(Path(p).name for p in asked if "/jobs/job" in p and Path(p).name in damage.JOB_FILES)
+    assert records == ["result.json"] * 3 + ["spec.json"] * 3, records
+
+
+def test_the_cli_gives_an_in_process_caller_its_garbage_collector_back(runner, run: Path) -> None:
+    import gc
+
+    assert gc.isenabled()
+    _status(runner, run)
+    assert gc.isenabled()
+    result = runner.invoke(main, ["--output-root", str(run.parent.parent), "status", "no-such-run"])
+    assert result.exit_code != 0 and gc.isenabled()
