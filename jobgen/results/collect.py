@@ -33,7 +33,7 @@ from jobgen.results.cost import (
     question,
     usage_of,
 )
-from jobgen.results.diagnose import LAST_LINE, Cause, job_cause
+from jobgen.results.diagnose import LAST_LINE, Cause, find_cause
 from jobgen.results.state import settle
 from jobgen.results.status import progress
 from jobgen.run.model import Retries, Run, RunJob
@@ -250,7 +250,7 @@ def _unfinished(row: JobRow, job: RunJob, problem: str | None) -> JobRow:
     """Fill in what a job without a usable result was asked to do, got so far, and why it stopped."""
     cause = job.cause
     if cause is None and _may_have_died(row.state, job.live):
-        cause = job_cause(job, logs.of(job, row.backend), row.run_dir)
+        cause = find_cause(logs.of(job, row.backend), row.run_dir)
     train = job.spec().get("train")
     said = job.live.state if job.live and job.live.state is not State.UNKNOWN else job.recorded
     return dataclasses.replace(

@@ -7,14 +7,10 @@ is read (a log can be gigabytes; the cause of death is at its end).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from jobgen.results.logs import tail_lines, tail_lines_stamped
-from jobgen.run.damage import Stamp
-from jobgen.run.model import RunJob
+from jobgen.results.logs import tail_lines
 from jobgen.states import State
 from training.progress import is_progress
 
@@ -107,72 +103,28 @@ LAST_LINE = "last_line"  # not a diagnosis: never changes a state
 EXCEPTION_HINT = "Python exception: fix it, the full traceback is in {log}"
 
 
-# What one log says, as find_cause weighs it: {rule kind: the last line it matches}, the last exception
-# line, the line a job that says nothing else stopped on (each clipped; None: none). A JSON value, so that
-# a run keeps it by the log's stat stamp (jobgen.run.model.RunJob.log_says) and a later command that asks
-# why the job stopped reads no log that has not changed.
-LogSays = list[Any]
-
-
-def log_says(lines: list[str]) -> LogSays:
-    """What a log's tail lines (tail_lines) say of why its job stopped."""
-    rules = {}
+def find_cause(paths: list[Path], base: Path) -> Cause | None:
+    """The likely cause of failure from a job's logs (oldest first), or None when they say nothing.
+    `base`: the folder the cause's log is named relative to."""
+    logs = [(p, tail_lines(p)) for p in paths]
     for rule in RULES:
-        line = next((ln for ln in reversed(lines) if rule.pattern.search(ln)), None)
+        for path, lines in logs:
+            line = next((ln for ln in reversed(lines) if rule.pattern.search(ln)), None)
+            if line is not None:
+                return Cause(rule.kind, _clip(line), rule.hint, _rel(path, base))
+    for path, lines in reversed(logs):
+        line = last_exception_line(lines)
         if line is not None:
-            rules[rule.kind] = _clip(line)
-    exception = last_exception_line(lines)
+            log = _rel(path, base)
+            return Cause("exception", _clip(line), EXCEPTION_HINT.format(log=log), log)
+    # Nothing recognised: a program that exits with a clean one-line error still says why on its last line.
     # The training's progress lines and heartbeats (training/progress.py) say where a job was, not why it
     # stopped: the last other line, unless there is none.
-    last = next((ln for ln in reversed(lines) if not is_progress(ln)), lines[-1]) if lines else None
-    return [rules, None if exception is None else _clip(exception), None if last is None else _clip(last)]
-
-
-def is_log_says(value: Any) -> bool:
-    """The shape log_says returns: a kept value of another shape (a damaged cache) is read again."""
-    return (
-        type(value) is list
-        and len(value) == 3
-        and type(value[0]) is dict
-        and all(type(k) is str and type(v) is str for k, v in value[0].items())
-        and all(v is None or type(v) is str for v in value[1:])
-    )
-
-
-def _read_says(path: Path) -> LogSays:
-    return log_says(tail_lines(path))
-
-
-def _read_says_stamped(path: Path) -> tuple[LogSays, Stamp | None]:
-    lines, mark = tail_lines_stamped(path)
-    return log_says(lines), mark
-
-
-def job_cause(job: RunJob, paths: list[Path], base: Path) -> Cause | None:
-    """find_cause for a job the command read: what each of its logs says is kept in the run's verdicts
-    by the log's stamp (RunJob.log_fact), so the summary and report after a status read no log again."""
-    return find_cause(paths, base, lambda path: job.log_fact(path, "says", _read_says_stamped, is_log_says))
-
-
-def find_cause(paths: list[Path], base: Path, says: Callable[[Path], LogSays] = _read_says) -> Cause | None:
-    """The likely cause of failure from a job's logs (oldest first), or None when they say nothing.
-    `base`: the folder the cause's log is named relative to; `says`: what one log says (log_says of its
-    tail, or what a run kept of it)."""
-    logs = [(p, says(p)) for p in paths]
-    for rule in RULES:
-        for path, (rules, _, _) in logs:
-            line = rules.get(rule.kind)
-            if line is not None:
-                return Cause(rule.kind, line, rule.hint, _rel(path, base))
-    for path, (_, exception, _) in reversed(logs):
-        if exception is not None:
+    for path, lines in reversed(logs):
+        if lines:
             log = _rel(path, base)
-            return Cause("exception", exception, EXCEPTION_HINT.format(log=log), log)
-    # Nothing recognised: a program that exits with a clean one-line error still says why on its last line.
-    for path, (_, _, last) in reversed(logs):
-        if last is not None:
-            log = _rel(path, base)
-            return Cause(LAST_LINE, last, f"no known cause: read {log}", log)
+            said = next((ln for ln in reversed(lines) if not is_progress(ln)), lines[-1])
+            return Cause(LAST_LINE, _clip(said), f"no known cause: read {log}", log)
     return None
 
 

@@ -6,7 +6,6 @@ labels of srun (`3: text`) and torchrun (`[rank3]: text`) made readable, and the
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -15,7 +14,6 @@ from pathlib import Path
 from jobgen import backends
 from jobgen.backends._base import oldest_first
 from jobgen.errors import JobgenError
-from jobgen.run.damage import Stamp, stamp
 from jobgen.run.model import RunJob
 
 # srun --label: "<task>: "; torchrun/accelerate --tee: "[rank<n>]: ", possibly after srun's label (one
@@ -74,30 +72,16 @@ def strip_label(line: str) -> str:
 
 def tail_lines(path: Path) -> list[str]:
     """The non-blank lines of a log's last TAIL_BYTES, without rank labels, stripped."""
-    return tail_lines_stamped(path)[0]
-
-
-def tail_lines_stamped(path: Path) -> tuple[list[str], Stamp | None]:
-    """tail_lines, and the stat stamp of the version read (taken after reading: a log still being
-    written is recent, so nothing is kept of it); None when it could not be read."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - TAIL_BYTES))
+            data = f.read()
     except OSError:
-        return [], None
-    try:
-        size = os.fstat(fd).st_size
-        if size > TAIL_BYTES:
-            os.lseek(fd, size - TAIL_BYTES, os.SEEK_SET)
-        parts = []
-        while part := os.read(fd, TAIL_BYTES + 1):
-            parts.append(part)
-        data, mark = b"".join(parts), stamp(os.fstat(fd))
-    except OSError:
-        return [], None
-    finally:
-        os.close(fd)
+        return []
     lines = data.decode("utf-8", errors="replace").splitlines()
-    return [strip_label(ln).strip() for ln in lines if ln.strip()], mark
+    return [strip_label(ln).strip() for ln in lines if ln.strip()]
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

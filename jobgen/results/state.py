@@ -26,7 +26,7 @@ from typing import Any
 from jobgen import backends
 from jobgen.errors import JobgenError
 from jobgen.results import logs
-from jobgen.results.diagnose import CAUSE_STATES, LAST_LINE, Cause, job_cause
+from jobgen.results.diagnose import CAUSE_STATES, LAST_LINE, Cause, find_cause
 from jobgen.run.model import Run, RunJob
 from jobgen.states import FINAL_STATES, Answer, JobInfo, State
 
@@ -72,7 +72,7 @@ def settle(runs: Sequence[Run], *, live: bool = True, refresh: bool = False, rec
             said = job.live.state if job.live else None
             finished = job.finished
             if needs_cause(job.recorded, said, finished):
-                job.cause = job_cause(job, logs.of(job, run.backend), run.run_dir)
+                job.cause = find_cause(logs.of(job, run.backend), run.run_dir)
             job.state = job_state(job.recorded, said, finished, job.cause, asked=live or job.live is not None)
         if record:
             record_states(run)

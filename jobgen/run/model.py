@@ -231,30 +231,6 @@ class RunJob:
             verdicts.keep(rel, read_mark, key, value)
         return value
 
-    def log_fact(
-        self, path: Path, key: str, read: Callable[[Path], tuple[Any, Stamp | None]], valid: Callable[[Any], bool]
-    ) -> Any:
-        """What `read(path)` makes of one of the job's logs (a JSON value; `read` also gives the stamp of
-        the version it read, None when it could not), kept in the run's verdicts by the log's stat stamp
-        as `fact` keeps what is read of a record: a log unchanged since an earlier command is not read
-        again. A log outside the job's folder is read each time."""
-        text, prefix = str(path), self.folder + "/"
-        verdicts = self.verdicts
-        if verdicts is None or not text.startswith(prefix):
-            return read(path)[0]
-        rel = self.dir + "/" + text[len(prefix) :]
-        try:
-            mark = stamp(os.stat(text))
-        except OSError:
-            return read(path)[0]
-        known, value = verdicts.fact(rel, mark, key)
-        if known and valid(value):
-            return value
-        value, read_mark = read(path)
-        if read_mark is not None:
-            verdicts.keep(rel, read_mark, key, value)
-        return value
-
     @property
     def finished(self) -> bool:
         """The job wrote a result: the training writes result.json last and atomically, so any result.json

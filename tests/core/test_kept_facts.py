@@ -204,47 +204,6 @@ def test_writers_replace_the_cache_whole(run: Path, runner) -> None:
     assert seen and not list(run.glob(f"{damage.VERDICTS}.*.tmp"))
 
 
-def test_what_a_log_says_is_read_once_until_the_log_changes(runner, tmp_path: Path, monkeypatch) -> None:
-    """Jobs that ended without a result: the first status reads their logs for the cause (a time limit
-    here), and keeps what each log says by its stamp; the summary after it reads no log, and shows the
-    same cause; a log that grows is read again, and what it says now counts."""
-    from jobgen.results import diagnose, logs
-
-    jobs = [synth.FakeJob(f"job{i}", sweep={"train.lr": i}, state="RUNNING", result=None) for i in range(3)]
-    run = synth.write_run(tmp_path / "runs", "exp", jobs)
-    for i in range(3):
-        (run / "jobs" / f"job{i}" / "slurm-99.out").write_text(
-            "epoch 1\nslurmstepd: error: *** JOB 99 ON n1 CANCELLED AT 2026-01-01T00:00:00 DUE TO TIME LIMIT ***\n"
-        )
-    _settle(run)
-    for tool in ("squeue", "sacct", "scontrol"):  # a Slurm that has forgotten the jobs
-        (tmp_path / tool).write_text("#!/bin/sh\nexit 0\n")
-        (tmp_path / tool).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    read: list[str] = []
-    real = logs.tail_lines_stamped
-    for module in (diagnose, logs):  # every way a log's tail is read
-        monkeypatch.setattr(module, "tail_lines_stamped", lambda path: read.append(path.parent.name) or real(path))
-
-    rows, _ = _status(runner, run)
-    assert all(" TIMEOUT " in row for row in rows) and sorted(read) == ["job0", "job1", "job2"], rows
-    read.clear()
-    result = runner.invoke(main, ["--output-root", str(run.parent.parent), "summary", str(run), "--format", "json"])
-    assert result.exit_code == 0, result.output
-    doc = json.loads(result.stdout)
-    assert [row["state"] for row in doc["rows"]] == ["TIMEOUT"] * 3
-    assert all("DUE TO TIME LIMIT" in row["problem"] for row in doc["rows"]), doc["rows"]
-    assert read == []  # what each log says was kept by the status
-
-    log = run / "jobs" / "job1" / "slurm-99.out"
-    with log.open("a") as fh:
-        fh.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
-    os.utime(log, (PAST + 1, PAST + 1))
-    result = runner.invoke(main, ["--output-root", str(run.parent.parent), "summary", str(run), "--format", "json"])
-    rows_now = {row["config"]: row for row in json.loads(result.stdout)["rows"]}
-    assert read == ["job1"] and "CUDA out of memory" in rows_now["job1"]["problem"], rows_now["job1"]
-
-
 def test_a_folder_not_known_is_listed_not_asked_for_each_record(runner, run: Path, monkeypatch) -> None:
     """The first status of a run stats only the records each job folder holds (spec.json and
     result.json here): the folder is listed once, and the records it lacks cost no stat."""
