@@ -168,7 +168,7 @@ class RunJob:
         # Not known: one listing of the folder (after its stamp) says which records exist, so an absent
         # one costs no stat. A failed stat raises, the dearest way to learn that a file is not there:
         # with three of five records absent, a first status of 10,000 ended jobs spent a quarter of its
-        # time in them.
+        # samples (py-spy) on the stat line, most of them failing.
         try:
             self._present = _RECORDS.intersection(os.listdir(self.folder))
         except OSError:
