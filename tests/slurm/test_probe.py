@@ -8,12 +8,14 @@ measured; the chosen limits are in the scripts and in Slurm's record, no job tim
 at least half the time it asked for.
 
 Limits are whole minutes, so whether a job can use half of a limit that also leaves it room depends on
-its length: a job of 55-67 s cannot (one minute leaves it under 10% of headroom; two minutes are over
-1.8 times its length), a job of 33-54 s or of over 67 s can. The test reads the probe's predictions and
-takes the margin that gives the shortest whole-minute limit with 10% of headroom over the longest
-prediction (`--set slurm.time_margin=...`, as a user who read the probe would), and, if the jobs fall
-into that band on this machine at this load, probes once more on the number of rows its predictions
-put in the middle of the first band that fits (a fixed 1.5 times the rows once landed in the band again).
+its length. The test chooses limits that hold for a prediction off by up to 15% either way (the job fits
+when it takes 1/0.85 of its prediction, and uses half when it takes 1/1.15 of it): a job predicted at
+35-51 s fits one minute, at 69-102 s two, and none fits 52-68 s. It reads the probe's predictions and
+takes the margin that gives the shortest whole-minute limit that holds for every job
+(`--set slurm.time_margin=...`, as a user who read the probe would), and, if the jobs fall between the
+bands on this machine at this load, probes once more on the number of rows its predictions put in the
+middle of the first band (a fixed 1.5 times the rows once landed between the bands again). A failure
+prints each part of the prediction beside the job's own (start, data, training, evaluation).
 """
 
 from __future__ import annotations
@@ -32,16 +34,21 @@ from tests.slurm.helpers import PYTHON, all_final, jobgen, manifest, wait_states
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training]
 
-# About 45 s per job on an idle 2-core test machine, two jobs at once (31 samples/s each): the middle of
-# the 33-54 s band that a one-minute limit fits (1,200 rows made 55 s, the band no whole minute fits).
-TRAIN_ROWS = 900
-HEADROOM, MOST_USED = 1.1, 1.8
-NICE = 15  # how far ahead of the other workers' processes the probe and its jobs run (ahead_on_the_cpu)  # the limit: >= 1.1 x the longest prediction, <= 1.8 x the shortest
+# About 40 s per job on an idle 2-core test machine, 50 s on a slow one, two jobs at once: inside the
+# 35-51 s band that a one-minute limit fits (1,200 rows made 55 s, the band no whole minute fits).
+TRAIN_ROWS = 800
+# The limits are chosen so that a prediction off by up to SURE (wall_err, either way) still fits its
+# job and is at least half used: limit >= HEADROOM x the longest prediction, <= MOST_USED x the shortest.
+# The test asserts 25% (ACCURACY); choosing for 10% failed a CI run whose prediction was 22.8% over
+# (68.7 s, limit 2 minutes, 47% used), so the choice leaves room for 15%.
+ACCURACY, SURE = 0.25, 0.15
+HEADROOM, MOST_USED = 1 / (1 - SURE), 2 / (1 + SURE)
+NICE = 15  # how far ahead of the other workers' processes the probe and its jobs run (ahead_on_the_cpu)
 
 
 def _limit(predicted: list[float]) -> tuple[int, float] | None:
     """(minutes, slurm.time_margin) for the shortest whole-minute limit that fits every prediction with
-    HEADROOM and that each job, predicted within 10%, uses at least half of; None where none does."""
+    HEADROOM and that each job, predicted within SURE, uses at least half of; None where none does."""
     for minutes in range(1, 60):
         if HEADROOM * max(predicted) <= 60 * minutes <= MOST_USED * min(predicted):
             return minutes, (60 * minutes - 0.5) / max(predicted)  # ceil(longest x margin / 60) == minutes
@@ -80,7 +87,7 @@ def _probe(exp: Path, root: Path) -> dict[str, dict]:
         root=root,
         timeout=1300,
     )
-    points = {p["name"]: p for p in json.loads(done.stdout)}
+    points = {p["name"]: {**p, "load": os.getloadavg()[0]} for p in json.loads(done.stdout)}
     assert len(points) == 2 and all(p["predicted_wall_s"] and p["predicted_peak_mem_mb"] for p in points.values())
     return points
 
@@ -117,6 +124,20 @@ max_length = 32
 "train.lr" = [1e-4, 3e-4]
 """
     return write_experiment(folder, "probe_sweep", body)
+
+
+def _parts(point: dict, times: dict, elapsed: int) -> str:
+    """Where a prediction and the job it predicted spent their time, part by part: what a failure needs
+    to tell which part the probe got wrong (its start, data, training, evaluation or epoch ends)."""
+    said = {k: point[k] for k in ("startup_s", "data_prep_s", "train_s", "eval_s", "checkpoints_s")}
+    did = {k: times.get(k, 0.0) for k in ("data_prep", "train", "eval")}
+    did["rest"] = elapsed - sum(did.values())
+
+    def text(parts: dict) -> str:
+        return " ".join(f"{k.removesuffix('_s')} {v:.1f}" for k, v in parts.items())
+
+    load = f"load average {point['load']:.2f} after the probe, {os.getloadavg()[0]:.2f} after the job"
+    return f"probe's parts {text(said)}; job's {text(did)}; {load}"
 
 
 def _sacct(job_id: str) -> tuple[str, int, int]:
@@ -181,17 +202,18 @@ def test_probe_predicts_the_full_jobs_and_auto_limits_fit(slurm, root: Path, tmp
         assert -(-point["predicted_wall_s"] * float(f"{margin:.6f}") // 60) == minutes
         assert asked == f"{minutes // 60:02d}:{minutes % 60:02d}:00" and limit == minutes * 60
         assert int(mem) == -(-point["predicted_peak_mem_mb"] * 1.3 // 1)
-        peak = json.loads((run / entry["dir"] / "result.json").read_text())["peak_memory_mb"]["host_rss"]
+        result = json.loads((run / entry["dir"] / "result.json").read_text())
+        peak = result["peak_memory_mb"]["host_rss"]
         wall_err = point["predicted_wall_s"] / elapsed - 1
         mem_err = point["predicted_peak_mem_mb"] / peak - 1
         lines.append(
             f"{name}: wall predicted {point['predicted_wall_s']:.1f}s actual {elapsed}s ({wall_err:+.1%}); "
             f"mem predicted {point['predicted_peak_mem_mb']:.0f}MB actual {peak:.0f}MB ({mem_err:+.1%}); "
-            f"limit {asked} used {elapsed / limit:.0%}; {state}"
+            f"limit {asked} used {elapsed / limit:.0%}; {state}; {_parts(point, result['times_s'], elapsed)}"
         )
         print(lines[-1])
         assert state == "COMPLETED"
         assert elapsed / limit >= 0.5, lines[-1]
-        assert abs(wall_err) <= 0.25, lines[-1]
-        assert abs(mem_err) <= 0.25, lines[-1]
+        assert abs(wall_err) <= ACCURACY, lines[-1]
+        assert abs(mem_err) <= ACCURACY, lines[-1]
     (tmp_path / "probe-vs-actual.txt").write_text("\n".join(lines) + "\n")

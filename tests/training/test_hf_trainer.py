@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.training.conftest import REPO, spec_dict, subprocess_env
+from tests.training.conftest import REPO, TINY_TRAIN, spec_dict, subprocess_env
 from training import synthetic
 from training.spec import from_dict
 
@@ -109,6 +109,26 @@ while not got and time.monotonic() < deadline:
     time.sleep(0.05)
 pathlib.Path(sys.argv[1], "got-signal" if got else "timed-out").touch()
 """
+
+
+def test_a_trainer_job_without_deepspeed_never_imports_it(tmp_path: Path, cache_dir: Path) -> None:
+    """accelerate asks whether the model is a DeepSpeedEngine at every unwrap, importing deepspeed
+    wherever it is installed (1.7 s of each rank's start, with mlflow); a job of another strategy asks
+    only once it is imported (training/engines/hf_trainer_engine.py), and still saves and evaluates."""
+    from tests.training.conftest import write_spec
+
+    spec = write_spec(tmp_path / "job", cache_dir, train={"engine": "hf_trainer"})
+    code = (
+        "import sys; from training.__main__ import main; code = main(['--spec', sys.argv[1]]); "
+        "print('deepspeed imported:', 'deepspeed' in sys.modules, 'exit', code)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(spec)], cwd=REPO, env=subprocess_env(), capture_output=True, text=True
+    )
+    assert done.stdout.splitlines()[-1] == "deepspeed imported: False exit 0", done.stdout[-2000:] + done.stderr[-3000:]
+    result = json.loads((tmp_path / "job" / "result.json").read_text())
+    assert result["epochs_done"] == TINY_TRAIN["epochs"] and result["tested_epoch"] is not None, result
+    assert any((tmp_path / "job" / "checkpoints").iterdir())  # saved, through the unwrap
 
 
 def test_relay_passes_the_signal_through_a_launcher_to_the_rank(tmp_path: Path) -> None:

@@ -467,10 +467,26 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher |
     return _fit_and_test(spec, prepared, stats, watcher)
 
 
+def _deepspeed_only_once_imported() -> None:
+    """accelerate's extract_model_from_parallel, which the Trainer calls to unwrap its model (at each
+    save and evaluation), imports deepspeed wherever it is installed, to ask whether the model is a
+    DeepSpeedEngine: 1.7 s of a rank's start (deepspeed brings mlflow in through its autotuner),
+    measured, in a job that does not use it. No object is an instance of a class whose module was never
+    imported, so it asks only once deepspeed is."""
+    import sys
+
+    from accelerate.utils import other
+
+    installed = other.is_deepspeed_available
+    other.is_deepspeed_available = lambda: "deepspeed" in sys.modules and installed()
+
+
 def _fit_and_test(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher | None) -> int:
     import torch
 
     t = spec.train
+    if not t.strategy.startswith("deepspeed"):
+        _deepspeed_only_once_imported()
     stats.accelerator = resolve_accelerator(t)
     stats.precision_effective = effective_precision(t.precision, stats.accelerator)
     torch.manual_seed(t.seed)
