@@ -478,7 +478,11 @@ def _deepspeed_only_once_imported() -> None:
     from accelerate.utils import other
 
     installed = other.is_deepspeed_available
-    other.is_deepspeed_available = lambda: "deepspeed" in sys.modules and installed()
+    if getattr(installed, "jobgen_asks_once_imported", False):
+        return  # an earlier job of this process (tests run several) did it
+    asks = lambda: "deepspeed" in sys.modules and installed()  # noqa: E731
+    asks.jobgen_asks_once_imported = True  # type: ignore[attr-defined]
+    other.is_deepspeed_available = asks
 
 
 def _fit_and_test(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher | None) -> int:
