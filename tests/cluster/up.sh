@@ -338,7 +338,7 @@ if [ -n "$taken" ]; then
 fi
 "$here/down.sh" >/dev/null
 
-rm -rf "${ETC:?}" "${D:?}/state" "${D:?}/spool" "${D:?}/log" "${D:?}/run" "${D:?}/dev" "${D:?}/mode" "${D:?}/env.sh"
+rm -rf "${ETC:?}" "${D:?}/state" "${D:?}/spool" "${D:?}/log" "${D:?}/run" "${D:?}/dev" "${D:?}/mode" "${D:?}/env.sh" "${D:?}/tmp"
 mv "$new" "$ETC"
 mkdir -p "$D/state/ctld" "$D/spool" "$D/log" "$D/run" "$D/dev"
 for i in 0 1 2 3; do
@@ -375,13 +375,18 @@ for n in "${NODES[@]}"; do
 done
 
 if [ "$accounting" = 1 ]; then
+    # Each cluster's MariaDB has a temporary folder of its own: a server starting removes every
+    # "#sql*" file in its tmpdir, so with the machine's /tmp shared, one cluster's start deleted
+    # another's install tables halfway ("Unknown table 'mysql.tmp_user_sys'") when several started
+    # at once.
+    mkdir -p "$D/tmp"
     if [ ! -d "$D/db/mysql" ]; then
         rm -rf "$D/db"
-        mariadb-install-db --no-defaults --datadir="$D/db" --user=root --skip-test-db \
+        mariadb-install-db --no-defaults --datadir="$D/db" --tmpdir="$D/tmp" --user=root --skip-test-db \
             --auth-root-authentication-method=socket >"$D/log/mariadb-install.log" 2>&1 \
             || fail "mariadb-install-db failed (see $D/log/mariadb-install.log)"
     fi
-    ns_start --fork "$CTL_NS" ctl mariadbd --no-defaults --datadir="$D/db" --user=root \
+    ns_start --fork "$CTL_NS" ctl mariadbd --no-defaults --datadir="$D/db" --tmpdir="$D/tmp" --user=root \
         --socket="$D/run/mariadb.sock" --pid-file="$D/run/mariadb.pid" --port="$DB_PORT" \
         --bind-address=127.0.0.1 --skip-name-resolve --skip-log-bin --log-error="$D/log/mariadb.log" \
         --init-file="$ETC/mariadb-init.sql" --innodb-buffer-pool-size=64M \
