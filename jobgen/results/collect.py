@@ -36,6 +36,7 @@ from jobgen.results.cost import (
 from jobgen.results.diagnose import LAST_LINE, Cause, find_cause
 from jobgen.results.state import settle
 from jobgen.results.status import progress
+from jobgen.run.jsonread import loads
 from jobgen.run.model import Retries, Run, RunJob
 from jobgen.states import JobInfo, State
 
@@ -384,7 +385,7 @@ def _read_result(job: RunJob) -> list[Any] | str:
 
 def result_from(raw: bytes) -> tuple[Result | None, str | None]:
     try:
-        data = json.loads(raw)
+        data = loads(raw)
     except UnicodeDecodeError as exc:
         return None, f"result.json is not UTF-8 ({_one_line(exc)}): rerun the job"
     except json.JSONDecodeError as exc:

@@ -20,6 +20,7 @@ from typing import Any
 from jobgen import __version__
 from jobgen.errors import one_line
 from jobgen.facts import SCHEMAS
+from jobgen.run.jsonread import loads
 from training.progress import PROGRESS_KEYS
 
 METRICS_FIELDS = ("epoch", "step", "split")  # the columns every metrics.csv starts with
@@ -43,7 +44,7 @@ def parse_json(raw: bytes) -> tuple[Any, str | None]:
     if not raw.strip():
         return None, "empty"
     try:
-        return json.loads(raw), None
+        return loads(raw), None
     except UnicodeDecodeError:
         return None, "not UTF-8 text (garbage?)"
     except json.JSONDecodeError as exc:
@@ -156,7 +157,7 @@ class Verdicts:
     def _load(self) -> dict[str, list[Any]]:
         try:
             with open(self.path, "rb") as fh:
-                doc = json.loads(fh.read())
+                doc = loads(fh.read())
             if (
                 isinstance(doc, dict)
                 and doc.get("schema") == VERDICTS_SCHEMA
@@ -177,6 +178,11 @@ class Verdicts:
             if type(facts) is dict and key in facts:
                 return True, facts[key]
         return False, None
+
+    def knows(self, rel: str) -> bool:
+        """Whether any version of the file was read before (a fact of it may be kept)."""
+        loaded = self._loaded
+        return rel in (self._known if loaded is None else loaded)
 
     def keep(self, rel: str, mark: Stamp, key: str, value: Any) -> None:
         """Keep a fact (a JSON value) of this version of the file, unless it changed too recently."""

@@ -217,7 +217,7 @@ class RunJob:
         the file's stat stamp: a file unchanged since an earlier command is not read again. `read` must
         depend on that file alone (read through `raw` or `json`); `key` names what it extracts, and must
         change when what it returns does; a kept value that `valid` refuses (a damaged cache) is read again."""
-        mark = self._stat(name)
+        mark = self._mark(name)
         verdicts = self.verdicts
         if verdicts is None or type(mark) is not tuple:
             return read(self)
@@ -231,19 +231,57 @@ class RunJob:
             verdicts.keep(rel, read_mark, key, value)
         return value
 
+    def _mark(self, name: str) -> Stamp | OSError | None:
+        """_stat, for a file about to be read for a fact: one the verdicts know nothing of is read at
+        once (_read_first) and stamped by that read."""
+        verdicts = self.verdicts
+        if verdicts is not None and name not in self._marks and name not in self._files:
+            self._read_first(name, verdicts)
+        return self._stat(name)
+
+    def _read_first(self, name: str, verdicts: Verdicts) -> None:
+        """Read a record the run's verdicts know nothing of at once, its stamp taken from the read: a
+        stat first would only look up a fact there is none of (at a first status of 10,000 ended jobs,
+        20,000 stats of the records it reads anyway)."""
+        present = self._present if self._listed else self._listing()
+        if present is None or name not in present or verdicts.knows(self.dir + "/" + name):
+            return  # absent, or asked of the file system and the verdicts as usual
+        try:
+            data, mark = read_with_stamp(self.folder + "/" + name)
+        except FileNotFoundError:  # removed since the listing
+            self._files[name] = self._marks[name] = None
+            return
+        except OSError as exc:
+            self._files[name] = exc  # unreadable: its stat, as usual, says whether it is there
+            return
+        self._files[name] = data
+        self._marks[name] = self._read[name] = mark
+
+    def _exists(self, name: str) -> bool:
+        """Whether one of the job's records exists (even unreadable): from what this command read or
+        stat'ed of it, else from the folder's listing (this command's, or a kept one its unchanged
+        folder still holds to), else a stat."""
+        marks = self._marks
+        if name in marks:
+            return marks[name] is not None
+        if name in self._files:
+            return self._files[name] is not None
+        present = self._present if self._listed else self._listing()
+        if present is not None:
+            return name in present
+        return self._stat(name) is not None
+
     @property
     def finished(self) -> bool:
         """The job wrote a result: the training writes result.json last and atomically, so any result.json
         (even of another schema, or damaged since) says it got to its end. Whether the numbers in it can
         be used is the summary's question (its row says why not). Asked of the file system, not read."""
-        if "result.json" in self._files:
-            return self._files["result.json"] is not None
-        return self._stat("result.json") is not None  # there, even if unreadable
+        return self._exists("result.json")  # there, even if unreadable
 
     def has(self, name: str) -> bool:
         """Whether one of the job's records exists (even unreadable), asked of the file system once per
         command: most ended jobs lack some (no metrics.csv before the first logged step)."""
-        return self._stat(name) is not None
+        return self._exists(name)
 
     def progress(self) -> tuple[int, int, int, int] | None:
         """(epoch, epochs, batch, batches) from progress.json, which the training rewrites as it goes."""
@@ -297,7 +335,7 @@ class RunJob:
 
     def _problem(self, name: str) -> str | None:
         """What is wrong with one of the job's files (None: fine or absent); the run's verdicts first."""
-        mark = self._stat(name)
+        mark = self._mark(name)
         if mark is None:
             return None
         if isinstance(mark, OSError):
@@ -310,6 +348,7 @@ class RunJob:
 
 
 _RECORDS = frozenset(JOB_FILES)
+FIRST_READ = 1 << 16
 
 
 def read_with_stamp(path: str) -> tuple[bytes, Stamp]:
@@ -318,12 +357,15 @@ def read_with_stamp(path: str) -> tuple[bytes, Stamp]:
     the reading."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        want = os.fstat(fd).st_size + 1  # the whole file in one read: fewer bytes than asked is its end
+        # A record is most often a few hundred bytes: one read of up to 64 KiB, then the stamp. A file
+        # that fills it is read on in one read of the size its stat then gives.
+        want = FIRST_READ
         parts, got = [], 0
         while True:
             part = os.read(fd, want)
             parts.append(part)
             got += len(part)
+            after = None
             if len(part) < want:
                 # A short read ends a regular file: when the stamp after it says the size read, no read
                 # is needed to learn so (one read less per record); else read on (it grew, or a read
@@ -331,7 +373,8 @@ def read_with_stamp(path: str) -> tuple[bytes, Stamp]:
                 after = os.fstat(fd)
                 if not part or after.st_size == got:
                     return b"".join(parts), stamp(after)  # one part is joined without a copy
-            want = 1 << 20
+            size = (after or os.fstat(fd)).st_size
+            want = max(size - got + 1, 1 << 16)
     finally:
         os.close(fd)
 

@@ -27,6 +27,7 @@ from typing import Any
 from jobgen import __version__
 from jobgen.run import store
 from jobgen.run.damage import SETTLED_NS, Stamp
+from jobgen.run.jsonread import loads
 from jobgen.run.model import Run
 
 ROWS_SCHEMA = 1
@@ -62,7 +63,7 @@ def load(run_dir: Path | str, command: str) -> tuple[Any, list[Any]] | None:
     changed since; None otherwise (read the run)."""
     try:
         with open(rows_path(run_dir, command), "rb") as fh:
-            doc = json.loads(fh.read())
+            doc = loads(fh.read())
     except (OSError, ValueError, RecursionError):
         return None
     try:

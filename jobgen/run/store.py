@@ -26,6 +26,7 @@ from typing import Any
 from jobgen import __version__
 from jobgen.errors import JobgenError, RunNotFound
 from jobgen.facts import MANIFEST_SCHEMA, RUN_ID_RE, SECRET_RE, now_iso
+from jobgen.run.jsonread import loads
 
 MANIFEST = "manifest.json"
 
@@ -397,7 +398,7 @@ def _journal_lines(path: Path) -> list[Any] | None:
         if not line.strip():
             continue
         try:
-            out.append(json.loads(line))
+            out.append(loads(line))
         except ValueError:
             if number == len(lines):  # no newline after it: an append cut short, not yet a record
                 break

@@ -268,7 +268,7 @@ def test_verdicts_that_cannot_be_written_are_not_kept(runner, run: Path) -> None
     assert not list(run.glob(".verdicts.json.*.tmp"))
 
 
-@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, 3 * 1024 * 1024 + 7])
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, 65535, 65536, 65537, 3 * 1024 * 1024 + 7])
 def test_a_record_is_read_whole_with_the_stamp_of_the_version_read(tmp_path: Path, size: int) -> None:
     """The unbuffered read of a job's record (jobgen.run.model.read_with_stamp) gives every byte, at
     sizes around a page and past one read, and the stat stamp of that version."""
@@ -286,6 +286,25 @@ def test_a_record_is_read_whole_with_the_stamp_of_the_version_read(tmp_path: Pat
         read_with_stamp(str(tmp_path / "absent.json"))
     with pytest.raises(IsADirectoryError):
         read_with_stamp(str(tmp_path))
+
+
+@pytest.mark.parametrize(("size", "reads"), [(0, 1), (1_000, 1), (65535, 1), (65536, 2), (3 * 1024 * 1024 + 7, 2)])
+def test_a_record_takes_one_read_and_a_big_one_two(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size, reads
+) -> None:
+    """A record under 64 KiB is one read and one stat of the open file; a bigger one (a long
+    metrics.csv) one more read, of the size that stat gave, not a read per 64 KiB."""
+    import os
+
+    from jobgen.run import model
+
+    path = tmp_path / "metrics.csv"
+    path.write_bytes(b"x" * size)
+    calls: list[int] = []
+    real = os.read
+    monkeypatch.setattr(model.os, "read", lambda fd, n: calls.append(n) or real(fd, n))
+    got, _ = model.read_with_stamp(str(path))
+    assert len(got) == size and len(calls) == reads, calls
 
 
 @pytest.mark.parametrize("size", [0, 99, 100, 101, 4097])

@@ -205,17 +205,34 @@ def test_writers_replace_the_cache_whole(run: Path, runner) -> None:
 
 
 def test_a_folder_not_known_is_listed_not_asked_for_each_record(runner, run: Path, monkeypatch) -> None:
-    """The first status of a run stats only the records each job folder holds (spec.json and
-    result.json here): the folder is listed once, and the records it lacks cost no stat."""
+    """The first status of a run lists each job folder once and opens only the records it holds
+    (spec.json and result.json here), each stamped by its read: no record is stat'ed, and the ones it
+    lacks cost nothing. The next status stats those records and reads none of them (their verdicts
+    are kept)."""
     from jobgen.run import model
 
-    asked: list[str] = []
-    real = os.stat
-    monkeypatch.setattr(model.os, "stat", lambda path, *a, **k: asked.append(os.fspath(path)) or real(path, *a, **k))
+    stats: list[str] = []
+    opens: list[str] = []
+    real_stat, real_open = os.stat, os.open
+    monkeypatch.setattr(
+        model.os, "stat", lambda path, *a, **k: stats.append(os.fspath(path)) or real_stat(path, *a, **k)
+    )
+    monkeypatch.setattr(
+        model.os, "open", lambda path, *a, **k: opens.append(os.fspath(path)) or real_open(path, *a, **k)
+    )
+
+    def records(paths: list[str]) -> list[str]:
+        return sorted(Path(p).name for p in paths if "/jobs/job" in p and Path(p).name in damage.JOB_FILES)
+
     rows, warnings = _status(runner, run)
     assert len(rows) == 3 and not warnings
-    records = sorted(Path(p).name for p in asked if "/jobs/job" in p and Path(p).name in damage.JOB_FILES)
-    assert records == ["result.json"] * 3 + ["spec.json"] * 3, records
+    assert records(stats) == [], stats
+    assert records(opens) == ["result.json"] * 3 + ["spec.json"] * 3, opens
+    del stats[:], opens[:]
+    rows_again, warnings = _status(runner, run)
+    assert rows_again == rows and not warnings
+    assert records(stats) == ["result.json"] * 3 + ["spec.json"] * 3, stats
+    assert records(opens) == [], opens
 
 
 def test_the_cli_gives_an_in_process_caller_its_garbage_collector_back(runner, run: Path) -> None:

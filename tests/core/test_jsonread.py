@@ -1,0 +1,114 @@
+"""jobgen.run.jsonread.loads reads every text as json.loads does: the same value, or the same error
+(type, message, line), whichever parser answered."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobgen.run import jsonread
+
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()  # beyond 64 bits too: orjson alone would make those floats
+    | st.integers(min_value=-(2**64), max_value=2**64)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text()  # lone surrogates included: json.dumps escapes them, orjson refuses them
+)
+DOCS = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+def _outcome(parse, raw: bytes):
+    """What a parser makes of the bytes: ('value', a comparable form) or ('error', type, message)."""
+    try:
+        return ("value", _comparable(parse(raw)))
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return ("error", type(exc).__name__, str(exc))
+
+
+def _comparable(value):
+    """The value with its types spelled out (1 and 1.0 and True differ) and NaN equal to itself."""
+    if isinstance(value, float):
+        return ("float", "nan" if math.isnan(value) else value.hex())
+    if isinstance(value, dict):
+        return ("dict", [(k, _comparable(v)) for k, v in value.items()])
+    if isinstance(value, list):
+        return ("list", [_comparable(v) for v in value])
+    return (type(value).__name__, value)
+
+
+def test_orjson_answers_here() -> None:
+    """The fast parser is installed with jobgen's dependencies on this machine, so the tests below
+    compare it with the standard library rather than the standard library with itself."""
+    assert jsonread.loads is not jsonread._stdlib
+    assert jsonread.loads(b'{"a": [1, 2.5, "x"]}') == {"a": [1, 2.5, "x"]}
+
+
+@settings(max_examples=400, deadline=None)
+@given(DOCS, st.booleans())
+def test_every_document_reads_as_the_standard_library_reads_it(doc, ascii_only: bool) -> None:
+    raw = json.dumps(doc, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+    assert _outcome(jsonread.loads, raw) == _outcome(json.loads, raw)
+
+
+@settings(max_examples=400, deadline=None)
+@given(DOCS, st.data())
+def test_damaged_text_fails_or_reads_as_the_standard_library_says(doc, data) -> None:
+    """Truncated, overwritten, re-encoded or prefixed text: the same value, or the same error."""
+    raw = json.dumps({"schema": 1, "x": doc}).encode("utf-8", "surrogatepass")
+    how = data.draw(st.sampled_from(["cut", "byte", "bom", "utf16", "insert"]))
+    at = data.draw(st.integers(0, len(raw)))
+    if how == "cut":
+        raw = raw[:at]
+    elif how == "byte":
+        raw = raw[:at] + bytes([data.draw(st.integers(0, 255))]) + raw[at + 1 :]
+    elif how == "bom":
+        raw = b"\xef\xbb\xbf" + raw
+    elif how == "utf16":
+        raw = json.dumps(doc).encode("utf-16-le")
+    else:
+        raw = (
+            raw[:at] + data.draw(st.sampled_from([b"NaN", b"-Infinity", b"1e400", b"9" * 25, b" ", b"\x00"])) + raw[at:]
+        )
+    assert _outcome(jsonread.loads, raw) == _outcome(json.loads, raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"18446744073709551616",  # 2**64: orjson alone gives a float
+        b"-9223372036854775809",
+        b'{"id": 123456789012345678901234567890}',
+        b"NaN",
+        b"[1e400, -1e400]",
+        b'"\\ud800"',
+        b"\xef\xbb\xbf{}",
+        b"",
+        b"   ",
+        b'{"a": 1',
+        b"[" * 100_000,  # deeper than either parser goes
+        b'{"a": 1, "a": 2}',
+        b"\xff\xfe",
+    ],
+)
+def test_the_texts_where_the_two_parsers_part(raw: bytes) -> None:
+    assert _outcome(jsonread.loads, raw) == _outcome(json.loads, raw)
+
+
+def test_the_standard_library_alone_when_asked() -> None:
+    code = "from jobgen.run import jsonread; print(jsonread.loads is jsonread._stdlib)"
+    env_run = subprocess.run(
+        [sys.executable, "-c", code], env={"JOBGEN_STDLIB_JSON": "1", "PATH": ""}, capture_output=True, text=True
+    )
+    assert env_run.stdout.strip() == "True", env_run.stderr
