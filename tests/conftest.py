@@ -25,66 +25,73 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 pytest_plugins = ["tests.conftest_slurm"] if (REPO / "tests" / "conftest_slurm.py").exists() else []
 
 # Tests on the real cluster that spend their time waiting for Slurm (time limits, requeues after the
-# credential lifetime, preemption's grace time, sacct, status --watch), not computing. Under pytest-xdist
-# with --dist loadgroup (scripts/test.sh) they form one group, run one test after the other on worker
-# gw0 with its own clusters; with 3 workers or more gw0 runs nothing else, so the others keep both cores
-# busy with training meanwhile (measured: with the group on one of two workers, the run's first 13
-# minutes had the CPU 45-60% busy). The other tests go one at a time to whichever worker is free. The
-# groups are set here, by path, not with xdist_group marks: pytest-xdist 3.8 marks a group by rewriting
-# item._nodeid, which pytest 9 no longer reads, so its marks group nothing.
+# credential lifetime, preemption's grace time, sacct, status --watch, the controller's restart), not
+# computing, longest first (seconds of a clean run on 2026-12-04). Under pytest-xdist with --dist
+# loadgroup (scripts/test.sh), each test is a unit of its own and the units go out by kind
+# (pick_unit): with 3 workers or more, worker gw0 takes the waiting tests, longest first, while the
+# others keep both cores busy with the training tests, longest first; a worker that has run out of
+# its own kind takes the other kind's shortest left. So whichever kind takes longer on the machine of
+# the day (the waiting chain on a fast one, the training on a slow one: CI's machine varies 2x), the
+# workers end about together. (Measured: with all waiting tests fixed on gw0, the others ended 150 s
+# before it on a fast machine and gw0 idled on a slow one.) The groups are set here, by path, not with
+# xdist_group marks: pytest-xdist 3.8 marks a group by rewriting item._nodeid, which pytest 9 no longer
+# reads, so its marks group nothing.
 WAITING_ON_SLURM = (
-    "tests/test_cluster.py",
-    "tests/slurm/test_states.py",
-    "tests/slurm/test_chain.py",
-    "tests/slurm/test_requeue_command.py",
-    "tests/slurm/test_preemption.py",
-    "tests/slurm/test_requeue.py",
-    "tests/slurm/test_retries.py",
-    # Not waiting, but timed (the probe's predictions against the jobs' real wall time): the group's
-    # last test, with the machine to itself (ALONE below).
-    "tests/slurm/test_probe.py",
-)
-WAITING = "waiting-on-slurm"
-# Short Slurm tests that mostly wait too, handed to the other workers last, after the fast tests: worker
-# 0's chain is the run's longest (measured: the others ended 100 s before it), and these 127 s of it
-# (concurrent submits and requeues, the controller's restart, lost replies, arrays, cost's sacct)
-# fill the others' end instead, on their own clusters.
-LAST = (
-    "tests/slurm/test_concurrency.py",
-    "tests/slurm/test_at_most_once.py",
-    "tests/slurm/test_controller.py",
-    "tests/slurm/test_arrays.py",
-    "tests/slurm/test_cost.py",
+    "tests/slurm/test_chain.py",  # 130: a 1-minute limit, three segments
+    "tests/slurm/test_states.py",  # 2 x 87: every state, with and without accounting
+    "tests/slurm/test_requeue.py",  # 80 + 43
+    "tests/slurm/test_preemption.py",  # 72 + 49 + 35: GraceTime
+    "tests/test_cluster.py",  # 40 + 14 + ...: time limit's signal, requeue
+    "tests/slurm/test_retries.py",  # 31 + 31
+    "tests/slurm/test_requeue_command.py",  # 19 + 16
+    "tests/slurm/test_concurrency.py",  # 33
+    "tests/slurm/test_cost.py",  # 25 + 7 + 6
+    "tests/slurm/test_controller.py",  # 18: the controller's restart
+    "tests/slurm/test_at_most_once.py",  # 9 + 7 + 2: lost replies
+    "tests/slurm/test_arrays.py",  # 2
 )
 # Modules whose tests share a module-scoped fixture (one training run): one worker, so it runs once.
 ONE_WORKER_MODULES = ("tests/training/test_hf_trainer_fsdp.py", "tests/training/test_local_demo.py")
+# The test that runs with the machine to itself (see below): handed out last, when no other is left.
+ALONE = ("tests/slurm/test_probe.py",)
 
 
 # Where the long tests are: they are handed out first, so that the run does not end with one worker on
 # a long test while the other has nothing left.
-HEAVY = ("tests/slurm/", "tests/training/", "tests/test_prefetch.py", "tests/test_cluster.py")
-
-
-def _heavy_first(scope: str) -> int:
-    if scope.startswith(LAST):
-        return 2
-    return 0 if scope.startswith(HEAVY) or scope == WAITING else 1
+HEAVY = ("tests/slurm/", "tests/training/", "tests/test_prefetch.py")
 
 
 def xdist_group(nodeid: str) -> str:
-    """The unit of work pytest-xdist hands to one worker: a group name, or the test's own id."""
+    """The unit of work pytest-xdist hands to one worker: a module whose tests share a fixture, or the
+    test's own id."""
     path = nodeid.split("::", 1)[0]
-    if path in WAITING_ON_SLURM:
-        return WAITING
-    if path in ONE_WORKER_MODULES:
-        return path
-    return nodeid
+    return path if path in ONE_WORKER_MODULES else nodeid
+
+
+def _waiting_rank(unit: str) -> int | None:
+    """The unit's place in WAITING_ON_SLURM (longest first); None for a test that does not wait."""
+    path = unit.split("::", 1)[0]
+    return WAITING_ON_SLURM.index(path) if path in WAITING_ON_SLURM else None
+
+
+def pick_unit(units: list[str], waiter: bool) -> str | None:
+    """The next unit for a worker, from the units left in collection order: `waiter` (gw0 with 3
+    workers or more) takes the longest waiting test left, the others the longest training test left
+    (HEAVY first); a worker with none of its kind left takes the other kind's shortest; the ALONE
+    test goes out only when nothing else is left."""
+    rest = [u for u in units if not u.startswith(ALONE)]
+    if not rest:
+        return units[0] if units else None
+    waiting = sorted((u for u in rest if _waiting_rank(u) is not None), key=lambda u: _waiting_rank(u) or 0)
+    training = sorted((u for u in rest if _waiting_rank(u) is None), key=lambda u: not u.startswith(HEAVY))
+    own, other = (waiting, training) if waiter else (training, waiting)
+    return own[0] if own else other[-1]
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """--dist loadgroup with the groups above (xdist's own loadgroup, for any xdist_group marks, first);
-    with 3 workers or more, gw0 runs the waiting group and nothing else."""
+    """--dist loadgroup with the units above (xdist's own loadgroup, for any xdist_group marks, first),
+    handed out by pick_unit."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadGroupScheduling
@@ -98,13 +105,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
             return xdist_group(nodeid) if scope == nodeid else scope
 
         def _assign_work_unit(self, node: Any) -> None:
-            waiter = dedicated and node.gateway.id == "gw0"
-            units = [s for s in self.workqueue if not dedicated or (s == WAITING) == waiter]
-            # The long tests first, the short ones last, to fill the gaps at the end.
-            scope = min(units, key=_heavy_first, default=None)
-            if scope is None:  # nothing of this worker's kind is left: it ends once its tests have run
-                if not node.shutting_down:
-                    node.shutdown()
+            scope = pick_unit(list(self.workqueue), dedicated and node.gateway.id == "gw0")
+            if scope is None:
                 return
             self.workqueue.move_to_end(scope, last=False)
             super()._assign_work_unit(node)
@@ -118,15 +120,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 
 # The probe test (tests/slurm/test_probe.py) compares the wall time it predicts with the full jobs' own,
-# so it runs with the machine to itself: it is the last test of the waiting group (worker 0's chain of
-# tests is the longest, so the other workers have usually ended by then: measured, with the probe
-# first they ended 150 s before worker 0), it waits for the tests the other workers are running to
-# end, and no other test starts until it has ended. Its two jobs keep both cores busy meanwhile. Two
-# flocks in /tmp/jobgen-test-turns-<xdist's run id>/, shared by the workers (a lock dies with its
-# process: a crashed worker blocks nobody): the probe holds `gate` exclusively for the whole test and
-# takes `run` exclusively once the others' tests have let go of it; every other test passes `gate`
-# (shared, at once released) and then holds `run` shared while it runs.
-ALONE = ("tests/slurm/test_probe.py",)
+# so it runs with the machine to itself: it is the last unit handed out (pick_unit: the other workers
+# have then no test left to start, only their current ones to finish), it waits for the tests the other
+# workers are running to end, and no other test starts until it has ended. Its two jobs keep both
+# cores busy meanwhile. Two flocks in /tmp/jobgen-test-turns-<xdist's run id>/, shared by the workers
+# (a lock dies with its process: a crashed worker blocks nobody): the probe holds `gate` exclusively
+# for the whole test and takes `run` exclusively once the others' tests have let go of it; every other
+# test passes `gate` (shared, at once released) and then holds `run` shared while it runs.
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
