@@ -34,7 +34,7 @@ from jobgen.results.cost import (
     usage_of,
 )
 from jobgen.results.diagnose import LAST_LINE, Cause, find_cause
-from jobgen.results.state import settle
+from jobgen.results.state import kept_cause, settle
 from jobgen.results.status import progress
 from jobgen.run.jsonread import loads
 from jobgen.run.model import Retries, Run, RunJob
@@ -237,7 +237,7 @@ def read_job(
     )
     if result is not None:
         return dataclasses.replace(row, problem=result.scoring) if result.scoring else row
-    return _unfinished(row, job, problem)
+    return _unfinished(row, job, problem, run.refresh)
 
 
 def _segments(job: RunJob) -> tuple[str, ...]:
@@ -247,11 +247,14 @@ def _segments(job: RunJob) -> tuple[str, ...]:
     return tuple("?" for _ in job.segments)
 
 
-def _unfinished(row: JobRow, job: RunJob, problem: str | None) -> JobRow:
-    """Fill in what a job without a usable result was asked to do, got so far, and why it stopped."""
+def _unfinished(row: JobRow, job: RunJob, problem: str | None, refresh: bool = False) -> JobRow:
+    """Fill in what a job without a usable result was asked to do, got so far, and why it stopped (what
+    its logs said when its end was recorded, else its logs now)."""
     cause = job.cause
-    if cause is None and _may_have_died(row.state, job.live):
-        cause = find_cause(logs.of(job, row.backend), row.run_dir)
+    if cause is None and not job.cause_read and _may_have_died(row.state, job.live):
+        known, cause = kept_cause(job, refresh)
+        if not known:
+            cause = find_cause(logs.of(job, row.backend), row.run_dir)
     train = job.spec().get("train")
     said = job.live.state if job.live and job.live.state is not State.UNKNOWN else job.recorded
     return dataclasses.replace(

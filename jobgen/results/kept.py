@@ -23,7 +23,7 @@ from jobgen import backends
 from jobgen.errors import JobgenError
 from jobgen.results import cost, logs
 from jobgen.results.report import CREATED, build_report, check_folder, made_at, write_page
-from jobgen.results.state import NEVER_RAN, from_record, read_some
+from jobgen.results.state import NEVER_RAN, from_record, kept_cause, read_some
 from jobgen.results.summary import summarize
 from jobgen.run import rows
 from jobgen.run.damage import stamp
@@ -145,8 +145,8 @@ def _log_stamps(run: Run, job: RunJob, every_log: bool = False) -> list[list[Any
     """The stamps of the logs a job's row may have been read from (a job without a usable result: they
     say why it stopped; `every_log`: every job's); None when they cannot be told by the job folder's
     stamp."""
-    if job.recorded in NEVER_RAN or (not every_log and _usable(job)):
-        return []
+    if job.recorded in NEVER_RAN or (not every_log and (_usable(job) or kept_cause(job)[0])):
+        return []  # the row was read from the record and its files alone
     try:
         scheduler = backends.get(run.backend)
     except JobgenError:

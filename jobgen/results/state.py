@@ -28,6 +28,7 @@ from jobgen.errors import JobgenError
 from jobgen.results import logs
 from jobgen.results.diagnose import CAUSE_STATES, LAST_LINE, Cause, find_cause
 from jobgen.run.model import Run, RunJob
+from jobgen.run.store import redact
 from jobgen.states import FINAL_STATES, Answer, JobInfo, State
 
 NEVER_RAN = frozenset({State.DRY_RUN, State.NOT_SUBMITTED})
@@ -72,8 +73,11 @@ def settle(runs: Sequence[Run], *, live: bool = True, refresh: bool = False, rec
             said = job.live.state if job.live else None
             finished = job.finished
             if needs_cause(job.recorded, said, finished):
-                job.cause = find_cause(logs.of(job, run.backend), run.run_dir)
+                job.cause, job.cause_read = find_cause(logs.of(job, run.backend), run.run_dir), True
             job.state = job_state(job.recorded, said, finished, job.cause, asked=live or job.live is not None)
+            if record and not job.cause_read and not finished and newly_ended(job):
+                # Read once, when the end is recorded: a summary or report reads the record, not the logs.
+                job.cause, job.cause_read = find_cause(logs.of(job, run.backend), run.run_dir), True
         if record:
             record_states(run)
 
@@ -116,11 +120,49 @@ def from_record(job: RunJob) -> bool:
     return job.live is None and job.cause is None and job.state is job.recorded and not is_asked(job)
 
 
+def newly_ended(job: RunJob) -> bool:
+    """Whether the job has ended for good with a state not recorded yet: what a command records of it
+    then includes what its logs say of why (a job recorded as ended by an older jobgen has its logs read
+    by each summary, as then)."""
+    return job.state is not job.recorded and job.state in SETTLED and job.state not in NEVER_RAN
+
+
+CAUSE = "cause"  # the manifest entry's field: [job id] + (kind, message, hint, log) when the logs said why
+
+
+def kept_cause(job: RunJob, refresh: bool = False) -> tuple[bool, Cause | None]:
+    """(True, what the logs said when the job's end was recorded: None for nothing) while the job is still
+    recorded as ended that way under the same id; (False, None) when its logs must be read."""
+    value = job.entry.get(CAUSE)
+    if refresh or job.state is not job.recorded or job.recorded not in SETTLED or type(value) is not list:
+        return False, None
+    if not value or value[0] != job.job_id:
+        return False, None
+    if len(value) == 1:
+        return True, None
+    if len(value) == 5 and all(type(v) is str for v in value[1:]):
+        return True, Cause(value[1], value[2], value[3], value[4])
+    return False, None  # damaged: the logs say it again
+
+
+def _cause_field(job: RunJob) -> list[str] | None:
+    """What record_states keeps of the job's cause (secrets taken out: the manifest is a record)."""
+    if not job.cause_read or job.state not in SETTLED or job.state in NEVER_RAN or not job.job_id:
+        return None
+    cause = job.cause
+    if cause is None:
+        return [job.job_id]
+    return [job.job_id, cause.kind, redact(cause.message), redact(cause.hint), cause.log]
+
+
 def record_states(run: Run) -> None:
-    """Write the states (and Slurm's start and end times) that changed back to the run's manifest."""
+    """Write the states (and Slurm's start and end times, and for a job that ended without its result
+    what its logs say of why) that changed back to the run's manifest."""
     updates = {}
     for job in run.jobs:
         fields: dict[str, Any] = {"state": job.state.value}
+        if job.cause_read and not job.finished:
+            fields[CAUSE] = _cause_field(job)
         if job.live:
             # What Slurm said, kept: a job recorded as ended is not asked again, and status still shows it.
             said = {

@@ -71,6 +71,7 @@ class RunJob:
     live: JobInfo | None = None
     state: State = State.UNKNOWN
     cause: Any = None  # jobgen.results.diagnose.Cause, when the logs were asked why the job stopped
+    cause_read: bool = False  # this command read the logs for it (cause None: they said nothing)
     # The scheduler was asked about the job and could not answer (Answer.silent): it keeps its last state.
     unanswered: bool = False
     verdicts: Verdicts | None = field(default=None, repr=False)  # the run's, shared by its jobs

@@ -148,3 +148,80 @@ def test_a_silent_controller_changes_no_state(tmp_path: Path, runner, bin_dir: P
     header, row = runner.invoke(main, ["status", str(run_dir)]).stdout.splitlines()[1:3]
     assert row[header.index("state") :].split()[0] == "FAILED"
     assert json.loads((run_dir / "manifest.json").read_text())["jobs"][0]["state"] == "FAILED"
+
+
+def _find_cause_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_a, **_k):
+        raise AssertionError("the logs were read although the cause is recorded")
+
+    monkeypatch.setattr("jobgen.results.collect.find_cause", refuse)
+    monkeypatch.setattr("jobgen.results.state.find_cause", refuse)
+
+
+@pytest.mark.parametrize(
+    ("said", "log", "shown", "cause"),
+    [
+        ("COMPLETED|0:0", "step 3\nnothing more\n", "FAILED", "last log line: nothing more"),  # exit 0, no result
+        ("FAILED|1:0", "Traceback (most recent call last):\nValueError: bad lr\n", "FAILED", "ValueError: bad lr"),
+        ("FAILED|1:0", None, "FAILED", "no result.json and no log"),
+    ],
+)
+def test_what_the_logs_say_is_recorded_with_the_end_and_read_from_the_record_after(
+    tmp_path: Path,
+    runner,
+    bin_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    said: str,
+    log: str | None,
+    shown: str,
+    cause: str,
+):
+    """The command that records a job's end without its result reads its logs once for why, and records
+    that (secrets taken out) with the job's id: a summary or report after it reads the record, not the
+    logs (10,000 ended jobs' logs are 10,000 files to list and read), until `--refresh` or a new end."""
+    from tests.core.conftest import stub_tool
+
+    stub_tool(
+        bin_dir,
+        "squeue",
+        f"echo '99999|{said.split('|')[0]}|0:09|1|n1|2026-01-01T00:00:00|2026-01-01T00:00:09|{said.split('|')[1]}|'\n",
+    )
+    stub_tool(bin_dir, "sacct", "exit 0\n")
+    if log:
+        log = log.replace("bad lr", "bad lr (key s3cr3t-v4lue-123)")
+    run_dir = _run_with(tmp_path, runner, "RUNNING", log, False)
+    monkeypatch.setenv("WANDB_API_KEY", "s3cr3t-v4lue-123")  # the jobs had it, and printed it
+    assert runner.invoke(main, ["status", str(run_dir)]).exit_code == 0
+    (entry,) = json.loads((run_dir / "manifest.json").read_text())["jobs"]
+    assert entry["state"] == shown and entry["cause"][0] == "99999", entry
+    assert "s3cr3t" not in (run_dir / "manifest.json").read_text()
+    with monkeypatch.context() as m:
+        _find_cause_refused(m)
+        summary = runner.invoke(main, ["summary", str(run_dir), "--format", "json"])
+    assert summary.exit_code == 0, summary.output
+    (row,) = json.loads(summary.stdout)["rows"]
+    assert row["state"] == shown and cause in row["problem"], row
+    # --refresh reads the logs again; so does a summary of a record whose cause is damaged.
+    for how, damage in ((["--refresh"], None), ([], ["99999", 3])):
+        if damage is not None:
+            doc = json.loads((run_dir / "manifest.json").read_text())
+            doc["jobs"][0]["cause"] = damage
+            (run_dir / "manifest.json").write_text(json.dumps(doc))
+        with monkeypatch.context() as m:
+            _find_cause_refused(m)
+            refused = runner.invoke(main, ["summary", str(run_dir), "--format", "json", *how])
+        assert "the logs were read" in refused.output, (how, refused.output)
+
+
+def test_a_cause_recorded_under_an_earlier_id_is_not_taken(tmp_path: Path, runner, bin_dir: Path, monkeypatch):
+    from jobgen.results.state import kept_cause
+    from jobgen.run.model import Run
+
+    run_dir = _run_with(tmp_path, runner, "FAILED", "Traceback (most recent call last):\nValueError: now\n", False)
+    doc = json.loads((run_dir / "manifest.json").read_text())
+    doc["jobs"][0]["cause"] = ["12345", "exception", "ValueError: then", "hint", "slurm-12345.out"]
+    (run_dir / "manifest.json").write_text(json.dumps(doc))
+    (job,) = Run.load(run_dir).jobs
+    assert kept_cause(job) == (False, None)
+    summary = runner.invoke(main, ["summary", str(run_dir), "--format", "json"])
+    assert "ValueError: now" in json.loads(summary.stdout)["rows"][0]["problem"], summary.stdout
