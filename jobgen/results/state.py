@@ -163,6 +163,8 @@ def record_states(run: Run) -> None:
         fields: dict[str, Any] = {"state": job.state.value}
         if job.cause_read and not job.finished:
             fields[CAUSE] = _cause_field(job)
+        elif job.state is not job.recorded and job.entry.get(CAUSE) is not None:
+            fields[CAUSE] = None  # another state: what the logs said of the end recorded before is not of this one
         if job.live:
             # What Slurm said, kept: a job recorded as ended is not asked again, and status still shows it.
             said = {

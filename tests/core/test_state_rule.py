@@ -225,3 +225,20 @@ def test_a_cause_recorded_under_an_earlier_id_is_not_taken(tmp_path: Path, runne
     assert kept_cause(job) == (False, None)
     summary = runner.invoke(main, ["summary", str(run_dir), "--format", "json"])
     assert "ValueError: now" in json.loads(summary.stdout)["rows"][0]["problem"], summary.stdout
+
+
+def test_a_cause_goes_with_the_end_it_was_read_for(tmp_path: Path, runner, bin_dir: Path):
+    """A job recorded FAILED with its cause, whose result.json then turns up (an earlier attempt's was
+    restored, a file system caught up): it is COMPLETED, and the cause of the FAILED end is dropped."""
+    from tests.core.conftest import stub_tool
+
+    stub_tool(bin_dir, "squeue", "echo '99999|COMPLETED|0:09|1|n1|2026-01-01T00:00:00|2026-01-01T00:00:09|0:0|'\n")
+    stub_tool(bin_dir, "sacct", "exit 0\n")
+    run_dir = _run_with(tmp_path, runner, "RUNNING", "no result written\n", False)
+    assert runner.invoke(main, ["status", str(run_dir)]).exit_code == 0
+    (entry,) = json.loads((run_dir / "manifest.json").read_text())["jobs"]
+    assert entry["state"] == "FAILED" and entry["cause"][0] == "99999", entry
+    (run_dir / entry["dir"] / "result.json").write_text(json.dumps({"schema": 1}))
+    assert runner.invoke(main, ["status", str(run_dir)]).exit_code == 0
+    (entry,) = json.loads((run_dir / "manifest.json").read_text())["jobs"]
+    assert entry["state"] == "COMPLETED" and entry["cause"] is None, entry

@@ -46,13 +46,13 @@ def _jobgen(args: list[str], root: Path, shim: Path) -> tuple[subprocess.Popen[s
     return proc, [line.split()[0] for line in lines if line.split()[-1] == str(proc.pid)]
 
 
-def test_status_of_an_ended_500_job_run_asks_slurm_a_few_times(slurm, root: Path, tmp_path: Path, counted: Path):
-    exp = behave_sweep(tmp_path, "wide", 500)
+def test_status_of_an_ended_1000_job_run_asks_slurm_a_few_times(slurm, root: Path, tmp_path: Path, counted: Path):
+    exp = behave_sweep(tmp_path, "wide", 1000)
     _, calls = _jobgen(["submit", str(exp), "--array"], root, counted)
-    assert calls.count("sbatch") == 46 and len(calls) <= 47, calls  # 500 tasks in arrays of at most 11
+    assert calls.count("sbatch") == 91 and len(calls) <= 92, calls  # 1000 tasks in arrays of at most 11
     run_dir = only_run(root, "wide")
     wait_states(run_dir, all_final, timeout=480, poll=5)
-    # Wait states recorded them; make the manifest forget, so status must ask Slurm about all 500.
+    # Wait states recorded them; make the manifest forget, so status must ask Slurm about all 1000.
     doc = manifest(run_dir)
     for job in doc["jobs"]:
         job["state"] = State.SUBMITTED.value
