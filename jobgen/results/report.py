@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
@@ -33,7 +33,7 @@ from jobgen.results.summary import (
     totals_text,
 )
 from jobgen.run.model import Run
-from jobgen.run.store import redact
+from jobgen.run.store import redactor
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px; color: #222; }
@@ -344,6 +344,7 @@ def _ok(value: float | None) -> bool:
 
 def _problems(lines: list[Line]) -> list[str]:
     items = []
+    redact = redactor()  # this environment's secrets looked up once, not once per log
     for line in lines:
         job = line.jobs[0]
         if not line.problem and job.cause is None:
@@ -354,7 +355,7 @@ def _problems(lines: list[Line]) -> list[str]:
             path = job.run_dir / cause.log
             log = f' &middot; <a href="{_href(path)}">{escape(cause.log)}</a>'
         hint = f'<div class="hint">&rarr; {escape(line.hint)}</div>' if line.hint else ""
-        tails = "".join(_tail(path) for path in _tail_logs(job)) if job.result is None else ""
+        tails = "".join(_tail(path, redact) for path in _tail_logs(job)) if job.result is None else ""
         items.append(
             f"<li><b>{escape(line.label)}</b> ({escape(line.state)}): "
             f"{escape(line.problem or (cause.message if cause else ''))}{log}{hint}{tails}</li>"
@@ -375,7 +376,7 @@ def _tail_logs(job: JobRow) -> list[Path]:
     return [p for p in _logs(job) if p.is_file() and p.stat().st_size][-2:]
 
 
-def _tail(path: Path) -> str:
+def _tail(path: Path, redact: Callable[[str], str]) -> str:
     """The log's last lines inside the page, so that a mailed copy still shows them; secrets taken out."""
     lines = logs.tail(path, TAIL_LINES)
     if not lines:

@@ -19,7 +19,7 @@ status) says COMPLETED and there is no result.json, the job is FAILED.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from jobgen.errors import JobgenError
 from jobgen.results import logs
 from jobgen.results.diagnose import CAUSE_STATES, LAST_LINE, Cause, find_cause
 from jobgen.run.model import Run, RunJob
-from jobgen.run.store import redact
+from jobgen.run.store import redactor
 from jobgen.states import FINAL_STATES, Answer, JobInfo, State
 
 NEVER_RAN = frozenset({State.DRY_RUN, State.NOT_SUBMITTED})
@@ -145,7 +145,7 @@ def kept_cause(job: RunJob, refresh: bool = False) -> tuple[bool, Cause | None]:
     return False, None  # damaged: the logs say it again
 
 
-def _cause_field(job: RunJob) -> list[str] | None:
+def _cause_field(job: RunJob, redact: Callable[[str], str]) -> list[str] | None:
     """What record_states keeps of the job's cause (secrets taken out: the manifest is a record)."""
     if not job.cause_read or job.state not in SETTLED or job.state in NEVER_RAN or not job.job_id:
         return None
@@ -159,10 +159,11 @@ def record_states(run: Run) -> None:
     """Write the states (and Slurm's start and end times, and for a job that ended without its result
     what its logs say of why) that changed back to the run's manifest."""
     updates = {}
+    redact = redactor()
     for job in run.jobs:
         fields: dict[str, Any] = {"state": job.state.value}
         if job.cause_read and not job.finished:
-            fields[CAUSE] = _cause_field(job)
+            fields[CAUSE] = _cause_field(job, redact)
         elif job.state is not job.recorded and job.entry.get(CAUSE) is not None:
             fields[CAUSE] = None  # another state: what the logs said of the end recorded before is not of this one
         if job.live:

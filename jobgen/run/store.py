@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,10 +85,23 @@ REDACTED = "[redacted]"
 def redact(text: str) -> str:
     """The text with every secret taken out: the values of this environment's secret variables (the
     jobs inherit them), token-shaped strings, and the value after `NAME=` where NAME looks like a secret's."""
-    for key, value in sorted(secret_values().items(), key=lambda kv: -len(kv[1])):
-        text = text.replace(value, f"[redacted ${key}]")
-    text = _TOKEN_SHAPES.sub(REDACTED, text)
-    return _NAMED.sub(lambda m: m.group(1) + (m.group(2) if m.group(2).startswith("[redacted") else REDACTED), text)
+    return redactor()(text)
+
+
+def redactor() -> Callable[[str], str]:
+    """redact, with this environment's secrets looked up once (a command that records 10,000 jobs' log
+    lines would otherwise scan the environment 20,000 times: most of its time)."""
+    found = sorted(secret_values().items(), key=lambda kv: -len(kv[1]))
+
+    def named(m: re.Match[str]) -> str:
+        return m.group(1) + (m.group(2) if m.group(2).startswith("[redacted") else REDACTED)
+
+    def take_out(text: str) -> str:
+        for key, value in found:
+            text = text.replace(value, f"[redacted ${key}]")
+        return _NAMED.sub(named, _TOKEN_SHAPES.sub(REDACTED, text))
+
+    return take_out
 
 
 def check_no_secrets(files: dict[str, str]) -> None:
