@@ -138,6 +138,8 @@ class Scheduler:
                     found.update(base / e.name for e in entries if matches(e.name) and e.is_file())
             except OSError:
                 continue
+        if len(found) < 2:
+            return list(found)  # nothing to order: no stat (most jobs have one log)
         return sorted(found, key=oldest_first)
 
     def logs_in_job_folder(self) -> bool:

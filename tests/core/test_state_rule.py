@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jobgen.cli import main
 from jobgen.results.diagnose import LAST_LINE, Cause
@@ -242,3 +244,22 @@ def test_a_cause_goes_with_the_end_it_was_read_for(tmp_path: Path, runner, bin_d
     assert runner.invoke(main, ["status", str(run_dir)]).exit_code == 0
     (entry,) = json.loads((run_dir / "manifest.json").read_text())["jobs"]
     assert entry["state"] == "COMPLETED" and entry["cause"] is None, entry
+
+
+@given(
+    st.lists(st.sampled_from(["a", "b", "runs", "x.out", ".."]), max_size=4),
+    st.lists(st.sampled_from(["a", "b", "runs", "x.out"]), max_size=4),
+    st.booleans(),
+)
+def test_a_causes_log_is_named_as_path_relative_to_names_it(base: list[str], rest: list[str], absolute: bool):
+    from pathlib import Path
+
+    from jobgen.results.diagnose import _rel
+
+    root = Path("/" if absolute else ".", *base)
+    for path in (root.joinpath(*rest), Path("/elsewhere", *rest)):
+        try:
+            expected = str(path.relative_to(root))
+        except ValueError:
+            expected = str(path)
+        assert _rel(path, root) == expected
