@@ -13,6 +13,9 @@ the one after it (it shows the kept rows), runs, summary and report (each reads 
 it showed), then summary and report again (they show what they kept), each as a ratio to the floor
 measured in the same run: `python -c pass` plus one os.stat per job file, the least a status that
 checks every record can cost.
+With `--without-results` the jobs ended without their result (bench_scale.py's `true` jobs): the
+stand-in squeue holds each as COMPLETED, the first status reads each job's one-line log for why (and
+records it: the summary after it reads no log), and the report shows each job's last log lines.
 The jobs are recorded as submitted, as a sweep that has just ended is: the first status asks Slurm
 once per tool (stand-ins that know no job, as a controller that has forgotten them) and records the
 states the files say (COMPLETED); the later commands ask nothing. A second line gives each command's CPU seconds
@@ -97,6 +100,28 @@ def user_env() -> dict[str, str]:
     return env
 
 
+def make_resultless_run(root: Path, n: int, slurm: Path) -> Path:
+    """A run of `n` jobs that ended without their result (a launch that did nothing, as bench_scale.py's
+    `true` jobs): each has a short log, and the stand-in squeue in `slurm` still holds every one as
+    COMPLETED with exit 0, so the first status reads each job's log for why it has no result."""
+    from tests.data.summary import synth
+
+    jobs = [
+        synth.FakeJob(
+            f"job-{i:05d}", sweep={"train.lr": 1e-5 * (1 + i)}, result=None, logs={f"slurm-{4000 + i}.out": "hello\n"}
+        )
+        for i in range(n)
+    ]
+    run = synth.write_run(root / f"{n}-without-results", "bench", jobs)
+    rows = "".join(f"{4000 + i}|COMPLETED|0:01|1|n1|2026-01-01T00:00:00|2026-01-01T00:00:01|0:0|\n" for i in range(n))
+    (slurm / "queue.txt").write_text(rows)
+    (slurm / "squeue").write_text(f"#!/bin/sh\ncat '{slurm / 'queue.txt'}'\n")
+    past = time.time() - 60
+    for folder in (run / "jobs").iterdir():
+        os.utime(folder / f"slurm-{4000 + int(folder.name[4:])}.out", (past, past))
+    return run
+
+
 def warm_up(jobgen: list[str], root: Path, env: dict[str, str]) -> None:
     """Every command once on a small run: its modules compiled, the file cache warm."""
     run = str(make_run(root, 10))
@@ -107,6 +132,11 @@ def warm_up(jobgen: list[str], root: Path, env: dict[str, str]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, nargs="+", default=[1000, 10_000])
+    parser.add_argument(
+        "--without-results",
+        action="store_true",
+        help="jobs that ended without their result (Slurm says COMPLETED, each has a one-line log)",
+    )
     args = parser.parse_args()
     jobgen = [str(Path(sys.executable).with_name("jobgen"))]
     print(
@@ -118,7 +148,11 @@ def main() -> int:
         env["PATH"] = forgetful_slurm(Path(tmp) / "slurm") + os.pathsep + env.get("PATH", "")
         warm_up(jobgen, Path(tmp) / "warm", env)
         for n in args.jobs:
-            run = make_run(Path(tmp), n)
+            run = (
+                make_resultless_run(Path(tmp), n, Path(tmp) / "slurm")
+                if args.without_results
+                else make_run(Path(tmp), n)
+            )
             settle(run)
             root = ["--output-root", str(run.parent.parent)]
             del CPU[:]
