@@ -168,6 +168,33 @@ def test_report_lists_each_jobs_logs_once(tmp_path: Path, runner, monkeypatch) -
     assert sorted(listed) == sorted(job.name for job in JOBS), listed
 
 
+def test_jobs_that_stopped_the_same_way_are_one_entry_with_one_log_tail(tmp_path: Path, runner) -> None:
+    """A sweep whose 30 jobs died on the same line is one entry (30 jobs, the first 12 named, the log of
+    the first), not 30 copies of one log tail; a job that died otherwise is an entry of its own. The
+    table still has a row for every job."""
+    same = "step 3: loss 0.70\nTraceback (most recent call last):\nValueError: bad lr\n"
+    jobs = [
+        FakeJob(f"j{i:02d}", {"train.lr": str(i)}, result=None, state="FAILED", logs={f"slurm-{4000 + i}.out": same})
+        for i in range(30)
+    ]
+    other = "Traceback (most recent call last):\nKeyError: 'label'\n"
+    jobs.append(FakeJob("odd", {"train.lr": "99"}, result=None, state="FAILED", logs={"slurm-5000.out": other}))
+    run = write_run(tmp_path / "runs", "many", jobs)
+    out = tmp_path / "r.html"
+    done = runner.invoke(main, ["--output-root", str(tmp_path / "runs"), "report", str(run), "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    html = out.read_text()
+    section = html[html.index("Jobs without a result") :]
+    assert section.count("<li>") == 2, section
+    assert "<b>30 jobs</b> (j00, j01" in section and "j11 and 18 more; the log below is the first one's)" in section
+    assert "j12" not in section and section.count("ValueError: bad lr") == 2  # the cause, and the one tail
+    assert section.count("<details>") == 2 and "slurm-4000.out" in section and "slurm-4001.out" not in section
+    assert "<b>odd</b> (FAILED): KeyError: &#x27;label&#x27;" in section
+    page = _Page()
+    page.feed(html)
+    assert {row[0].strip().lstrip("\u25a0 ") for row in page.rows} == {job.name for job in jobs}
+
+
 def test_report_escapes_what_runs_wrote(tmp_path: Path, runner) -> None:
     hostile = FakeJob("x", {"train.engine": "torch"}, engine="<script>alert(1)</script>")
     write_run(tmp_path / "runs", "sweep", [hostile])

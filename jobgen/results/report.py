@@ -342,13 +342,28 @@ def _ok(value: float | None) -> bool:
     return value is not None and value == value and abs(value) != float("inf")
 
 
+# Of a group of jobs that stopped the same way, the names listed (the rest are counted): a sweep of
+# 10,000 jobs that all failed on one bad line is one entry, not 10,000 copies of the same log tail.
+GROUP_NAMES = 12
+
+
 def _problems(lines: list[Line]) -> list[str]:
-    items = []
-    redact = redactor()  # this environment's secrets looked up once, not once per log
+    """One entry per way jobs stopped without a usable result (state, what was wrong, the cause's
+    kind): its jobs, named or counted, and of the first of them the log link, the hint and the log's
+    last lines."""
+    groups: dict[tuple[str, str, str], list[Line]] = {}
     for line in lines:
         job = line.jobs[0]
         if not line.problem and job.cause is None:
             continue
+        cause = job.cause
+        said = line.problem or (cause.message if cause else "")
+        groups.setdefault((line.state, said, cause.kind if cause else ""), []).append(line)
+    redact = redactor()  # this environment's secrets looked up once, not once per log
+    items = []
+    for (state, said, _), members in groups.items():
+        line = members[0]
+        job = line.jobs[0]
         cause = job.cause
         log = ""
         if cause is not None and cause.log:
@@ -356,13 +371,19 @@ def _problems(lines: list[Line]) -> list[str]:
             log = f' &middot; <a href="{_href(path)}">{escape(cause.log)}</a>'
         hint = f'<div class="hint">&rarr; {escape(line.hint)}</div>' if line.hint else ""
         tails = "".join(_tail(path, redact) for path in _tail_logs(job)) if job.result is None else ""
-        items.append(
-            f"<li><b>{escape(line.label)}</b> ({escape(line.state)}): "
-            f"{escape(line.problem or (cause.message if cause else ''))}{log}{hint}{tails}</li>"
-        )
+        items.append(f"<li>{_who(members)} ({escape(state)}): {escape(said)}{log}{hint}{tails}</li>")
     if not items:
         return []
     return ["<h2>Jobs without a result</h2>", f'<ul class="problems">{"".join(items)}</ul>']
+
+
+def _who(members: list[Line]) -> str:
+    """The job, or the jobs of a group: how many, the first GROUP_NAMES of them by name."""
+    if len(members) == 1:
+        return f"<b>{escape(members[0].label)}</b>"
+    names = ", ".join(escape(m.label) for m in members[:GROUP_NAMES])
+    more = f" and {len(members) - GROUP_NAMES:,} more" if len(members) > GROUP_NAMES else ""
+    return f"<b>{len(members):,} jobs</b> ({names}{more}; the log below is the first one's)"
 
 
 TAIL_LINES = 40
