@@ -34,6 +34,10 @@ COUNTERS = ("timed_samples", "timed_tokens", "real_tokens", "padded_slots", "tra
 # A debugging aid for checking exact resume: every rank appends "epoch: rows" of each trained batch
 # to $JOBGEN_TRACE_ROWS/rank<N>.txt (a repeat shows as a negative row, see training/loaders.py).
 TRACE_DIR = os.environ.get("JOBGEN_TRACE_ROWS", "")
+# Another: every batch waits this many seconds after its timed window closes (counted in no time and no
+# throughput), so that a test can reach a short job in the middle of its training, with a signal or a
+# requeue, however fast the machine trains it (the tiny model's 126 batches took 3.4 s on an idle one).
+STEP_PAUSE_S = float(os.environ.get("JOBGEN_STEP_PAUSE_S") or 0)
 
 
 def trace_rows(directory: Path, epoch: int, batch: dict[str, Any]) -> None:
@@ -85,6 +89,8 @@ class TrainClock:
         probe.on_batch(self.tick, seconds, rows)
         if TRACE_DIR:
             trace_rows(Path(TRACE_DIR), epoch, batch)
+        if STEP_PAUSE_S:
+            time.sleep(STEP_PAUSE_S)  # before the next window opens (TrainClock.open)
         return seconds
 
     def flush(self, reduce_sum: Callable[[list[float]], list[float]]) -> None:

@@ -162,8 +162,9 @@ def record_states(run: Run) -> None:
     redact = redactor()
     for job in run.jobs:
         fields: dict[str, Any] = {"state": job.state.value}
-        if job.cause_read and not job.finished:
-            fields[CAUSE] = _cause_field(job, redact)
+        kept = _cause_field(job, redact) if job.cause_read and not job.finished else None
+        if kept is not None:
+            fields[CAUSE] = kept
         elif job.state is not job.recorded and job.entry.get(CAUSE) is not None:
             fields[CAUSE] = None  # another state: what the logs said of the end recorded before is not of this one
         if job.live:

@@ -37,15 +37,22 @@ from tests.training.test_resume import trained_rows
 pytestmark = [pytest.mark.slurm, pytest.mark.training, pytest.mark.timeout(900)]
 
 
-def _training(engine: str, n: int, batch: int, epochs: int, slurm: str, trace: Path | None = None) -> str:
+def _training(
+    engine: str, n: int, batch: int, epochs: int, slurm: str, trace: Path | None = None, pause_s: float = 0
+) -> str:
+    """`pause_s`: each batch waits that long (JOBGEN_STEP_PAUSE_S), so that the job is still training when
+    the test's signal reaches it, however fast this machine trains the tiny model."""
     body = (
         TINY_TRAIN.replace('model = "builtin:tiny"', f'model = "builtin:tiny"\nengine = "{engine}"')
         .replace("epochs = 1", f"epochs = {epochs}")
         .replace("batch_size = 16", f"batch_size = {batch}")
         .replace("[400, 100, 100]", f"[{n}, 103, 101]")
     )
-    if trace:
-        body = body.replace(f'python = "{PYTHON}"', f'python = "{PYTHON}"\nvars = {{ JOBGEN_TRACE_ROWS = "{trace}" }}')
+    env = ([f'JOBGEN_TRACE_ROWS = "{trace}"'] if trace else []) + (
+        [f'JOBGEN_STEP_PAUSE_S = "{pause_s}"'] if pause_s else []
+    )
+    if env:
+        body = body.replace(f'python = "{PYTHON}"', f'python = "{PYTHON}"\nvars = {{ {", ".join(env)} }}')
     return slurm + body
 
 
@@ -144,7 +151,9 @@ def test_requeue_of_the_task_with_the_arrays_id_leaves_its_siblings_alone(slurm,
     # The plain loop: the array's requeue is the subject, and its three tasks skip Lightning's import.
     # 63 batches an epoch: the requeued task is signalled at its third, long before its end, and the
     # siblings it must leave alone train no longer than that needs.
-    exp = write_experiment(tmp_path, "rqarray", _training("torch", 1001, 16, 2, slurm_toml) + ARRAY)
+    # Each batch waits 0.1 s: progress.json is rewritten every 5 s, and on an idle machine the 126 batches
+    # trained in 3.4 s, so the signal came after the training's end (it then only ended a finished job).
+    exp = write_experiment(tmp_path, "rqarray", _training("torch", 1001, 16, 2, slurm_toml, pause_s=0.1) + ARRAY)
     jobgen("submit", str(exp), "--array", root=root)
     run_dir = only_run(root, "rqarray")
     doc = manifest(run_dir)

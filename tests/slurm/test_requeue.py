@@ -87,7 +87,12 @@ def test_two_nodes_two_ranks_requeue_mid_epoch_trains_each_sample_once(slurm, ro
         .replace("epochs = 3", "epochs = 2")
         .replace("batch_size = 16", f"batch_size = {batch}")
         .replace("[1500, 100, 100]", f"[{n}, 103, 101]")
-        .replace(f'python = "{PYTHON}"', f'python = "{PYTHON}"\nvars = {{ JOBGEN_TRACE_ROWS = "{trace}" }}')
+        # Each step waits 0.1 s: on an idle machine the 94 steps trained before `jobgen requeue`'s signal
+        # arrived (the job then only ended, finished); JOBGEN_STEP_PAUSE_S counts in no time.
+        .replace(
+            f'python = "{PYTHON}"',
+            f'python = "{PYTHON}"\nvars = {{ JOBGEN_TRACE_ROWS = "{trace}", JOBGEN_STEP_PAUSE_S = "0.1" }}',
+        )
     )
     exp = write_experiment(tmp_path, "requeue2x2", body)
     jobgen("submit", str(exp), root=root)

@@ -206,3 +206,28 @@ def test_batch_shell_exit_status(job_script, tmp_path, monkeypatch, behave: str,
     done, calls = _run(script, job_dir, tmp_path, monkeypatch, behave)
     assert done.returncode == rc, (done.stdout, done.stderr)
     assert not [c for c in calls if c.startswith("scontrol requeue")]
+
+
+def test_a_step_pause_waits_outside_every_timed_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """JOBGEN_STEP_PAUSE_S (the slurm requeue tests reach a short job mid-training with it) waits after
+    each batch's window closes: the batch took its time, the pause counts in no time and no throughput."""
+    import time
+    from types import SimpleNamespace
+
+    import torch
+
+    from training import timing
+    from training.results import Stats
+
+    monkeypatch.setattr(timing, "STEP_PAUSE_S", 0.2)
+    stats = Stats()
+    clock = timing.TrainClock(stats, SimpleNamespace(train=SimpleNamespace(compile=False, warmup_compile_steps=0)))
+    batch = {"labels": torch.zeros(4), "attention_mask": torch.ones(4, 8)}
+    started = time.perf_counter()
+    clock.open()
+    for _ in range(3):
+        clock.close(batch, 0)
+        clock.open()
+    assert time.perf_counter() - started >= 0.6
+    assert stats.times_s["train"] < 0.1, stats.times_s
+    assert clock.local["timed_samples"] == 12
