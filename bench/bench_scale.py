@@ -2,7 +2,8 @@
 
 Each figure is printed next to its floor measured in the same run (a bare `sbatch --parsable --wrap true`
 loop for submission, right before it and as many calls, whose jobs run as jobgen's will and have ended
-before jobgen's submission starts; one `squeue -t all` for status), as a ratio: these machines are noisy, so only
+before jobgen's submission starts; for status, the one `squeue -t all -u <you> -O <fields>` it asks),
+as a ratio: these machines are noisy, so only
 ratios measured side by side mean anything. The jobs' launch is `true` (bench/true.sbatch.j2): Slurm
 does all the work there is, and jobgen's own cost is what is left.
 
@@ -163,9 +164,14 @@ def measure(n: int, array: bool, root: Path, counter: Path) -> dict[str, float]:
 
 
 def squeue_floor() -> float:
-    """One `squeue -t all` of every job the controller holds: the least a status that asks Slurm costs."""
+    """The one squeue a status asks (every job of this user the controller holds, with the fields status
+    reads: `-O` formats them slower than `-o %i|%T`, and more so on a busy controller), timed bare:
+    the least a status that asks Slurm costs."""
+    from jobgen.backends._slurm import SQUEUE_FIELDS, _own_jobs
+
+    fmt = ",".join(f"{field}:|" for field in SQUEUE_FIELDS)
     started = time.perf_counter()
-    subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T"], check=True, capture_output=True)
+    subprocess.run(["squeue", "-h", "-r", "-t", "all", *_own_jobs(), "-O", fmt], check=True, capture_output=True)
     return time.perf_counter() - started
 
 
