@@ -73,11 +73,10 @@ def settle(runs: Sequence[Run], *, live: bool = True, refresh: bool = False, rec
             said = job.live.state if job.live else None
             finished = job.finished
             if needs_cause(job.recorded, said, finished):
-                job.cause, job.cause_read = find_cause(logs.of(job, run.backend), run.run_dir), True
+                _read_cause(job, run)
             job.state = job_state(job.recorded, said, finished, job.cause, asked=live or job.live is not None)
             if record and not job.cause_read and not finished and newly_ended(job):
-                # Read once, when the end is recorded: a summary or report reads the record, not the logs.
-                job.cause, job.cause_read = find_cause(logs.of(job, run.backend), run.run_dir), True
+                _read_cause(job, run)  # once, when the end is recorded: a summary reads the record after
         if record:
             record_states(run)
 
@@ -120,11 +119,20 @@ def from_record(job: RunJob) -> bool:
     return job.live is None and job.cause is None and job.state is job.recorded and not is_asked(job)
 
 
+def _read_cause(job: RunJob, run: Run) -> None:
+    job.cause, job.cause_read = find_cause(logs.of(job, run.backend), run.run_dir), True
+
+
+def _ran_and_ended(state: State) -> bool:
+    """A state a job that ran keeps for good (what a recorded cause is kept with)."""
+    return state in SETTLED and state not in NEVER_RAN
+
+
 def newly_ended(job: RunJob) -> bool:
     """Whether the job has ended for good with a state not recorded yet: what a command records of it
     then includes what its logs say of why (a job recorded as ended by an older jobgen has its logs read
     by each summary, as then)."""
-    return job.state is not job.recorded and job.state in SETTLED and job.state not in NEVER_RAN
+    return job.state is not job.recorded and _ran_and_ended(job.state)
 
 
 CAUSE = "cause"  # the manifest entry's field: [job id] + (kind, message, hint, log) when the logs said why
@@ -146,8 +154,9 @@ def kept_cause(job: RunJob, refresh: bool = False) -> tuple[bool, Cause | None]:
 
 
 def _cause_field(job: RunJob, redact: Callable[[str], str]) -> list[str] | None:
-    """What record_states keeps of the job's cause (secrets taken out: the manifest is a record)."""
-    if not job.cause_read or job.state not in SETTLED or job.state in NEVER_RAN or not job.job_id:
+    """What record_states keeps of the cause this command read for a job that ended for good without its
+    result (secrets taken out: the manifest is a record); None when there is none to keep."""
+    if not job.cause_read or not _ran_and_ended(job.state) or not job.job_id or job.finished:
         return None
     cause = job.cause
     if cause is None:
@@ -162,7 +171,7 @@ def record_states(run: Run) -> None:
     redact = redactor()
     for job in run.jobs:
         fields: dict[str, Any] = {"state": job.state.value}
-        kept = _cause_field(job, redact) if job.cause_read and not job.finished else None
+        kept = _cause_field(job, redact)
         if kept is not None:
             fields[CAUSE] = kept
         elif job.state is not job.recorded and job.entry.get(CAUSE) is not None:
