@@ -219,7 +219,8 @@ _JSON = st.recursive(
 @given(_JSON, st.lists(st.sampled_from("ab"), max_size=3))
 def test_the_results_tolerant_converters_take_exactly_the_json_values_they_took(value, keys) -> None:
     """The converters' fast paths (exact JSON types first) accept and refuse what the plain isinstance
-    checks did: a bool is no number, NaN is unknown, an empty text is none, a path through a non-object ends."""
+    checks did: a bool is no number, NaN, the infinities and an integer beyond a float are unknown, an
+    empty text is none, a path through a non-object ends."""
     import math
     from collections.abc import Mapping
 
@@ -232,11 +233,82 @@ def test_the_results_tolerant_converters_take_exactly_the_json_values_they_took(
             data = data.get(key)
         return data
 
-    num = None if isinstance(value, bool) or not isinstance(value, int | float) else float(value)
-    assert (c._num(value) is None) == (num is None or math.isnan(num))
-    if num is not None and not math.isnan(num):
+    try:
+        num = None if isinstance(value, bool) or not isinstance(value, int | float) else float(value)
+    except OverflowError:
+        num = None
+    assert (c._num(value) is None) == (num is None or not math.isfinite(num))
+    if num is not None and math.isfinite(num):
         assert c._num(value) == num and type(c._num(value)) is float
     want_int = value if isinstance(value, int) and not isinstance(value, bool) else None
     assert c._int(value) == want_int and type(c._int(value)) is type(want_int)
     assert c._str(value) == (value if isinstance(value, str) and value else None)
     assert repr(c._get({"a": value, "b": {"a": value}}, *keys)) == repr(get({"a": value, "b": {"a": value}}, *keys))
+
+
+def test_no_number_beyond_a_floats_range_or_infinite_is_read() -> None:
+    from jobgen.results import collect as c
+
+    assert [c._num(v) for v in (10**400, -(10**400), float("inf"), float("-inf"), 2**64, 1.5)] == [
+        None,
+        None,
+        None,
+        None,
+        float(2**64),
+        1.5,
+    ]
+
+
+_FIELD = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=4)
+    | st.sampled_from(["2026-01-02T03:04:05Z", "2026-01-02T03:04:05.5+02:00", "2026-01-02T03:04:05"])
+)
+
+
+def _maybe_object(keys: list[str]):
+    return st.dictionaries(st.sampled_from(keys), _FIELD | st.lists(_FIELD, max_size=2), max_size=len(keys)) | _FIELD
+
+
+_RESULT_DOCS = st.fixed_dictionaries(
+    {},
+    optional={
+        "engine": _FIELD,
+        "precision": _maybe_object(["requested", "effective"]),
+        "compile": _FIELD,
+        "nodes": _FIELD,
+        "times_s": _maybe_object(["train", "total"]),
+        "throughput": _maybe_object(["samples_per_s", "tokens_per_s"]),
+        "peak_memory_mb": _maybe_object(["gpu_max_allocated", "host_rss"]),
+        "test_acc": _FIELD,
+        "requeue_count": _FIELD,
+        "finished_at": _FIELD,
+        "samples": _maybe_object(["validation", "test"]),
+        "scored": _maybe_object(["validation", "test"]),
+        "parameters": _maybe_object(["total"]),
+        "ran_on": st.dictionaries(st.just("gpus"), st.lists(_FIELD, max_size=3) | _FIELD),
+        "world_size": _FIELD,
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_RESULT_DOCS)
+def test_a_results_numbers_kept_read_back_as_the_result_read_fresh(doc) -> None:
+    """What a status or summary keeps of a result.json (result_fields, written to the run's verdicts by
+    jsonread.dumps and read back) makes the very Result a fresh read makes: the same numbers, times
+    and texts, whatever types the fields hold."""
+    import math
+
+    from jobgen.results import collect as c
+    from jobgen.run import jsonread
+
+    fresh = c.parse_result(doc)
+    kept = jsonread.loads(jsonread.dumps(c.result_fields(doc)))
+    assert c._is_result_fact(kept)
+    assert c._result(list(kept)) == fresh  # a naive time is read as local time either way
+    for value in c.result_fields(doc):
+        assert not isinstance(value, float) or math.isfinite(value)

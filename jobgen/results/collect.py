@@ -15,6 +15,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from math import isfinite
 from pathlib import Path
 from typing import Any
 
@@ -331,10 +332,13 @@ def result_of(job: RunJob) -> tuple[Result | None, str | None]:
     kept = job.fact("result.json", RESULT_FACT, _read_result, _is_result_fact)
     if isinstance(kept, str):
         return None, kept
-    values = list(kept)
-    values[_FINISHED_AT] = _time(values[_FINISHED_AT])
-    values[_GPUS] = tuple(values[_GPUS])
-    return Result(*values), None
+    return _result(list(kept)), None
+
+
+def keep_result(job: RunJob) -> None:
+    """Keep the numbers of the job's result.json in the run's verdicts (the fact result_of reads), without
+    making a Result of them: what a status keeps for the summary after it."""
+    job.fact("result.json", RESULT_FACT, _read_result, _is_result_fact)
 
 
 RESULT_FACT = "result"  # the key of a result's fields in the run's verdicts (jobgen.run.damage.Verdicts)
@@ -370,23 +374,29 @@ def _read_result(job: RunJob) -> list[Any] | str:
     """A result.json as JSON values (the Result's fields in order), or why it cannot be used. The document
     the damage check parsed is not parsed again (RunJob.json); a broken one is, for the summary's reason."""
     doc, broken = job.json("result.json")
-    if broken is None and type(doc) is dict:
-        result, problem = result_from_doc(doc)
-    else:
+    if broken is not None or type(doc) is not dict:
         try:
             raw = job.raw("result.json")
         except OSError as exc:
             return f"result.json unreadable ({_one_line(exc)})"
-        result, problem = (None, NO_RESULT) if raw is None else result_from(raw)
-    if result is None:
-        return problem or NO_RESULT
-    values = [getattr(result, name) for name in _RESULT_FIELDS]
-    values[_FINISHED_AT] = result.finished_at.isoformat() if result.finished_at else None
-    values[_GPUS] = list(result.gpus)
-    return values
+        if raw is None:
+            return NO_RESULT
+        doc, problem = _document(raw)
+        if doc is None:
+            return problem or NO_RESULT
+    schema = doc.get("schema")
+    if schema != RESULT_SCHEMA:
+        return _schema_problem(schema, doc)
+    return result_fields(doc)
 
 
 def result_from(raw: bytes) -> tuple[Result | None, str | None]:
+    data, problem = _document(raw)
+    return (None, problem) if data is None else result_from_doc(data)
+
+
+def _document(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """result.json's bytes as a JSON object, or why they are not one."""
     try:
         data = loads(raw)
     except UnicodeDecodeError as exc:
@@ -395,7 +405,7 @@ def result_from(raw: bytes) -> tuple[Result | None, str | None]:
         return None, f"result.json is corrupt or truncated ({exc.msg} at line {exc.lineno}): rerun the job"
     if not isinstance(data, dict):
         return None, "result.json is not a JSON object: rerun the job"
-    return result_from_doc(data)
+    return data, None
 
 
 def result_from_doc(data: dict[str, Any]) -> tuple[Result | None, str | None]:
@@ -419,37 +429,70 @@ def _schema_problem(schema: Any, data: Mapping[str, Any]) -> str:
 
 def parse_result(data: Mapping[str, Any]) -> Result:
     """Pick the summary's fields out of a schema-1 result; wrong types become None."""
-    precision = data.get("precision")
-    requested = _str(_get(data, "precision", "requested"))
-    effective = _str(_get(data, "precision", "effective")) or requested
+    return _result(result_fields(data))
+
+
+def _result(values: list[Any]) -> Result:
+    """A Result from its fields as result_fields gives them (and the run's verdicts keep them)."""
+    values[_FINISHED_AT] = _time(values[_FINISHED_AT])
+    values[_GPUS] = tuple(values[_GPUS])
+    return Result(*values)
+
+
+_EMPTY: dict[str, Any] = {}
+
+
+def result_fields(data: Mapping[str, Any]) -> list[Any]:
+    """The Result's fields of a schema-1 result in order, as JSON values (`finished_at` as ISO text, `gpus`
+    as a list): what the run's verdicts keep of a result.json. Wrong types become None. One function for
+    all 24 fields, the nested objects looked up once each: a first status keeps them for 10,000 jobs."""
+    if type(data) is not dict:
+        data = dict(data)
+    get = data.get
+    precision = get("precision")
+    nested = _object(precision)
+    requested = _str(nested.get("requested"))
+    effective = _str(nested.get("effective")) or requested
     if isinstance(precision, str):  # tolerate a flat string
         requested = effective = precision
-    return Result(
-        engine=_str(data.get("engine")),
-        strategy=_str(data.get("strategy")),
-        precision=effective,
-        precision_requested=requested,
-        compile=data.get("compile") if isinstance(data.get("compile"), bool) else None,
-        nodes=_int(data.get("nodes")),
-        devices_per_node=_int(data.get("devices_per_node")),
-        accelerator=_str(data.get("accelerator")),
-        train_s=_num(_get(data, "times_s", "train")),
-        total_s=_num(_get(data, "times_s", "total")),
-        samples_per_s=_num(_get(data, "throughput", "samples_per_s")),
-        peak_gpu_mb=_num(_get(data, "peak_memory_mb", "gpu_max_allocated")),
-        peak_host_mb=_num(_get(data, "peak_memory_mb", "host_rss")),
-        best_val_acc=_num(data.get("best_val_acc")),
-        test_acc=_num(data.get("test_acc")),
-        test_f1=_num(data.get("test_f1")),
-        requeue_count=_int(data.get("requeue_count")),
-        epochs_done=_int(data.get("epochs_done")),
-        finished_at=_time(data.get("finished_at")),
-        scoring=_scoring_problem(data),
-        world_size=_int(data.get("world_size")),
-        parameters=_int(_get(data, "parameters", "total")),
-        tokens_per_s=_num(_get(data, "throughput", "tokens_per_s")),
-        gpus=tuple(g for g in _list(_get(data, "ran_on", "gpus")) if isinstance(g, str)),
-    )
+    compiled = get("compile")
+    times = _object(get("times_s"))
+    throughput = _object(get("throughput"))
+    memory = _object(get("peak_memory_mb"))
+    when = _time(get("finished_at"))
+    return [
+        _str(get("engine")),
+        _str(get("strategy")),
+        effective,
+        requested,
+        compiled if type(compiled) is bool else None,
+        _int(get("nodes")),
+        _int(get("devices_per_node")),
+        _str(get("accelerator")),
+        _num(times.get("train")),
+        _num(times.get("total")),
+        _num(throughput.get("samples_per_s")),
+        _num(memory.get("gpu_max_allocated")),
+        _num(memory.get("host_rss")),
+        _num(get("best_val_acc")),
+        _num(get("test_acc")),
+        _num(get("test_f1")),
+        _int(get("requeue_count")),
+        _int(get("epochs_done")),
+        when.isoformat() if when else None,
+        _scoring_problem(data),
+        _int(get("world_size")),
+        _int(_object(get("parameters")).get("total")),
+        _num(throughput.get("tokens_per_s")),
+        [g for g in _list(_object(get("ran_on")).get("gpus")) if isinstance(g, str)],
+    ]
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    """A nested JSON object, or an empty one in its place (a wrong type reads as absent)."""
+    if type(value) is dict or isinstance(value, Mapping):
+        return value  # type: ignore[no-any-return]
+    return _EMPTY
 
 
 def _scoring_problem(data: Mapping[str, Any]) -> str | None:
@@ -544,10 +587,18 @@ def _get(data: Mapping[str, Any], *keys: str) -> Any:
 
 
 def _num(value: Any) -> float | None:
+    """A finite number as a float; None for anything else. NaN and the infinities (a JSON record can hold
+    them) are "unknown", as is an integer beyond a float's range."""
     kind = type(value)
-    if kind is not float and kind is not int and (isinstance(value, bool) or not isinstance(value, int | float)):
+    if kind is float:
+        return value if isfinite(value) else None
+    if kind is not int and (isinstance(value, bool) or not isinstance(value, int | float)):
         return None
-    return float(value) if value == value else None  # NaN is "unknown"
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if isfinite(number) else None
 
 
 def _list(value: Any) -> list[Any]:

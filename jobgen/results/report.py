@@ -307,8 +307,12 @@ def _curves(lines: list[Line], colors: dict[int, str]) -> str:
     """Loss and validation accuracy, over optimizer steps and over wall time, one line per job."""
     loss_step, loss_time, acc_step, acc_time = [], [], [], []
     for line in lines:
-        folder = line.jobs[0].job_dir
-        points = read_metrics(os.path.join(folder, "metrics.csv")) if folder else []
+        job = line.jobs[0]
+        folder = job.job_dir
+        # A job the command read says whether it has a metrics.csv without a failed open (most of a
+        # sweep that ended without training has none).
+        there = job.source.has("metrics.csv") if job.source is not None else bool(folder)
+        points = read_metrics(os.path.join(folder, "metrics.csv")) if folder and there else []
         train = [p for p in points if p.split == "train" and _ok(p.loss)]
         val = [p for p in points if p.split in ("validation", "val") and _ok(p.acc)]
         c, name = colors[id(line)], line.label

@@ -20,7 +20,7 @@ from typing import Any
 from jobgen import __version__
 from jobgen.errors import one_line
 from jobgen.facts import SCHEMAS
-from jobgen.run.jsonread import loads
+from jobgen.run.jsonread import dumps, loads
 from training.progress import PROGRESS_KEYS
 
 METRICS_FIELDS = ("epoch", "step", "split")  # the columns every metrics.csv starts with
@@ -202,8 +202,8 @@ class Verdicts:
         tmp = f"{self.path}.{os.getpid()}-{threading.get_ident()}.tmp"  # each writer its own: then one rename wins
         doc = {"schema": VERDICTS_SCHEMA, "jobgen": self._version, "files": self._known}
         try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.write(json.dumps(doc, separators=(",", ":")))
+            with open(tmp, "wb") as fh:
+                fh.write(dumps(doc))
             os.replace(tmp, self.path)
             self._changed = False
         except OSError:

@@ -211,6 +211,10 @@ class RunJob:
         found = self._docs[name] = (None, None) if raw is None else parse_json(raw)
         return found
 
+    def parsed(self, name: str) -> bool:
+        """Whether this command has parsed one of the job's JSON records (a fact of it costs no read)."""
+        return name in self._docs
+
     def fact(
         self, name: str, key: str, read: Callable[[RunJob], Any], valid: Callable[[Any], bool] | None = None
     ) -> Any:

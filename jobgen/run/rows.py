@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import threading
 import time
@@ -27,7 +26,7 @@ from typing import Any
 from jobgen import __version__
 from jobgen.run import store
 from jobgen.run.damage import SETTLED_NS, Stamp
-from jobgen.run.jsonread import loads
+from jobgen.run.jsonread import dumps, loads
 from jobgen.run.model import Run
 
 ROWS_SCHEMA = 1
@@ -127,8 +126,8 @@ def keep(run: Run, command: str, whole: Any, values: list[Any], more: list[list[
     path = rows_path(run.run_dir, command)
     tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"  # each writer its own: then one rename wins
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(doc, separators=(",", ":")))
+        with open(tmp, "wb") as fh:
+            fh.write(dumps(doc))
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):

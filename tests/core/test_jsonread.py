@@ -112,3 +112,35 @@ def test_the_standard_library_alone_when_asked() -> None:
         [sys.executable, "-c", code], env={"JOBGEN_STDLIB_JSON": "1", "PATH": ""}, capture_output=True, text=True
     )
     assert env_run.stdout.strip() == "True", env_run.stderr
+
+
+FINITE_DOCS = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),  # lone surrogates included: orjson refuses them, the standard library escapes them
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(FINITE_DOCS)
+def test_a_cache_written_reads_back_as_the_standard_library_writes_it(doc) -> None:
+    """jsonread.dumps (the run's verdicts and kept rows) gives back, read by either parser, what
+    json.dumps gives back: every value a cache can hold (no NaN, no infinity), integers beyond 64 bits
+    and lone surrogates included."""
+    written = jsonread.dumps(doc)
+    assert isinstance(written, bytes)
+    wanted = _outcome(json.loads, json.dumps(doc, separators=(",", ":")).encode("utf-8"))
+    assert _outcome(json.loads, written) == wanted
+    assert _outcome(jsonread.loads, written) == wanted
+
+
+def test_a_cache_is_written_by_the_standard_library_when_asked() -> None:
+    code = "from jobgen.run import jsonread; print(jsonread.dumps is jsonread._dumps_stdlib)"
+    env_run = subprocess.run(
+        [sys.executable, "-c", code], env={"JOBGEN_STDLIB_JSON": "1", "PATH": ""}, capture_output=True, text=True
+    )
+    assert env_run.stdout.strip() == "True", env_run.stderr

@@ -69,8 +69,8 @@ def _no_reading(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*_a, **_k):
         raise AssertionError("a settled result.json was read again")
 
-    monkeypatch.setattr(collect, "result_from", refuse)
-    monkeypatch.setattr(collect, "result_from_doc", refuse)
+    for name in ("result_from", "result_from_doc", "result_fields", "_document"):
+        monkeypatch.setattr(collect, name, refuse)
 
 
 def test_a_settled_result_is_not_read_again(runner, run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -78,6 +78,33 @@ def test_a_settled_result_is_not_read_again(runner, run: Path, monkeypatch: pyte
     assert first == {"job0": 0.5, "job1": 0.6, "job2": 0.7}
     _no_reading(monkeypatch)
     assert _summary(runner, run) == first
+
+
+def test_the_first_status_keeps_the_results_numbers_for_the_summary(
+    runner, run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first status's damage check parses every result.json: it keeps their numbers, and the summary
+    after it reads none of them again."""
+    rows, warnings = _status(runner, run)
+    assert len(rows) == 3 and not warnings
+    _no_reading(monkeypatch)
+    assert _summary(runner, run) == {"job0": 0.5, "job1": 0.6, "job2": 0.7}
+
+
+def test_a_status_keeps_no_numbers_of_a_result_it_did_not_read(runner, run: Path) -> None:
+    """A result.json whose damage verdict was already kept is not parsed by the status (nothing to keep);
+    the summary reads it then."""
+    _status(runner, run)
+    verdicts = json.loads((run / damage.VERDICTS).read_text())["files"]
+    assert all("result" in verdicts[f"jobs/job{i}/result.json"][4] for i in range(3))
+    for i in range(3):
+        del verdicts[f"jobs/job{i}/result.json"][4]["result"]
+    doc = json.loads((run / damage.VERDICTS).read_text())
+    (run / damage.VERDICTS).write_text(json.dumps({**doc, "files": verdicts}))
+    _status(runner, run)  # kept rows, or the verdicts: no result.json parsed, none kept
+    verdicts = json.loads((run / damage.VERDICTS).read_text())["files"]
+    assert not any("result" in verdicts[f"jobs/job{i}/result.json"][4] for i in range(3))
+    assert _summary(runner, run) == {"job0": 0.5, "job1": 0.6, "job2": 0.7}
 
 
 def test_the_summary_parses_each_result_once(runner, run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
