@@ -491,7 +491,7 @@ def result_fields(data: Mapping[str, Any]) -> list[Any]:
 def _object(value: Any) -> Mapping[str, Any]:
     """A nested JSON object, or an empty one in its place (a wrong type reads as absent)."""
     if type(value) is dict or isinstance(value, Mapping):
-        return value  # type: ignore[no-any-return]
+        return value
     return _EMPTY
 
 
