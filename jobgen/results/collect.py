@@ -35,8 +35,7 @@ from jobgen.results.cost import (
     usage_of,
 )
 from jobgen.results.diagnose import LAST_LINE, Cause, find_cause
-from jobgen.results.state import kept_cause, settle
-from jobgen.results.status import progress
+from jobgen.results.state import kept_cause, progress, settle
 from jobgen.run.jsonread import loads
 from jobgen.run.model import Retries, Run, RunJob
 from jobgen.states import JobInfo, State

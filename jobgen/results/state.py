@@ -19,9 +19,10 @@ status) says COMPLETED and there is no result.json, the job is FAILED.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from jobgen import backends
 from jobgen.errors import JobgenError
@@ -30,6 +31,7 @@ from jobgen.results.diagnose import CAUSE_STATES, LAST_LINE, Cause, find_cause
 from jobgen.run.model import Run, RunJob
 from jobgen.run.store import redactor
 from jobgen.states import FINAL_STATES, Answer, JobInfo, State
+from training.progress import where as progress_where
 
 NEVER_RAN = frozenset({State.DRY_RUN, State.NOT_SUBMITTED})
 # A job recorded in one of these states is not asked about again (unless --refresh): it has ended for
@@ -37,16 +39,29 @@ NEVER_RAN = frozenset({State.DRY_RUN, State.NOT_SUBMITTED})
 SETTLED = FINAL_STATES - {State.PREEMPTED, State.NODE_FAIL}
 
 
-def read_runs(run_dirs: Sequence[Path], *, live: bool = True, refresh: bool = False, record: bool = True) -> list[Run]:
+Meanwhile = Callable[[Sequence[Run]], object]  # work on the runs' files while Slurm is asked
+
+
+def read_runs(
+    run_dirs: Sequence[Path],
+    *,
+    live: bool = True,
+    refresh: bool = False,
+    record: bool = True,
+    meanwhile: Meanwhile | None = None,
+) -> list[Run]:
     """Load runs, ask each scheduler once about their live jobs, and decide every job's state.
 
-    `record` writes the states that changed back to each manifest (the next command asks Slurm less)."""
+    `record` writes the states that changed back to each manifest (the next command asks Slurm less);
+    `meanwhile(runs)` is done while the schedulers are asked (ask_schedulers)."""
     runs = [Run.load(run_dir) for run_dir in run_dirs]
-    settle(runs, live=live, refresh=refresh, record=record)
+    settle(runs, live=live, refresh=refresh, record=record, meanwhile=_on(runs, meanwhile))
     return runs
 
 
-def read_some(run_dirs: Sequence[Path], **how: bool) -> list[Run | Path]:
+def read_some(
+    run_dirs: Sequence[Path], *, refresh: bool = False, meanwhile: Meanwhile | None = None
+) -> list[Run | Path]:
     """Like read_runs, for commands that report on several runs: a run whose manifest cannot be read stays
     a folder (its rows say why) instead of stopping the command."""
     loaded: list[Run | Path] = []
@@ -55,16 +70,39 @@ def read_some(run_dirs: Sequence[Path], **how: bool) -> list[Run | Path]:
             loaded.append(Run.load(run_dir))
         except JobgenError:
             loaded.append(run_dir)
-    settle([r for r in loaded if isinstance(r, Run)], **how)
+    runs = [r for r in loaded if isinstance(r, Run)]
+    settle(runs, refresh=refresh, meanwhile=_on(runs, meanwhile))
     return loaded
 
 
-def settle(runs: Sequence[Run], *, live: bool = True, refresh: bool = False, record: bool = True) -> None:
-    """Decide the state of every job of these (loaded) runs; see read_runs."""
+def _on(runs: Sequence[Run], meanwhile: Meanwhile | None) -> Callable[[], object] | None:
+    return None if meanwhile is None else lambda: meanwhile(runs)
+
+
+def look_at_records(runs: Sequence[Run]) -> None:
+    """Read and check every job's records (RunJob.problems, which keeps what it learns): the reading a
+    status, summary or report does anyway, done while Slurm is asked."""
+    for run in runs:
+        for job in run.jobs:
+            job.problems()
+
+
+def settle(
+    runs: Sequence[Run],
+    *,
+    live: bool = True,
+    refresh: bool = False,
+    record: bool = True,
+    meanwhile: Callable[[], object] | None = None,
+) -> None:
+    """Decide the state of every job of these (loaded) runs; see read_runs. `meanwhile`: work on the
+    runs' files that needs no state, done while the schedulers are asked (ask_schedulers)."""
     for run in runs:
         run.refresh = refresh
     if live:
-        ask_schedulers(runs, refresh)
+        ask_schedulers(runs, refresh, meanwhile)
+    elif meanwhile is not None:
+        meanwhile()
     for run in runs:
         for job in run.jobs:
             if job.unanswered:
@@ -81,15 +119,41 @@ def settle(runs: Sequence[Run], *, live: bool = True, refresh: bool = False, rec
             record_states(run)
 
 
-def ask_schedulers(runs: Sequence[Run], refresh: bool = False) -> None:
-    """One question per backend for every job of these runs that may still change (all with `refresh`)."""
+def ask_schedulers(runs: Sequence[Run], refresh: bool = False, meanwhile: Callable[[], object] | None = None) -> None:
+    """One question per backend for every job of these runs that may still change (all with `refresh`).
+
+    `meanwhile` runs while the question is out: at 10,000 jobs squeue and the controller take as long as
+    reading every job's records, and a login node has the cores to do both at once. What it saw of a job
+    may predate the answer, so a job the answer calls ended (or does not know) is looked at again for its
+    result.json: a job that wrote it and ended after that look is never taken for one that ended without it."""
     asking: dict[str, list[RunJob]] = {}
     for run in runs:
         for job in run.jobs:
             if is_asked(job, refresh):
                 asking.setdefault(run.backend, []).append(job)
+
+    def ask() -> dict[str, dict[str, JobInfo]]:
+        return {
+            backend: backends.get(backend).states([i for job in jobs for i in job.ids])
+            for backend, jobs in asking.items()
+        }
+
+    if meanwhile is None:
+        answers = ask()
+    elif not asking:
+        meanwhile()
+        answers = {}
+    else:
+        answer = in_background(ask)
+        meanwhile()
+        answers = answer()
+        for backend, jobs in asking.items():
+            for job in jobs:
+                infos = [answers[backend].get(i) for i in job.ids]
+                if not any(info is not None and not info.state.is_final for info in infos):
+                    job.look_again(RESULT)
     for backend, jobs in asking.items():
-        found = backends.get(backend).states([i for job in jobs for i in job.ids])
+        found = answers[backend]
         silent = found.silent if isinstance(found, Answer) else ""
         for job in jobs:
             job.live = (
@@ -104,6 +168,45 @@ def ask_schedulers(runs: Sequence[Run], refresh: bool = False) -> None:
                         f"{run.run_dir}: Slurm did not answer ({silent}): {jobs_show} the last state recorded,"
                         " and none was changed; run the command again once Slurm answers"
                     )
+
+
+RESULT = "result.json"
+T = TypeVar("T")
+
+
+def in_background(work: Callable[[], T]) -> Callable[[], T]:
+    """Start `work` in a thread; the function returned waits for it and gives its value or raises what it
+    raised. A daemon thread: an interrupted command does not wait for the tool it asked."""
+    done: list[tuple[bool, Any]] = []
+
+    def target() -> None:
+        try:
+            done.append((True, work()))
+        except BaseException as exc:  # handed to the caller, whatever it is
+            done.append((False, exc))
+
+    thread = threading.Thread(target=target, name="jobgen-ask", daemon=True)
+    thread.start()
+
+    def result() -> T:
+        thread.join()
+        ok, value = done[0]
+        if not ok:
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    return result
+
+
+def progress(job: RunJob) -> str:
+    """'epoch 2/3 45%' from the job's progress.json (written by the training as it goes), as its progress
+    lines in the log say it (training/progress.py); '-' if none. The status's and summary's column."""
+    if job.state is State.COMPLETED:
+        return "done"
+    where = job.progress()
+    if where is None:
+        return "-"
+    return progress_where(*where)
 
 
 def is_asked(job: RunJob, refresh: bool = False) -> bool:

@@ -14,11 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from jobgen.errors import JobgenError
-from jobgen.results.state import from_record, read_runs, settle
+from jobgen.results.state import from_record, look_at_records, progress, read_runs, settle
 from jobgen.run import rows as kept_rows
-from jobgen.run.model import Run, RunJob
-from jobgen.states import State
-from training.progress import where as progress_where
+from jobgen.run.model import Run
 
 HEADER = ["job", "sweep", "job id", "state", "elapsed", "nodes", "exit", "retries", "progress", "source"]
 STATUS = "status"  # the command's name for its kept rows (jobgen.run.rows)
@@ -179,20 +177,10 @@ def _created(run: Run) -> str:
         return "-"
 
 
-def progress(job: RunJob) -> str:
-    """'epoch 2/3 45%' from the job's progress.json (written by the training as it goes), as its progress
-    lines in the log say it (training/progress.py); '-' if none."""
-    if job.state is State.COMPLETED:
-        return "done"
-    where = job.progress()
-    if where is None:
-        return "-"
-    return progress_where(*where)
-
-
 def status_of(run_dir: Path, refresh: bool = False) -> Run:
-    """The run at `run_dir` with every job's state settled (Slurm asked once) and recorded."""
-    (run,) = read_runs([run_dir], refresh=refresh)
+    """The run at `run_dir` with every job's state settled (Slurm asked once) and recorded; its records
+    are read and checked while Slurm is asked."""
+    (run,) = read_runs([run_dir], refresh=refresh, meanwhile=look_at_records)
     return run
 
 

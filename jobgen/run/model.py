@@ -276,6 +276,15 @@ class RunJob:
             return name in present
         return self._stat(name) is not None
 
+    def look_again(self, name: str) -> None:
+        """Forget what this command saw of one of the job's records (its listing of the folder included),
+        so the next question asks the file system again: a look taken before the scheduler's answer may
+        predate what the job wrote before it ended."""
+        for seen in (self._marks, self._files, self._docs, self._read):
+            seen.pop(name, None)
+        self._present = None  # the listing, too, may predate the record
+        self._listed = True
+
     @property
     def finished(self) -> bool:
         """The job wrote a result: the training writes result.json last and atomically, so any result.json

@@ -68,7 +68,9 @@ def test_wait_gives_up_with_a_timeout_error(tmp_path: Path, runner, monkeypatch:
 
     run = api.Run(prepare(path, tmp_path / "runs").run_dir)
 
-    def still_pending(runs, refresh=False):  # the scheduler's answer, every time it is asked
+    def still_pending(runs, refresh=False, meanwhile=None):  # the scheduler's answer, every time it is asked
+        if meanwhile is not None:
+            meanwhile()
         for r in runs:
             for job in r.jobs:
                 job.recorded, job.live = State.SUBMITTED, JobInfo(State.PENDING)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from jobgen.results import logs
 from jobgen.results.diagnose import LAST_LINE, find_cause
-from jobgen.results.status import progress as status_column
+from jobgen.results.state import progress as status_column
 from jobgen.run.model import RunJob
 from jobgen.states import State
 from training import console, progress

@@ -263,3 +263,50 @@ def test_a_causes_log_is_named_as_path_relative_to_names_it(base: list[str], res
         except ValueError:
             expected = str(path)
         assert _rel(path, root) == expected
+
+
+@pytest.mark.parametrize("command", ["status", "summary", "report"])
+def test_a_result_written_while_slurm_is_asked_is_seen(tmp_path: Path, runner, monkeypatch, command: str):
+    """The job's records are read while Slurm is asked (jobgen.results.state.ask_schedulers): a job that
+    writes its result.json after that look and has ended by the time Slurm answers is COMPLETED, never
+    taken for one that ended without its result (and recorded FAILED for good)."""
+    import threading
+
+    from jobgen.results import state
+    from jobgen.states import JobInfo
+
+    run_dir = _run_with(tmp_path, runner, "RUNNING", "step 3\n", False)
+    job_dir = run_dir / json.loads((run_dir / "manifest.json").read_text())["jobs"][0]["dir"]
+    looked = threading.Event()
+    real_look = state.look_at_records
+
+    def look(runs):
+        real_look(runs)
+        looked.set()  # the records were read: result.json was not there
+
+    def query(ids):
+        assert looked.wait(10), "the records were not read while Slurm was asked"
+        result = {
+            "schema": 1,
+            "test_acc": 0.75,
+            "samples": {"test": 4},
+            "scored": {"test": 4},
+            "finished_at": "2026-01-01T00:00:09Z",
+        }
+        (job_dir / "result.json").write_text(json.dumps(result))  # then the job ended
+        return {
+            "99999": JobInfo(State.COMPLETED, "0:09", "1", "n1", "0:0", "2026-01-01T00:00:00", "2026-01-01T00:00:09")
+        }
+
+    monkeypatch.setattr("jobgen.backends._slurm.query", query)
+    for module in ("jobgen.results.status", "jobgen.results.kept"):
+        monkeypatch.setattr(f"{module}.look_at_records", look)
+    args = {"status": [], "summary": ["--format", "json"], "report": ["-o", str(tmp_path / "r.html")]}[command]
+    said = runner.invoke(main, [command, str(run_dir), *args])
+    assert said.exit_code == 0, said.output
+    assert looked.is_set()
+    (entry,) = json.loads((run_dir / "manifest.json").read_text())["jobs"]
+    assert entry["state"] == "COMPLETED" and "cause" not in entry, entry
+    if command == "summary":
+        (row,) = json.loads(said.stdout)["rows"]
+        assert row["state"] == "COMPLETED" and row["test_acc"] == 0.75, row

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from jobgen.backends import _slurm as track
 from jobgen.results.logs import label
-from jobgen.results.status import progress
+from jobgen.results.state import progress
 from jobgen.run.model import RunJob
 from jobgen.states import State, from_slurm
 from tests.core.conftest import stub_tool
