@@ -18,7 +18,9 @@ stand-in squeue holds each as COMPLETED, the first status reads each job's one-l
 records it: the summary after it reads no log), and the report shows each job's last log lines.
 The jobs are recorded as submitted, as a sweep that has just ended is: the first status asks Slurm
 once per tool (stand-ins that know no job, as a controller that has forgotten them) and records the
-states the files say (COMPLETED); the later commands ask nothing. A second line gives each command's CPU seconds
+states the files say (COMPLETED); the later commands ask nothing. With `--answered` the stand-in squeue
+answers for every job instead (COMPLETED, exit 0, its times), as the controller does within MinJobAge
+of the end: the first status parses 10,000 lines of it and records what they say. A second line gives each command's CPU seconds
 (user + system) in the same order: on a busy machine they vary less than the wall times.
 """
 
@@ -122,6 +124,14 @@ def make_resultless_run(root: Path, n: int, slurm: Path) -> Path:
     return run
 
 
+def answering_slurm(slurm: Path, n: int) -> None:
+    """The stand-in squeue in `slurm` answers for jobs 4000 to 4000 + n - 1 (the runs' ids) as a controller
+    that still holds them ended (within MinJobAge): COMPLETED, exit 0, with their times and node."""
+    rows = "".join(f"{4000 + i}|COMPLETED|0:01|1|n1|2026-01-01T00:00:00|2026-01-01T00:00:01|0|\n" for i in range(n))
+    (slurm / "queue.txt").write_text(rows)
+    (slurm / "squeue").write_text(f"#!/bin/sh\ncat '{slurm / 'queue.txt'}'\n")
+
+
 def warm_up(jobgen: list[str], root: Path, env: dict[str, str]) -> None:
     """Every command once on a small run: its modules compiled, the file cache warm."""
     run = str(make_run(root, 10))
@@ -136,6 +146,12 @@ def main() -> int:
         "--without-results",
         action="store_true",
         help="jobs that ended without their result (Slurm says COMPLETED, each has a one-line log)",
+    )
+    parser.add_argument(
+        "--answered",
+        action="store_true",
+        help="the stand-in squeue answers every job as ended (COMPLETED, with its times), as a controller "
+        "that still holds them (the first status records what it said)",
     )
     args = parser.parse_args()
     jobgen = [str(Path(sys.executable).with_name("jobgen"))]
@@ -153,6 +169,8 @@ def main() -> int:
                 if args.without_results
                 else make_run(Path(tmp), n)
             )
+            if args.answered and not args.without_results:
+                answering_slurm(Path(tmp) / "slurm", n)
             settle(run)
             root = ["--output-root", str(run.parent.parent)]
             del CPU[:]

@@ -30,6 +30,7 @@ from jobgen.results.cost import (
     answer,
     attempts_to_keep,
     digest,
+    keep_asked,
     kept_attempts,
     question,
     usage_of,
@@ -334,10 +335,15 @@ def result_of(job: RunJob) -> tuple[Result | None, str | None]:
     return _result(list(kept)), None
 
 
-def keep_result(job: RunJob) -> None:
-    """Keep the numbers of the job's result.json in the run's verdicts (the fact result_of reads), without
-    making a Result of them: what a status keeps for the summary after it."""
-    job.fact("result.json", RESULT_FACT, _read_result, _is_result_fact)
+def keep_what_was_read(job: RunJob) -> None:
+    """Keep in the run's verdicts what a summary takes from the job's records this command parsed (its
+    damage checks did): the numbers of its result.json (the fact result_of reads, without making a
+    Result of them) and what its spec.json asked for (jobgen.results.cost). A status keeps them, and the
+    summary and report after it parse neither file again."""
+    if job.parsed("result.json"):
+        job.fact("result.json", RESULT_FACT, _read_result, _is_result_fact)
+    if job.parsed("spec.json"):
+        keep_asked(job)
 
 
 RESULT_FACT = "result"  # the key of a result's fields in the run's verdicts (jobgen.run.damage.Verdicts)

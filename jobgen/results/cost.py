@@ -221,6 +221,11 @@ def _asked(job: RunJob) -> tuple[int | None, int | None, int | None]:
     return found[0], found[1], found[2]
 
 
+def keep_asked(job: RunJob) -> None:
+    """Keep what the job's spec.json asked for (see _asked), as a command that parsed it anyway does."""
+    job.fact("spec.json", ASKED_FACT, _read_asked, _is_asked)
+
+
 ASKED_FACT = "asked"  # the key of _asked's answer among the facts kept of a spec.json
 
 

@@ -149,6 +149,8 @@ def ask_schedulers(runs: Sequence[Run], refresh: bool = False, meanwhile: Callab
         answers = answer()
         for backend, jobs in asking.items():
             for job in jobs:
+                if job.finished:
+                    continue  # there when looked at: the job wrote it, whatever it did after
                 infos = [answers[backend].get(i) for i in job.ids]
                 if not any(info is not None and not info.state.is_final for info in infos):
                     job.look_again(RESULT)

@@ -63,15 +63,14 @@ def read_status(run_dir: Path, refresh: bool = False) -> StatusView:
 
 
 def _keep_results(run: Run) -> None:
-    """Keep the numbers of every result.json the damage checks parsed just now (RunJob.parsed), by its
-    stamp in the run's verdicts: the summary and report after this status take them from there instead
-    of reading and parsing 10,000 result.json again. The parse is done; picking the fields costs a few
-    microseconds a job."""
-    from jobgen.results.collect import keep_result
+    """Keep what the summary takes from every job's records this status parsed (its damage checks did):
+    the results' numbers and what each spec asked for, by each file's stamp in the run's verdicts. The
+    summary and report after it then parse none of the 20,000 files again; the parse is done, picking
+    the fields costs a few microseconds a job."""
+    from jobgen.results.collect import keep_what_was_read
 
     for job in run.jobs:
-        if job.parsed("result.json"):
-            keep_result(job)
+        keep_what_was_read(job)
 
 
 def _is_kept_row(value: Any) -> bool:

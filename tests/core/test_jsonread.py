@@ -144,3 +144,16 @@ def test_a_cache_is_written_by_the_standard_library_when_asked() -> None:
         [sys.executable, "-c", code], env={"JOBGEN_STDLIB_JSON": "1", "PATH": ""}, capture_output=True, text=True
     )
     assert env_run.stdout.strip() == "True", env_run.stderr
+
+
+NUMBER_TEXT = st.from_regex(r"\A-?(0|[1-9][0-9]{0,40})(\.[0-9]{1,40})?([eE][-+]?[0-9]{1,3})?\Z")
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(NUMBER_TEXT, min_size=1, max_size=4))
+def test_numbers_with_long_runs_of_digits_read_as_the_standard_library_reads_them(numbers: list[str]) -> None:
+    """Only a run of digits that may be an integer sends a text to the standard library: a fraction's
+    digits (0.00012345678901234567, as a random search writes a learning rate) are read by orjson, to the
+    same float; an integer beyond 64 bits stays an integer."""
+    raw = ("[" + ", ".join(numbers) + "]").encode()
+    assert _outcome(jsonread.loads, raw) == _outcome(json.loads, raw)

@@ -91,6 +91,32 @@ def test_the_first_status_keeps_the_results_numbers_for_the_summary(
     assert _summary(runner, run) == {"job0": 0.5, "job1": 0.6, "job2": 0.7}
 
 
+def test_a_status_slurm_answered_keeps_what_the_summary_reads(
+    tmp_path: Path, runner, bin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Jobs the controller still holds as ended: the first status records Slurm's word and keeps the
+    results' numbers and what each spec asked for; the summary after it parses no result.json and no
+    spec.json (10,000 of each at a sweep's end)."""
+    from jobgen.results import cost
+    from tests.core.conftest import stub_tool
+
+    jobs = [synth.FakeJob(f"job{i}", sweep={"train.lr": i}, state="RUNNING", test_acc=0.5 + i / 10) for i in range(3)]
+    run = synth.write_run(tmp_path / "runs", "exp", jobs)
+    _settle(run)
+    said = "".join(f"{4000 + i}|COMPLETED|0:09|1|n1|2026-01-01T00:00:00|2026-01-01T00:00:09|0|\\n" for i in range(3))
+    stub_tool(bin_dir, "squeue", f"printf '{said}'\n")
+    stub_tool(bin_dir, "sacct", "exit 0\n")
+    rows, warnings = _status(runner, run)
+    assert [row.split()[3] for row in rows] == ["COMPLETED"] * 3 and not warnings, rows
+    _no_reading(monkeypatch)
+
+    def refuse(*_a, **_k):
+        raise AssertionError("a settled spec.json was read again")
+
+    monkeypatch.setattr(cost, "_read_asked", refuse)
+    assert _summary(runner, run) == {"job0": 0.5, "job1": 0.6, "job2": 0.7}
+
+
 def test_a_status_keeps_no_numbers_of_a_result_it_did_not_read(runner, run: Path) -> None:
     """A result.json whose damage verdict was already kept is not parsed by the status (nothing to keep);
     the summary reads it then."""
