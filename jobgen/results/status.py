@@ -50,7 +50,6 @@ def read_status(run_dir: Path, refresh: bool = False) -> StatusView:
     run = status_of(run_dir, refresh)
     header, table, all_final = status_table(run)
     problems = [job.problems() for job in run.jobs]
-    _keep_results(run)
     run.keep_facts()
     if (
         refresh
@@ -179,8 +178,16 @@ def _created(run: Run) -> str:
 def status_of(run_dir: Path, refresh: bool = False) -> Run:
     """The run at `run_dir` with every job's state settled (Slurm asked once) and recorded; its records
     are read and checked while Slurm is asked."""
-    (run,) = read_runs([run_dir], refresh=refresh, meanwhile=look_at_records)
+    (run,) = read_runs([run_dir], refresh=refresh, meanwhile=_look_and_keep)
     return run
+
+
+def _look_and_keep(runs: Sequence[Run]) -> None:
+    """What a status does with every job's records, while Slurm is asked: read and check them, and keep
+    what the summary after it takes from those it parsed (_keep_results)."""
+    look_at_records(runs)
+    for run in runs:
+        _keep_results(run)
 
 
 def format_table(header: list[str], rows: list[list[str]]) -> str:

@@ -84,6 +84,7 @@ class RunJob:
     _present: frozenset[str] | None = field(default=None, repr=False)  # the records there (None: unknown)
     _listed_now: bool = field(default=False, repr=False)  # _present from this command's listing, not kept
     _folder_mark: Stamp | None = field(default=None, repr=False)
+    _problems: list[str] | None = field(default=None, repr=False)  # what `problems` found, once per command
     # Its log files, oldest first, as jobgen.results.logs.of listed them once for this command (the
     # report links them, keeps their stamps and may read one for the cause: one listing for all three).
     log_paths: list[Path] | None = field(default=None, repr=False)
@@ -282,6 +283,7 @@ class RunJob:
         predate what the job wrote before it ended."""
         for seen in (self._marks, self._files, self._docs, self._read):
             seen.pop(name, None)
+        self._problems = None
         self._present = None  # the listing, too, may predate the record
         self._listed = True
 
@@ -315,7 +317,13 @@ class RunJob:
         return doc if isinstance(doc, dict) else {}
 
     def problems(self) -> list[str]:
-        """One line per damaged record (its folder gone, or a file that cannot be read), named under the run."""
+        """One line per damaged record (its folder gone, or a file that cannot be read), named under the run;
+        looked for once per command (look_again looks anew)."""
+        if self._problems is None:
+            self._problems = self._look_for_problems()
+        return list(self._problems)
+
+    def _look_for_problems(self) -> list[str]:
         out = []
         for name in JOB_FILES:
             problem = self._problem(name)

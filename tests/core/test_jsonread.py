@@ -125,6 +125,15 @@ FINITE_DOCS = st.recursive(
 )
 
 
+def test_a_stat_stamp_in_nanoseconds_is_read_by_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caches' 19-digit stamps take the fast parser (as does every integer of up to 19 digits, and
+    of up to 18 with a minus sign)."""
+    calls = []
+    monkeypatch.setattr(jsonread.json, "loads", lambda raw: calls.append(raw))
+    stamps = [1764856800123456789, 10**19 - 1, -(10**18) + 1, 0]
+    assert jsonread.loads(json.dumps(stamps).encode()) == stamps and not calls
+
+
 @settings(max_examples=400, deadline=None)
 @given(FINITE_DOCS)
 def test_a_cache_written_reads_back_as_the_standard_library_writes_it(doc) -> None:
@@ -146,14 +155,19 @@ def test_a_cache_is_written_by_the_standard_library_when_asked() -> None:
     assert env_run.stdout.strip() == "True", env_run.stderr
 
 
-NUMBER_TEXT = st.from_regex(r"\A-?(0|[1-9][0-9]{0,40})(\.[0-9]{1,40})?([eE][-+]?[0-9]{1,3})?\Z")
+NUMBER_TEXT = st.from_regex(r"\A-?(0|[1-9][0-9]{0,40})(\.[0-9]{1,40})?([eE][-+]?[0-9]{1,3})?\Z") | st.sampled_from(
+    [
+        str(n)
+        for edge in (2**63, 2**64, 10**18, 10**19, 10**20)
+        for n in (edge - 1, edge, edge + 1, -edge + 1, -edge, -edge - 1)
+    ]
+)
 
 
 @settings(max_examples=1000, deadline=None)
 @given(st.lists(NUMBER_TEXT, min_size=1, max_size=4))
 def test_numbers_with_long_runs_of_digits_read_as_the_standard_library_reads_them(numbers: list[str]) -> None:
-    """Only a run of digits that may be an integer sends a text to the standard library: a fraction's
-    digits (0.00012345678901234567, as a random search writes a learning rate) are read by orjson, to the
-    same float; an integer beyond 64 bits stays an integer."""
+    """Numbers of every length, fractions and exponents, at the edges of what orjson reads exactly (19
+    and 20 digits, with and without a minus sign): the same value, an integer beyond 64 bits an integer."""
     raw = ("[" + ", ".join(numbers) + "]").encode()
     assert _outcome(jsonread.loads, raw) == _outcome(json.loads, raw)
