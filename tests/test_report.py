@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+import time
 from collections.abc import Iterator
 from html import unescape
 from html.parser import HTMLParser
@@ -152,20 +153,42 @@ def test_report_has_one_row_per_job_and_loads_nothing(tmp_path: Path, runner) ->
 
 def test_report_lists_each_jobs_logs_once(tmp_path: Path, runner, monkeypatch) -> None:
     """The page links each job's logs, keeps their stamps and reads the failed job's for its cause: one
-    listing of each job's folder for all of it (at 10,000 jobs each listing is a scandir and a sort)."""
+    listing of each job's folder for all of it and for its records (at 10,000 jobs each listing is a
+    scandir and a sort); the logs are found among the names that listing gave."""
+    import os
+
     from jobgen.backends._base import Scheduler
 
+    found: list[str] = []
     listed: list[str] = []
-    real = Scheduler.log_files
+    real_logs, real_scandir, real_listdir = Scheduler.logs_among, os.scandir, os.listdir
 
-    def counting(self, job_dir, stream=None):
-        listed.append(Path(job_dir).name)
-        return real(self, job_dir, stream)
+    def counting(self, job_dir, names):
+        found.append(Path(job_dir).name)
+        return real_logs(self, job_dir, names)
 
-    monkeypatch.setattr(Scheduler, "log_files", counting)
-    _run, _out, html = _report(tmp_path, runner)
+    def listing(real):
+        def count(path="."):
+            listed.append(Path(path).name)
+            return real(path)
+
+        return count
+
+    run = _run(tmp_path)
+    past = time.time() - 60  # the jobs ended a minute ago: their folders' stamps tell that nothing changed
+    for path in [*run.rglob("*"), run]:
+        os.utime(path, (past, past))
+    monkeypatch.setattr(Scheduler, "logs_among", counting)
+    monkeypatch.setattr(os, "scandir", listing(real_scandir))
+    monkeypatch.setattr(os, "listdir", listing(real_listdir))
+    out = tmp_path / "r.html"
+    done = runner.invoke(main, ["--output-root", str(tmp_path / "runs"), "report", "sweep", "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    html = out.read_text()
     assert "CUDA out of memory" in html and "slurm-4000.out" in html
-    assert sorted(listed) == sorted(job.name for job in JOBS), listed
+    names = sorted(job.name for job in JOBS)
+    assert sorted(found) == names, found
+    assert sorted(name for name in listed if name in names) == names, listed
 
 
 def test_jobs_that_stopped_the_same_way_are_one_entry_with_one_log_tail(tmp_path: Path, runner) -> None:

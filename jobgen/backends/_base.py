@@ -11,7 +11,7 @@ import fnmatch
 import functools
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -140,6 +140,15 @@ class Scheduler:
                 continue
         if len(found) < 2:
             return list(found)  # nothing to order: no stat (most jobs have one log)
+        return sorted(found, key=oldest_first)
+
+    def logs_among(self, job_dir: Path, names: Iterable[str]) -> list[Path]:
+        """log_files (both streams) of a scheduler whose logs are in the job's folder itself
+        (logs_in_job_folder), found among the names of the regular files a listing of that folder gave."""
+        matches = _matcher(tuple(p for patterns in self.logs.values() for p in patterns))
+        found = [job_dir / name for name in names if matches(name)]
+        if len(found) < 2:
+            return found  # nothing to order: no stat (most jobs have one log)
         return sorted(found, key=oldest_first)
 
     def logs_in_job_folder(self) -> bool:

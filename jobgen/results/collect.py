@@ -502,9 +502,12 @@ def _object(value: Any) -> Mapping[str, Any]:
 
 def _scoring_problem(data: Mapping[str, Any]) -> str | None:
     """Every sample of a split counts once: say so when result.json's scored count differs."""
+    samples, counted = _object(data.get("samples")), _object(data.get("scored"))
+    if not samples or not counted:
+        return None  # nothing to compare (most results: both there, checked below)
     wrong = []
     for split in ("validation", "test"):
-        size, scored = _int(_get(data, "samples", split)), _int(_get(data, "scored", split))
+        size, scored = _int(samples.get(split)), _int(counted.get(split))
         if size is not None and scored is not None and size != scored:
             wrong.append(f"{split} scored on {scored:,} rows of {size:,}")
     return "; ".join(wrong) + ": its accuracy is not the split's" if wrong else None

@@ -39,7 +39,17 @@ def of(job: RunJob, backend: str) -> list[Path]:
     """files() of both streams of a job the command read, listed once per command: what the report links
     is what it keeps the stamps of, and what tells why the job stopped."""
     if job.log_paths is None:
-        job.log_paths = files(backend, job.job_dir)
+        names = job.file_names()
+        try:
+            scheduler = backends.get(backend)
+        except JobgenError:
+            names = None  # an unknown backend (a damaged manifest): every scheduler's kinds of log
+        if names is not None and scheduler.logs_in_job_folder():
+            # The folder's listing the job's read already has (this command's, or a kept one of the
+            # unchanged folder): no listing of its own, 10,000 of them in a report.
+            job.log_paths = scheduler.logs_among(job.job_dir, names)
+        else:
+            job.log_paths = files(backend, job.job_dir)
     return job.log_paths
 
 

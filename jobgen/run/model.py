@@ -21,8 +21,10 @@ from jobgen.facts import RETRIES_SCHEMA
 from jobgen.run import store
 from jobgen.run.damage import (
     JOB_FILES,
+    OTHERS,
     PRESENT,
     PROBLEM,
+    SETTLED_NS,
     Stamp,
     Verdicts,
     json_problem,
@@ -84,6 +86,10 @@ class RunJob:
     _present: frozenset[str] | None = field(default=None, repr=False)  # the records there (None: unknown)
     _listed_now: bool = field(default=False, repr=False)  # _present from this command's listing, not kept
     _folder_mark: Stamp | None = field(default=None, repr=False)
+    # The names of the other files in its folder (its logs among them), from the same listing as _present
+    # (this command's, or one kept for the unchanged folder); None when unknown.
+    _others: tuple[str, ...] | None = field(default=None, repr=False)
+    _looked_ns: int = field(default=0, repr=False)  # when _folder_mark was taken
     _problems: list[str] | None = field(default=None, repr=False)  # what `problems` found, once per command
     # Its log files, oldest first, as jobgen.results.logs.of listed them once for this command (the
     # report links them, keeps their stamps and may read one for the cause: one listing for all three).
@@ -162,28 +168,52 @@ class RunJob:
             return None
         # Taken before any record's stat: a file made after it changes the folder's stamp for next time.
         self._folder_mark = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        self._looked_ns = time.time_ns()
         if self.verdicts is not None:
             known, names = self.verdicts.fact(self.dir + "/", self._folder_mark, PRESENT)
             if known and type(names) is list:
                 self._present = frozenset(names)
+                known, others = self.verdicts.fact(self.dir + "/", self._folder_mark, OTHERS)
+                if known and type(others) is list and all(type(name) is str for name in others):
+                    self._others = tuple(others)
                 return self._present
         # Not known: one listing of the folder (after its stamp) says which records exist, so an absent
         # one costs no stat. A failed stat raises, the dearest way to learn that a file is not there:
         # with three of five records absent, a first status of 10,000 ended jobs spent a quarter of its
-        # samples (py-spy) on the stat line, most of them failing.
+        # samples (py-spy) on the stat line, most of them failing. The same listing names the job's
+        # other files: its logs are found among them (file_names), not by a listing of their own.
         try:
-            self._present = _RECORDS.intersection(os.listdir(self.folder))
+            with os.scandir(self.folder) as entries:
+                names = []
+                others = []
+                for entry in entries:
+                    names.append(entry.name)
+                    if entry.name not in _RECORDS and entry.is_file():
+                        others.append(entry.name)
         except OSError:
             return None
+        self._present = _RECORDS.intersection(names)
+        self._others = tuple(sorted(others))
         self._listed_now = True
         return self._present
 
     def _keep_listing(self) -> None:
-        """Keep which records exist, once every one was asked about this time (see _listing)."""
+        """Keep which records exist, once every one was asked about this time, and the names of the other
+        files when this command listed the folder (see _listing)."""
         if (self._present is None or self._listed_now) and self._folder_mark is not None and self.verdicts is not None:
             marks = self._marks
             names = [name for name in JOB_FILES if marks.get(name) is not None]
             self.verdicts.keep(self.dir + "/", self._folder_mark, PRESENT, names)
+            if self._listed_now and self._others is not None:
+                self.verdicts.keep(self.dir + "/", self._folder_mark, OTHERS, list(self._others))
+
+    def file_names(self) -> tuple[str, ...] | None:
+        """The regular files in the job's folder besides its records (its logs, when the scheduler writes
+        them there), as this command's listing of it saw them, or an earlier one's while the folder has
+        had no file made, removed or renamed in it since; None when unknown (list the folder then)."""
+        if not self._listed:
+            self._listing()
+        return self._others
 
     def raw(self, name: str) -> bytes | None:
         """The bytes of one of the job's files (None: it does not exist), read once; OSError if unreadable."""
@@ -280,11 +310,23 @@ class RunJob:
     def look_again(self, name: str) -> None:
         """Forget what this command saw of one of the job's records (its listing of the folder included),
         so the next question asks the file system again: a look taken before the scheduler's answer may
-        predate what the job wrote before it ended."""
+        predate what the job wrote before it ended. Unless the folder's stamp says nothing was made,
+        removed or renamed in it since the look: the same stamp as then, of a folder that had not changed
+        for SETTLED_NS before it (a file made in the same tick of a coarse clock, as NFS's, could keep
+        the stamp of a folder changed just before)."""
+        mark, looked = self._folder_mark, self._looked_ns
+        if mark is not None and looked - mark[2] >= SETTLED_NS:
+            try:
+                st = os.stat(self.folder)
+                if (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) == mark:
+                    return
+            except OSError:
+                pass
         for seen in (self._marks, self._files, self._docs, self._read):
             seen.pop(name, None)
         self._problems = None
         self._present = None  # the listing, too, may predate the record
+        self._others = None
         self._listed = True
 
     @property

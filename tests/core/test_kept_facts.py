@@ -296,3 +296,40 @@ def test_the_cli_gives_an_in_process_caller_its_garbage_collector_back(runner, r
     assert gc.isenabled()
     result = runner.invoke(main, ["--output-root", str(run.parent.parent), "status", "no-such-run"])
     assert result.exit_code != 0 and gc.isenabled()
+
+
+def test_the_job_folders_other_files_are_kept_with_its_listing(run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One listing of a job's folder names its records and its other files (its logs): a later command
+    takes both from the run's verdicts while the folder is unchanged, and lists it again once a file
+    was made in it (a new log of a requeued job)."""
+    from jobgen.results import logs
+
+    folder = run / "jobs" / "job1"
+    (folder / "slurm-4001.out").write_text("step 1\n")
+    (folder / "notes.txt").write_text("mine\n")
+    (folder / "checkpoints").mkdir()
+    _settle(run)
+
+    def read() -> tuple[tuple[str, ...] | None, list[str]]:
+        loaded = Run.load(run)
+        job = next(j for j in loaded.jobs if j.name == "job1")
+        job.problems()
+        found = [path.name for path in logs.of(job, loaded.backend)]
+        loaded.keep_facts()
+        return job.file_names(), found
+
+    assert read() == (("notes.txt", "slurm-4001.out"), ["slurm-4001.out"])
+    listed: list[str] = []
+    real = os.scandir
+
+    def counting(path="."):
+        listed.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", counting)
+    assert read() == (("notes.txt", "slurm-4001.out"), ["slurm-4001.out"])
+    assert listed == []  # from the verdicts: no listing of the folder
+    (folder / "slurm-4002.out").write_text("again\n")
+    names, found = read()
+    assert names == ("notes.txt", "slurm-4001.out", "slurm-4002.out") and len(found) == 2
+    assert listed == [str(folder)]

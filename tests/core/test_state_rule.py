@@ -265,18 +265,28 @@ def test_a_causes_log_is_named_as_path_relative_to_names_it(base: list[str], res
         assert _rel(path, root) == expected
 
 
+@pytest.mark.parametrize("settled", [False, True], ids=["folder just written", "folder settled"])
 @pytest.mark.parametrize("command", ["status", "summary", "report"])
-def test_a_result_written_while_slurm_is_asked_is_seen(tmp_path: Path, runner, monkeypatch, command: str):
+def test_a_result_written_while_slurm_is_asked_is_seen(
+    tmp_path: Path, runner, monkeypatch, command: str, settled: bool
+):
     """The job's records are read while Slurm is asked (jobgen.results.state.ask_schedulers): a job that
     writes its result.json after that look and has ended by the time Slurm answers is COMPLETED, never
-    taken for one that ended without its result (and recorded FAILED for good)."""
+    taken for one that ended without its result (and recorded FAILED for good). Whether the job's folder
+    had changed just before the look (its stamp cannot tell then) or long before (its stamp tells)."""
+    import os
     import threading
+    import time
 
     from jobgen.results import state
     from jobgen.states import JobInfo
 
     run_dir = _run_with(tmp_path, runner, "RUNNING", "step 3\n", False)
     job_dir = run_dir / json.loads((run_dir / "manifest.json").read_text())["jobs"][0]["dir"]
+    if settled:
+        past = time.time() - 60
+        for path in [*job_dir.iterdir(), job_dir]:
+            os.utime(path, (past, past))
     looked = threading.Event()
     real_look = state.look_at_records
 
