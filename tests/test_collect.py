@@ -312,3 +312,24 @@ def test_a_results_numbers_kept_read_back_as_the_result_read_fresh(doc) -> None:
     assert c._result(list(kept)) == fresh  # a naive time is read as local time either way
     for value in c.result_fields(doc):
         assert not isinstance(value, float) or math.isfinite(value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300), st.integers(min_value=1, max_value=120))
+def test_a_logs_tail_is_its_last_bytes_read_whole(content: bytes, tail: int) -> None:
+    """logs.tail_lines reads a log's last TAIL_BYTES (fewer when the log is shorter): its lines are
+    those of exactly those bytes, whatever they hold (bytes that are not UTF-8, lines cut mid-way)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "slurm-1.out"
+        path.write_bytes(content)
+        real = logs.TAIL_BYTES
+        logs.TAIL_BYTES = tail
+        try:
+            lines = logs.tail_lines(path)
+        finally:
+            logs.TAIL_BYTES = real
+    text = content[-tail:].decode("utf-8", errors="replace").splitlines()
+    assert lines == [logs.strip_label(ln).strip() for ln in text if ln.strip()]
+    assert logs.tail_lines(Path("/nonexistent/slurm-1.out")) == []

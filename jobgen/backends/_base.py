@@ -144,7 +144,8 @@ class Scheduler:
 
     def logs_among(self, job_dir: Path, names: Iterable[str]) -> list[Path]:
         """log_files (both streams) of a scheduler whose logs are in the job's folder itself
-        (logs_in_job_folder), found among the names of the regular files a listing of that folder gave."""
+        (logs_in_job_folder), found among the names a listing of that folder gave (no stat of each: an
+        entry named as a log is taken for one, a folder so named too)."""
         matches = _matcher(tuple(p for patterns in self.logs.values() for p in patterns))
         found = [job_dir / name for name in names if matches(name)]
         if len(found) < 2:

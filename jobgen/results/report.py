@@ -153,12 +153,20 @@ def _table(lines: list[Line], colors: dict[int, str]) -> str:
         head = f'<th style="min-width:{widths[0] - 12:.0f}px">config</th>'
         head += "".join("<th>logs</th>" if i == LOGS else f"<th>{escape(HEADERS[i])}</th>" for i in group)
         body = []
-        columns = [(i, HEADERS[i] if i != LOGS else "") for i in group]
+        # Of a column that only shows its text (not the state, config or note), each cell's opening tag
+        # once: most of a big sweep's 100,000 cells are a number, with nothing to escape or mark.
+        columns = [(i, HEADERS[i] if i != LOGS else "", _plain_open(HEADERS[i]) if i != LOGS else None) for i in group]
         for line, values, links, config in zip(lines, rows, log_cells, configs, strict=True):
-            tds = [
-                f'<td class="logs">{links}</td>' if i == LOGS else _cell(line, header, values[i], colors)
-                for i, header in columns
-            ]
+            tds = []
+            for i, header, opening in columns:
+                if i == LOGS:
+                    tds.append(f'<td class="logs">{links}</td>')
+                    continue
+                value = values[i]
+                if opening is None or not value or " ± " in value:
+                    tds.append(_cell(line, header, value, colors))
+                else:
+                    tds.append(opening + _escape(value) + "</td>")
             attrs = ' class="baseline"' if line.is_baseline else ""
             body.append(f"<tr{attrs}>{config}{''.join(tds)}</tr>")
         tables.append(f'<table class="summary"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
@@ -192,6 +200,22 @@ def _cell(line: Line, header: str, value: str, colors: dict[int, str]) -> str:
         mean, spread = value.split(" ± ", 1)
         text = f'{escape(mean)}<br><span class="sd">± {escape(spread)}</span>'
     return f'<td class="{css}">{text}</td>' if css else f"<td>{text}</td>"
+
+
+def _plain_open(header: str) -> str | None:
+    """The opening tag of a non-empty cell of a column that shows its text as is (what _cell makes of a
+    value without a spread); None for the state, config and note columns, which _cell marks up."""
+    if header in ("state", "config", "note"):
+        return None
+    css = "num" if header in NUMERIC else CLASSES.get(header, "")
+    return f'<td class="{css}">' if css else "<td>"
+
+
+def _escape(text: str) -> str:
+    """html.escape, without its five replacements for a text that has none of the five characters."""
+    if "&" in text or "<" in text or ">" in text or '"' in text or "'" in text:
+        return escape(text)
+    return text
 
 
 # An empty cell of each column but those marked whatever they hold (state, config).

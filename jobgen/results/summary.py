@@ -402,15 +402,15 @@ STATE_STYLES = {"COMPLETED": "green", "RUNNING": "cyan", "PENDING": "yellow", "S
 
 def render_table(lines: list[Line], color: bool = False, width: int | None = None, **_: Any) -> str:
     """A rich table (two stacked ones on a narrow screen); the full notes follow it."""
+    if not lines:
+        return "No jobs found.\n"
+    if len(lines) > RICH_MAX_ROWS:
+        return plain_table(lines, color)  # without rich's import either
     from rich import box
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    if not lines:
-        return "No jobs found.\n"
-    if len(lines) > RICH_MAX_ROWS:
-        return plain_table(lines, color)
     width = width or shutil.get_terminal_size((200, 24)).columns
     rows = [cells(ln) for ln in lines]
     buf = io.StringIO()

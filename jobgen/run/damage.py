@@ -120,7 +120,7 @@ VERDICTS_SCHEMA = 2
 SETTLED_NS = 2_000_000_000
 PROBLEM = "problem"  # the damage check's verdict, among the facts kept of a file
 PRESENT = "present"  # of a job's folder: which of JOB_FILES it holds
-OTHERS = "others"  # of a job's folder: the names of its other regular files (its logs among them)
+OTHERS = "others"  # of a job's folder: the names of its other entries (its logs among them)
 
 Stamp = tuple[int, int, int, int]  # inode, size, mtime, ctime (ns): what os.stat says of one version
 

@@ -86,7 +86,7 @@ class RunJob:
     _present: frozenset[str] | None = field(default=None, repr=False)  # the records there (None: unknown)
     _listed_now: bool = field(default=False, repr=False)  # _present from this command's listing, not kept
     _folder_mark: Stamp | None = field(default=None, repr=False)
-    # The names of the other files in its folder (its logs among them), from the same listing as _present
+    # The names of the other entries in its folder (its logs among them), from the same listing as _present
     # (this command's, or one kept for the unchanged folder); None when unknown.
     _others: tuple[str, ...] | None = field(default=None, repr=False)
     _looked_ns: int = field(default=0, repr=False)  # when _folder_mark was taken
@@ -183,17 +183,11 @@ class RunJob:
         # samples (py-spy) on the stat line, most of them failing. The same listing names the job's
         # other files: its logs are found among them (file_names), not by a listing of their own.
         try:
-            with os.scandir(self.folder) as entries:
-                names = []
-                others = []
-                for entry in entries:
-                    names.append(entry.name)
-                    if entry.name not in _RECORDS and entry.is_file():
-                        others.append(entry.name)
+            names = os.listdir(self.folder)
         except OSError:
             return None
         self._present = _RECORDS.intersection(names)
-        self._others = tuple(sorted(others))
+        self._others = tuple(sorted(set(names).difference(_RECORDS)))
         self._listed_now = True
         return self._present
 
@@ -208,8 +202,8 @@ class RunJob:
                 self.verdicts.keep(self.dir + "/", self._folder_mark, OTHERS, list(self._others))
 
     def file_names(self) -> tuple[str, ...] | None:
-        """The regular files in the job's folder besides its records (its logs, when the scheduler writes
-        them there), as this command's listing of it saw them, or an earlier one's while the folder has
+        """The names in the job's folder besides its records (its logs, when the scheduler writes them
+        there; a folder in it is named too), as this command's listing of it saw them, or an earlier one's while the folder has
         had no file made, removed or renamed in it since; None when unknown (list the folder then)."""
         if not self._listed:
             self._listing()

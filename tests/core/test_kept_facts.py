@@ -318,18 +318,21 @@ def test_the_job_folders_other_files_are_kept_with_its_listing(run: Path, monkey
         loaded.keep_facts()
         return job.file_names(), found
 
-    assert read() == (("notes.txt", "slurm-4001.out"), ["slurm-4001.out"])
+    assert read() == (("checkpoints", "notes.txt", "slurm-4001.out"), ["slurm-4001.out"])
     listed: list[str] = []
-    real = os.scandir
 
-    def counting(path="."):
-        listed.append(str(path))
-        return real(path)
+    def counting(real):
+        def count(path="."):
+            listed.append(str(path))
+            return real(path)
 
-    monkeypatch.setattr(os, "scandir", counting)
-    assert read() == (("notes.txt", "slurm-4001.out"), ["slurm-4001.out"])
+        return count
+
+    monkeypatch.setattr(os, "scandir", counting(os.scandir))
+    monkeypatch.setattr(os, "listdir", counting(os.listdir))
+    assert read() == (("checkpoints", "notes.txt", "slurm-4001.out"), ["slurm-4001.out"])
     assert listed == []  # from the verdicts: no listing of the folder
     (folder / "slurm-4002.out").write_text("again\n")
     names, found = read()
-    assert names == ("notes.txt", "slurm-4001.out", "slurm-4002.out") and len(found) == 2
-    assert listed == [str(folder)]
+    assert names == ("checkpoints", "notes.txt", "slurm-4001.out", "slurm-4002.out") and len(found) == 2
+    assert listed == [str(folder)]  # one listing of the changed folder, for its records and its logs
