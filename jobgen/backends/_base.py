@@ -146,11 +146,15 @@ class Scheduler:
         """log_files (both streams) of a scheduler whose logs are in the job's folder itself
         (logs_in_job_folder), found among the names a listing of that folder gave (no stat of each: an
         entry named as a log is taken for one, a folder so named too)."""
-        matches = _matcher(tuple(p for patterns in self.logs.values() for p in patterns))
+        matches = self._log_matcher()
         found = [job_dir / name for name in names if matches(name)]
         if len(found) < 2:
             return found  # nothing to order: no stat (most jobs have one log)
         return sorted(found, key=oldest_first)
+
+    def _log_matcher(self) -> Callable[[str], re.Match[str] | None]:
+        """One pattern for the names of every stream's logs (logs_among asks it once per job)."""
+        return _matcher(tuple(p for patterns in self.logs.values() for p in patterns))
 
     def logs_in_job_folder(self) -> bool:
         """Whether every log is in the job's folder itself, not below it: the folder's stat stamp then
