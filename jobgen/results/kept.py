@@ -153,8 +153,13 @@ def _log_stamps(run: Run, job: RunJob, every_log: bool = False) -> list[list[Any
         return None
     if not scheduler.logs_in_job_folder():
         return None
+    paths = logs.of(job, run.backend)
+    if every_log and len(paths) < 2 and _usable(job):
+        # The page shows a job with its result by its logs' names alone (no tail), found in the folder
+        # whose stamp is kept; a single log has no order to keep either: no stat of it (10,000 a report).
+        return []
     out = []
-    for path in logs.of(job, run.backend):
+    for path in paths:
         try:
             out.append([path.name, *stamp(os.stat(path))])
         except OSError:

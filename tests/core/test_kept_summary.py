@@ -199,6 +199,26 @@ def test_a_log_appended_reads_the_run_again(runner, done: Path, tmp_path) -> Non
     assert page.index("slurm-1b.out</a>") < page.index("slurm-1.out</a>")
 
 
+def test_a_single_log_written_to_keeps_the_page(runner, done: Path, tmp_path, monkeypatch) -> None:
+    """A job with its result shows on the page by its log's name alone: a line appended to its only log
+    changes nothing there, so the kept page is shown (no stat of each of 10,000 logs to tell), and it is
+    the page a fresh read makes."""
+    _report(runner, done, tmp_path / "a.html")
+    log = done / "jobs" / "job1" / "slurm-1.out"
+    with open(log, "a", encoding="utf-8") as fh:
+        fh.write("more\n")
+    with monkeypatch.context() as m:
+        _not_read(m)
+        kept_page = _report(runner, done, tmp_path / "b.html")
+    out = tmp_path / "c.html"
+    result = runner.invoke(
+        main, ["--output-root", str(done.parent.parent), "report", str(done), "-o", str(out), "--refresh"]
+    )
+    assert result.exit_code == 0, result.output
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d UTC"
+    assert re.sub(stamp, "", kept_page) == re.sub(stamp, "", out.read_text())
+
+
 def test_a_run_with_a_job_without_result_keeps_no_page(runner, run: Path, tmp_path) -> None:
     """Such a job's log tail is on the page, with this shell's secrets taken out: not kept."""
     _report(runner, run, tmp_path / "a.html")
