@@ -203,8 +203,9 @@ class RunJob:
 
     def file_names(self) -> tuple[str, ...] | None:
         """The names in the job's folder besides its records (its logs, when the scheduler writes them
-        there; a folder in it is named too), as this command's listing of it saw them, or an earlier one's while the folder has
-        had no file made, removed or renamed in it since; None when unknown (list the folder then)."""
+        there; a folder in it is named too), as this command's listing of it saw them, or an earlier
+        one's while the folder has had no file made, removed or renamed in it since; None when unknown
+        (list the folder then)."""
         if not self._listed:
             self._listing()
         return self._others
