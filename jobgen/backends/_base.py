@@ -138,23 +138,14 @@ class Scheduler:
                     found.update(base / e.name for e in entries if matches(e.name) and e.is_file())
             except OSError:
                 continue
-        if len(found) < 2:
-            return list(found)  # nothing to order: no stat (most jobs have one log)
-        return sorted(found, key=oldest_first)
+        return _in_order(found)
 
     def logs_among(self, job_dir: Path, names: Iterable[str]) -> list[Path]:
         """log_files (both streams) of a scheduler whose logs are in the job's folder itself
         (logs_in_job_folder), found among the names a listing of that folder gave (no stat of each: an
         entry named as a log is taken for one, a folder so named too)."""
-        matches = self._log_matcher()
-        found = [job_dir / name for name in names if matches(name)]
-        if len(found) < 2:
-            return found  # nothing to order: no stat (most jobs have one log)
-        return sorted(found, key=oldest_first)
-
-    def _log_matcher(self) -> Callable[[str], re.Match[str] | None]:
-        """One pattern for the names of every stream's logs (logs_among asks it once per job)."""
-        return _matcher(tuple(p for patterns in self.logs.values() for p in patterns))
+        matches = _matcher(tuple(p for patterns in self.logs.values() for p in patterns))
+        return _in_order([job_dir / name for name in names if matches(name)])
 
     def logs_in_job_folder(self) -> bool:
         """Whether every log is in the job's folder itself, not below it: the folder's stat stamp then
@@ -171,6 +162,12 @@ class Scheduler:
 def _matcher(patterns: tuple[str, ...]) -> Callable[[str], re.Match[str] | None]:
     """One compiled regular expression for these file-name patterns (fnmatchcase's, each matched whole)."""
     return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)).match
+
+
+def _in_order(found: Iterable[Path]) -> list[Path]:
+    """Logs oldest first; one or none has no order to find (no stat: most jobs have one log)."""
+    paths = list(found)
+    return paths if len(paths) < 2 else sorted(paths, key=oldest_first)
 
 
 def oldest_first(path: Path) -> tuple[float, str]:

@@ -138,11 +138,10 @@ def ask_schedulers(runs: Sequence[Run], refresh: bool = False, meanwhile: Callab
             for backend, jobs in asking.items()
         }
 
-    if meanwhile is None:
+    if meanwhile is None or not asking:
         answers = ask()
-    elif not asking:
-        meanwhile()
-        answers = {}
+        if meanwhile is not None:
+            meanwhile()
     else:
         answer = in_background(ask)
         meanwhile()

@@ -61,17 +61,6 @@ def read_status(run_dir: Path, refresh: bool = False) -> StatusView:
     return StatusView(Path(run_dir), header, table, all_final, warnings, notes=tuple(run.notes))
 
 
-def _keep_results(run: Run) -> None:
-    """Keep what the summary takes from every job's records this status parsed (its damage checks did):
-    the results' numbers and what each spec asked for, by each file's stamp in the run's verdicts. The
-    summary and report after it then parse none of the 20,000 files again; the parse is done, picking
-    the fields costs a few microseconds a job."""
-    from jobgen.results.collect import keep_what_was_read
-
-    for job in run.jobs:
-        keep_what_was_read(job)
-
-
 def _is_kept_row(value: Any) -> bool:
     """The shape read_status keeps per job: [10 cells, warnings]; a damaged cache costs time, never a crash."""
     return (
@@ -184,10 +173,15 @@ def status_of(run_dir: Path, refresh: bool = False) -> Run:
 
 def _look_and_keep(runs: Sequence[Run]) -> None:
     """What a status does with every job's records, while Slurm is asked: read and check them, and keep
-    what the summary after it takes from those it parsed (_keep_results)."""
+    what the summary takes from those it parsed (the results' numbers, what each spec asked for), by
+    each file's stamp in the run's verdicts. The summary and report after it then parse none of the
+    20,000 files again; the parse is done, picking the fields costs a few microseconds a job."""
+    from jobgen.results.collect import keep_what_was_read
+
     look_at_records(runs)
     for run in runs:
-        _keep_results(run)
+        for job in run.jobs:
+            keep_what_was_read(job)
 
 
 def format_table(header: list[str], rows: list[list[str]]) -> str:
