@@ -12,6 +12,7 @@ import random
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,12 @@ def _queued_tags(run_id: str) -> list[str]:
     return [line.split(" ", 1)[0] for line in out.stdout.splitlines() if line.startswith(f"jobgen:{run_id}:")]
 
 
+def _held(root: Path) -> int:
+    """How many jobs of the killed-submission test's run Slurm holds (0 before the run is written)."""
+    made = sorted((root / "killed").glob("*/manifest.json")) if (root / "killed").is_dir() else []
+    return len(_queued_tags(made[0].parent.name)) if made else 0
+
+
 def test_a_submission_killed_at_random_points_resumes_without_losing_or_doubling_a_job(
     slurm, root: Path, tmp_path: Path
 ):
@@ -91,12 +98,19 @@ def test_a_submission_killed_at_random_points_resumes_without_losing_or_doubling
         proc = subprocess.Popen(
             [JOBGEN, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
-        try:
-            proc.wait(timeout=rng.uniform(0.5, 4.0))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # jobgen and the sbatch it may be running at that moment
-            proc.wait()
-            kills += 1
+        # Where it is killed: early (rendering, writing the run, its first sbatch calls) at a random time,
+        # else once Slurm holds a random number of the run's jobs. A point counted in jobs, not seconds:
+        # an idle machine submits the 300 in under 3 s, and a kill drawn in seconds then came too late.
+        early = rng.random() < 0.3
+        deadline = time.monotonic() + (rng.uniform(0.05, 0.6) if early else 300)
+        target = rng.randrange(1, 250)
+        while proc.poll() is None:
+            if time.monotonic() >= deadline or (not early and _held(root) >= target):
+                os.killpg(proc.pid, signal.SIGKILL)  # jobgen and the sbatch it may be running at that moment
+                proc.wait()
+                kills += 1
+                break
+            time.sleep(0.02)
         made = sorted((root / "killed").glob("*/manifest.json")) if (root / "killed").is_dir() else []
         if made and args[1] != "--resume":  # the run was written before the kill: resume it from now on
             assert len(made) == 1, made
