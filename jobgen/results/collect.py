@@ -12,7 +12,7 @@ import csv
 import dataclasses
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from math import isfinite
@@ -36,10 +36,11 @@ from jobgen.results.cost import (
     usage_of,
 )
 from jobgen.results.diagnose import LAST_LINE, Cause, find_cause
-from jobgen.results.state import kept_cause, progress, settle
+from jobgen.results.state import kept_cause, look_at_records, progress, settle
 from jobgen.run.jsonread import loads
 from jobgen.run.model import Retries, Run, RunJob
 from jobgen.states import JobInfo, State
+from training.progress import PROGRESS_FILE
 
 NO_RESULT = "no result.json"
 
@@ -335,15 +336,29 @@ def result_of(job: RunJob) -> tuple[Result | None, str | None]:
     return _result(list(kept)), None
 
 
+def look_and_keep(runs: Sequence[Run]) -> Callable[[], None]:
+    """What a status, summary or report does with every job's records while Slurm is asked (see
+    look_at_records for the two calls): read and check them, and keep what the summary takes from those
+    it parsed (the results' numbers, what each spec asked for), by each file's stamp in the run's
+    verdicts. A summary or report after a status then parses none of the 20,000 files again; the parse
+    is done, picking the fields costs a few microseconds a job."""
+    return look_at_records(runs, keep_what_was_read)
+
+
 def keep_what_was_read(job: RunJob) -> None:
     """Keep in the run's verdicts what a summary takes from the job's records this command parsed (its
     damage checks did): the numbers of its result.json (the fact result_of reads, without making a
-    Result of them) and what its spec.json asked for (jobgen.results.cost). A status keeps them, and the
-    summary and report after it parse neither file again."""
+    Result of them) and what its spec.json asked for (jobgen.results.cost); and what a status shows of
+    its progress.json and retries.json. A status keeps them, and the summary and report after it parse
+    neither file again; a reader process (jobgen.run.readers) hands them back with what it kept."""
     if job.parsed("result.json"):
         job.fact("result.json", RESULT_FACT, _read_result, _is_result_fact)
     if job.parsed("spec.json"):
         keep_asked(job)
+    if job.parsed(PROGRESS_FILE):
+        job.progress()
+    if job.parsed("retries.json"):
+        job.retries()
 
 
 RESULT_FACT = "result"  # the key of a result's fields in the run's verdicts (jobgen.run.damage.Verdicts)

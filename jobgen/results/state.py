@@ -28,6 +28,7 @@ from jobgen import backends
 from jobgen.errors import JobgenError
 from jobgen.results import logs
 from jobgen.results.diagnose import CAUSE_STATES, LAST_LINE, Cause, find_cause
+from jobgen.run import readers
 from jobgen.run.model import Run, RunJob
 from jobgen.run.store import redactor
 from jobgen.states import FINAL_STATES, Answer, JobInfo, State
@@ -39,7 +40,9 @@ NEVER_RAN = frozenset({State.DRY_RUN, State.NOT_SUBMITTED})
 SETTLED = FINAL_STATES - {State.PREEMPTED, State.NODE_FAIL}
 
 
-Meanwhile = Callable[[Sequence[Run]], object]  # work on the runs' files while Slurm is asked
+# Work on the runs' files while Slurm is asked: called before the question is put (it may fork), it
+# returns what is done while the question is out (look_at_records).
+Meanwhile = Callable[[Sequence[Run]], Callable[[], object]]
 
 
 def read_runs(
@@ -75,16 +78,22 @@ def read_some(
     return loaded
 
 
-def _on(runs: Sequence[Run], meanwhile: Meanwhile | None) -> Callable[[], object] | None:
+def _on(runs: Sequence[Run], meanwhile: Meanwhile | None) -> Callable[[], Callable[[], object]] | None:
     return None if meanwhile is None else lambda: meanwhile(runs)
 
 
-def look_at_records(runs: Sequence[Run]) -> None:
-    """Read and check every job's records (RunJob.problems, which keeps what it learns): the reading a
-    status, summary or report does anyway, done while Slurm is asked."""
-    for run in runs:
-        for job in run.jobs:
-            job.problems()
+def look_at_records(runs: Sequence[Run], also: Callable[[RunJob], object] | None = None) -> Callable[[], None]:
+    """Start reading and checking every job's records (RunJob.problems, which keeps what it learns; then
+    `also`), the reading a status, summary or report does anyway, in several processes when there are
+    many jobs (jobgen.run.readers). Call it before Slurm is asked (it forks), and what it returns while
+    Slurm is asked: that finishes the reading."""
+
+    def work(job: RunJob) -> None:
+        job.problems()
+        if also is not None:
+            also(job)
+
+    return readers.share(runs, work)
 
 
 def settle(
@@ -93,7 +102,7 @@ def settle(
     live: bool = True,
     refresh: bool = False,
     record: bool = True,
-    meanwhile: Callable[[], object] | None = None,
+    meanwhile: Callable[[], Callable[[], object]] | None = None,
 ) -> None:
     """Decide the state of every job of these (loaded) runs; see read_runs. `meanwhile`: work on the
     runs' files that needs no state, done while the schedulers are asked (ask_schedulers)."""
@@ -102,7 +111,7 @@ def settle(
     if live:
         ask_schedulers(runs, refresh, meanwhile)
     elif meanwhile is not None:
-        meanwhile()
+        meanwhile()()
     for run in runs:
         for job in run.jobs:
             if job.unanswered:
@@ -119,7 +128,9 @@ def settle(
             record_states(run)
 
 
-def ask_schedulers(runs: Sequence[Run], refresh: bool = False, meanwhile: Callable[[], object] | None = None) -> None:
+def ask_schedulers(
+    runs: Sequence[Run], refresh: bool = False, meanwhile: Callable[[], Callable[[], object]] | None = None
+) -> None:
     """One question per backend for every job of these runs that may still change (all with `refresh`).
 
     `meanwhile` runs while the question is out: at 10,000 jobs squeue and the controller take as long as
@@ -138,13 +149,14 @@ def ask_schedulers(runs: Sequence[Run], refresh: bool = False, meanwhile: Callab
             for backend, jobs in asking.items()
         }
 
-    if meanwhile is None or not asking:
+    rest = meanwhile() if meanwhile is not None else None  # before any thread: it may fork
+    if rest is None or not asking:
         answers = ask()
-        if meanwhile is not None:
-            meanwhile()
+        if rest is not None:
+            rest()
     else:
         answer = in_background(ask)
-        meanwhile()
+        rest()
         answers = answer()
         for backend, jobs in asking.items():
             for job in jobs:

@@ -7,14 +7,14 @@ The states come from the one rule (jobgen.results.state); the runs are read thro
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from jobgen.errors import JobgenError
-from jobgen.results.state import from_record, look_at_records, progress, read_runs, settle
+from jobgen.results.state import from_record, progress, read_runs, settle
 from jobgen.run import rows as kept_rows
 from jobgen.run.model import Run
 
@@ -171,17 +171,11 @@ def status_of(run_dir: Path, refresh: bool = False) -> Run:
     return run
 
 
-def _look_and_keep(runs: Sequence[Run]) -> None:
-    """What a status does with every job's records, while Slurm is asked: read and check them, and keep
-    what the summary takes from those it parsed (the results' numbers, what each spec asked for), by
-    each file's stamp in the run's verdicts. The summary and report after it then parse none of the
-    20,000 files again; the parse is done, picking the fields costs a few microseconds a job."""
-    from jobgen.results.collect import keep_what_was_read
+def _look_and_keep(runs: Sequence[Run]) -> Callable[[], object]:
+    """What a status does with every job's records while Slurm is asked (collect.look_and_keep)."""
+    from jobgen.results.collect import look_and_keep
 
-    look_at_records(runs)
-    for run in runs:
-        for job in run.jobs:
-            keep_what_was_read(job)
+    return look_and_keep(runs)
 
 
 def format_table(header: list[str], rows: list[list[str]]) -> str:

@@ -148,6 +148,27 @@ class Verdicts:
         self._version = __version__
         self._loaded: dict[str, list[Any]] | None = None  # read at the first question (`runs` asks none)
         self._changed = False
+        self._kept: set[str] | None = None  # what keep() changed, while `track` has it noted
+
+    def load(self) -> None:
+        """Read the kept verdicts now (a reader process forked after this shares them)."""
+        _ = self._known
+
+    def track(self) -> None:
+        """Note from now on which files keep() changes a fact of (`changed` gives them)."""
+        self._kept = set()
+
+    def changed(self) -> dict[str, list[Any]]:
+        """What was kept of each file keep() changed a fact of since `track`: what a reader process hands
+        back (jobgen.run.readers)."""
+        known = self._known
+        return {rel: known[rel] for rel in self._kept or ()}
+
+    def take(self, kept: dict[str, list[Any]]) -> None:
+        """Take what another process kept (`changed`) of files no other took: to be saved with the rest."""
+        if kept:
+            self._known.update(kept)
+            self._changed = True
 
     @property
     def _known(self) -> dict[str, list[Any]]:
@@ -195,6 +216,8 @@ class Verdicts:
         if key not in known[4] or known[4][key] != value:
             known[4][key] = value
             self._changed = True
+            if self._kept is not None:
+                self._kept.add(rel)
 
     def save(self) -> None:
         """Write the verdicts when they changed; a read-only run folder or a full disk keeps none."""

@@ -213,6 +213,8 @@ class RunJob:
     def raw(self, name: str) -> bytes | None:
         """The bytes of one of the job's files (None: it does not exist), read once; OSError if unreadable."""
         if name not in self._files:
+            if name in self._marks and self._marks[name] is None:
+                return None  # this command saw it absent: no open to learn so again (no progress.json yet)
             try:
                 self._files[name], self._read[name] = read_with_stamp(self.folder + "/" + name)
             except FileNotFoundError:
@@ -370,6 +372,38 @@ class RunJob:
             return [f"{self.dir}/: the job's folder is missing (deleted?); it is reported from the manifest alone"]
         self._keep_listing()
         return out
+
+    def seen(self) -> tuple[Any, ...]:
+        """What this command learnt of the job's folder and records (listing, stamps, problems), without
+        their bytes: what a reader process hands back (jobgen.run.readers). A record it read is read
+        again if a later question needs more than the facts its run's verdicts keep."""
+        return (
+            self._listed,
+            self._present,
+            self._listed_now,
+            self._folder_mark,
+            self._looked_ns,
+            self._others,
+            self._marks,
+            self._read,
+            self._problems,
+        )
+
+    def take_seen(self, seen: tuple[Any, ...]) -> None:
+        """Take what a reader process learnt of the job (`seen`), as though this process had looked."""
+        (
+            self._listed,
+            self._present,
+            self._listed_now,
+            self._folder_mark,
+            self._looked_ns,
+            self._others,
+            self._marks,
+            self._read,
+            self._problems,
+        ) = seen
+        self._files.clear()
+        self._docs.clear()
 
     def look(self) -> None:
         """Stat every record not looked at yet (what `stamps` needs, without the damage checks)."""

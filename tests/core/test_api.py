@@ -70,7 +70,7 @@ def test_wait_gives_up_with_a_timeout_error(tmp_path: Path, runner, monkeypatch:
 
     def still_pending(runs, refresh=False, meanwhile=None):  # the scheduler's answer, every time it is asked
         if meanwhile is not None:
-            meanwhile()
+            meanwhile()()
         for r in runs:
             for job in r.jobs:
                 job.recorded, job.live = State.SUBMITTED, JobInfo(State.PENDING)

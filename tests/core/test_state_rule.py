@@ -290,9 +290,14 @@ def test_a_result_written_while_slurm_is_asked_is_seen(
     looked = threading.Event()
     real_look = state.look_at_records
 
-    def look(runs):
-        real_look(runs)
-        looked.set()  # the records were read: result.json was not there
+    def look(runs, also=None):
+        rest = real_look(runs, also)
+
+        def finish():
+            rest()
+            looked.set()  # the records were read: result.json was not there
+
+        return finish
 
     def query(ids):
         assert looked.wait(10), "the records were not read while Slurm was asked"
@@ -309,8 +314,7 @@ def test_a_result_written_while_slurm_is_asked_is_seen(
         }
 
     monkeypatch.setattr("jobgen.backends._slurm.query", query)
-    for module in ("jobgen.results.status", "jobgen.results.kept"):
-        monkeypatch.setattr(f"{module}.look_at_records", look)
+    monkeypatch.setattr("jobgen.results.collect.look_at_records", look)
     args = {"status": [], "summary": ["--format", "json"], "report": ["-o", str(tmp_path / "r.html")]}[command]
     said = runner.invoke(main, [command, str(run_dir), *args])
     assert said.exit_code == 0, said.output

@@ -1,0 +1,201 @@
+"""Reading the records of many jobs in several processes.
+
+A first `status`, `summary` or `report` of 10,000 ended jobs reads and checks 20,000 records, about
+60 µs of Python a job: one core's second. A login node has cores to spare, so the jobs are split into
+contiguous shares and each share but the first is read by a forked process, which hands back what it
+learnt (RunJob.seen: the listing, stamps and damage verdicts, no bytes) and the facts it kept in the
+run's verdicts (Verdicts.changed); this process reads the first share meanwhile, then takes the others'.
+Nothing a reader hands back differs from what this process would have learnt itself: a reader that
+fails, dies or hands back what cannot be read has its share read here.
+
+The readers are forked before any thread is started (`share` is called before the scheduler is asked
+in a thread), and a reader does nothing but read files and write one pipe, then leaves with os._exit
+(no atexit work, no buffered output flushed twice).
+
+`JOBGEN_READERS=N` sets how many processes read (1: this one alone). By default, one per 2,500 jobs
+to read, at most one per core this process may run on, at most 8; a job an earlier command read
+counts a quarter (its folder and records are stat'ed, and read only if they changed): a second
+status of 10,000 jobs takes no longer in one process than with the handing back of a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from jobgen.errors import JobgenError
+from jobgen.run.model import Run, RunJob
+
+READERS_ENV = "JOBGEN_READERS"
+JOBS_PER_READER = 2_500
+MOST_READERS = 8
+
+Work = Callable[[RunJob], object]
+T = TypeVar("T")
+
+
+def readers_for(jobs: int) -> int:
+    """How many processes read the records of this many jobs (weighed: see the module's docstring)."""
+    value = os.environ.get(READERS_ENV, "").strip()
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise JobgenError(
+                f"{READERS_ENV}={value!r}: give how many processes read the jobs' records, a whole number"
+                " from 1 (this process alone); or unset it"
+            )
+        return max(1, min(int(value), jobs))
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MOST_READERS, jobs // JOBS_PER_READER))
+
+
+def share(runs: Sequence[Run], work: Work) -> Callable[[], None]:
+    """Start reading every job of these runs with `work` (which reads the job's records and keeps facts
+    of them in its run's verdicts); the function returned does this process's share and takes the
+    others'. Forks, so call it before starting any thread."""
+    jobs = [(r, j) for r, run in enumerate(runs) for j in range(len(run.jobs))]
+    readers = readers_for(_weight(runs)) if hasattr(os, "fork") and len(jobs) > 1 else 1
+    if readers <= 1:
+        return lambda: _read(runs, jobs, work)
+    parts = shares(jobs, readers)
+    started: list[tuple[int, int, list[tuple[int, int]]]] = []
+    try:
+        for part in parts[1:]:
+            started.append((*_fork(runs, part, work), part))
+    except OSError:  # no process to be had: this one reads what no reader took
+        mine = [job for part in [parts[0], *parts[len(started) + 1 :]] for job in part]
+        return lambda: _finish(runs, mine, started, work)
+    return lambda: _finish(runs, parts[0], started, work)
+
+
+def shares(jobs: Sequence[T], readers: int) -> list[list[T]]:
+    """The jobs in `readers` contiguous shares (fewer when there are fewer jobs), none more than one job
+    longer than another."""
+    count = min(readers, len(jobs))
+    if count < 1:
+        return []
+    size, longer = divmod(len(jobs), count)
+    out, start = [], 0
+    for i in range(count):
+        end = start + size + (i < longer)
+        out.append(list(jobs[start:end]))
+        start = end
+    return out
+
+
+def _weight(runs: Sequence[Run]) -> int:
+    """The jobs to read, one an earlier command read counting a quarter (it loads the runs' verdicts:
+    every reader then starts from the same)."""
+    weight = 0
+    for run in runs:
+        verdicts = run.verdicts
+        if verdicts is None:
+            weight += 4 * len(run.jobs)
+            continue
+        verdicts.load()
+        weight += sum(1 if verdicts.knows(job.dir + "/") else 4 for job in run.jobs)
+    return weight // 4
+
+
+def _read(runs: Sequence[Run], jobs: Sequence[tuple[int, int]], work: Work) -> None:
+    for r, j in jobs:
+        work(runs[r].jobs[j])
+
+
+def _fork(runs: Sequence[Run], part: list[tuple[int, int]], work: Work) -> tuple[int, int]:
+    """(pid, the pipe's read end) of a reader of `part`."""
+    read_end, write_end = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        raise
+    if pid:
+        os.close(write_end)
+        return pid, read_end
+    # The reader: whatever happens, it leaves here, and only through os._exit.
+    status = 1
+    try:
+        import pickle  # here and in _take: the CLI's start does without it
+
+        os.close(read_end)
+        for run in runs:
+            if run.verdicts is not None:
+                run.verdicts.track()
+        _read(runs, part, work)
+        seen = [runs[r].jobs[j].seen() for r, j in part]
+        kept = [run.verdicts.changed() if run.verdicts is not None else {} for run in runs]
+        data = memoryview(pickle.dumps((seen, kept), protocol=pickle.HIGHEST_PROTOCOL))
+        while data:
+            data = data[os.write(write_end, data) :]
+        status = 0
+    except BaseException:  # an interrupt too: the parent reads this share itself
+        pass
+    os._exit(status)
+
+
+def _finish(
+    runs: Sequence[Run],
+    mine: Sequence[tuple[int, int]],
+    started: list[tuple[int, int, list[tuple[int, int]]]],
+    work: Work,
+) -> None:
+    try:
+        _read(runs, mine, work)
+        while started:
+            pid, read_end, part = started[0]
+            handed = _take(read_end, pid)
+            started.pop(0)
+            if handed is None or not _hand_over(runs, part, handed):
+                _read(runs, part, work)
+    finally:
+        for pid, read_end, _ in started:  # interrupted: leave no reader behind
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            _take(read_end, pid)
+
+
+def _take(read_end: int, pid: int) -> Any:
+    """What a reader handed back (None: nothing usable), once it has left."""
+    chunks = []
+    try:
+        while chunk := os.read(read_end, 1 << 20):
+            chunks.append(chunk)
+    except OSError:
+        chunks = []
+    finally:
+        os.close(read_end)
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:
+            status = 1
+    if status != 0 or not chunks:
+        return None
+    try:
+        import pickle
+
+        return pickle.loads(b"".join(chunks))
+    except Exception:
+        return None
+
+
+def _hand_over(runs: Sequence[Run], part: Sequence[tuple[int, int]], handed: Any) -> bool:
+    """Give each job of `part` what its reader learnt; False when what it handed back is not that."""
+    try:
+        seen, kept = handed
+        if len(seen) != len(part) or len(kept) != len(runs):
+            return False
+        for (r, j), job_seen in zip(part, seen, strict=True):
+            runs[r].jobs[j].take_seen(job_seen)
+        for run, facts in zip(runs, kept, strict=True):
+            if run.verdicts is not None:
+                run.verdicts.take(facts)
+        return True
+    except (TypeError, ValueError):
+        return False

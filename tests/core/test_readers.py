@@ -1,0 +1,213 @@
+"""Reading a run's records in several processes (jobgen.run.readers, JOBGEN_READERS): the same states,
+tables, warnings and kept facts as one process, every job read exactly once, and a reader that fails
+or dies costs time, never a job."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jobgen.cli import main
+from jobgen.run import readers
+from jobgen.run.model import Run, RunJob
+from jobgen.states import JobInfo, State
+from tests.data.summary import synth
+
+PAST = time.time() - 60
+
+
+def _jobs() -> list[synth.FakeJob]:
+    """23 jobs (3 readers do not divide them): results, jobs that ended without one (their logs say
+    why), damaged records, a job still running as far as the record knows."""
+    jobs = []
+    for i in range(23):
+        job = synth.FakeJob(f"job{i:02d}", sweep={"train.lr": i}, state="COMPLETED", test_acc=0.5 + i / 100)
+        if i % 5 == 1:
+            job.result, job.state = None, "FAILED"
+            job.logs = {f"slurm-{4000 + i}.out": synth.log("oom.out" if i % 2 else "exception.out")}
+        if i == 7:
+            job.result = '{"schema": 1, "test_acc": 0.'  # cut short
+        if i == 12:
+            job.state, job.result = "SUBMITTED", None  # the scheduler is asked about it: it ended without
+            job.logs = {f"slurm-{4000 + i}.out": "epoch 1/2\n"}
+        jobs.append(job)
+    return jobs
+
+
+def _write(root: Path) -> Path:
+    run = synth.write_run(root, "exp", _jobs())
+    jobs = run / "jobs"
+    (jobs / "job03" / "spec.json").write_text("{not json", encoding="utf-8")
+    progress = {"epoch": 1, "epochs": 2, "batch": 5, "batches": 9, "step": 14}
+    for name in ("job04", "job12", "job17"):
+        (jobs / name / "progress.json").write_text(json.dumps(progress), encoding="utf-8")
+    retries = {"schema": 1, "retries": 1, "limit": 2, "excluded": ["n1"], "stopped": None}
+    (jobs / "job09" / "retries.json").write_text(json.dumps(retries), encoding="utf-8")
+    (jobs / "job10" / "metrics.csv").write_text("epoch,step,split,loss\n0,1,train,0.5\n", encoding="utf-8")
+    shutil.rmtree(jobs / "job20")  # deleted by hand
+    for path in sorted(run.rglob("*"), reverse=True):  # old enough for what is read of them to be kept
+        os.utime(path, (PAST, PAST))
+    return run
+
+
+def _answer(ids: list[str]) -> dict[str, JobInfo]:
+    """squeue: the job the record calls submitted has ended with its result missing."""
+    return {"4012": JobInfo(State.COMPLETED, "0:09", "1", "n1", "0:0", "2026-11-29T20:00:00", "2026-11-29T20:02:00")}
+
+
+def _commands(runner, run: Path, tmp_path: Path) -> list[str]:
+    """status, status, summary and report of the run, what each printed (its own path taken out)."""
+    said = []
+    for args in (["status"], ["status"], ["summary", "--format", "json"], ["report", "-o", str(tmp_path / "r.html")]):
+        result = runner.invoke(main, ["--output-root", str(run.parents[1]), args[0], str(run), *args[1:]])
+        assert result.exit_code == 0, result.output
+        said.append((result.stdout + result.stderr).replace(str(run), "RUN").replace(str(tmp_path), "TMP"))
+    return said
+
+
+def _kept(run: Path) -> dict[str, object]:
+    """The verdicts' facts by file, without the stamps (each copy has its own inodes)."""
+    files = json.loads((run / ".verdicts.json").read_text())["files"]
+    return {rel: entry[4] for rel, entry in files.items()}
+
+
+def _states(run: Path) -> list[tuple[str, str, object]]:
+    jobs = json.loads((run / "manifest.json").read_text())["jobs"]
+    return [(job["name"], job["state"], job.get("cause")) for job in jobs]
+
+
+def test_readers_say_what_one_process_says(runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("jobgen.backends._slurm.query", _answer)
+    said, kept, states = {}, {}, {}
+    for n in (1, 3):
+        monkeypatch.setenv(readers.READERS_ENV, str(n))
+        run = _write(tmp_path / f"readers{n}")
+        said[n], kept[n], states[n] = _commands(runner, run, tmp_path / f"readers{n}"), _kept(run), _states(run)
+    assert said[3] == said[1]
+    assert kept[3] == kept[1]
+    assert states[3] == states[1]
+    # What the run holds shows in both: a wrong hand-back would show in one.
+    assert "jobs/job03/spec.json" in said[1][0] and "jobs/job07/result.json" in said[1][0], said[1][0]
+    assert "job20" in said[1][0] and "1/2 excl n1" in said[1][0], said[1][0]
+    assert [(state, cause[0]) for name, state, cause in states[1] if name == "job12"] == [("FAILED", "4012")]
+    assert kept[1]["jobs/job04/progress.json"] == {"problem": None, "progress": [1, 2, 5, 9]}
+    from jobgen.results.collect import _RESULT_FIELDS
+
+    assert kept[1]["jobs/job05/result.json"]["result"][_RESULT_FIELDS.index("test_acc")] == 0.55  # picked by status
+    assert len(kept[1]) >= 23 * 3 - 5
+
+
+def _load(tmp_path: Path) -> Run:
+    return Run.load(_write(tmp_path))
+
+
+def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from jobgen.run import model
+
+    read: list[str] = []
+    real = model.read_with_stamp
+
+    def counting(path: str):
+        read.append(path)
+        return real(path)
+
+    monkeypatch.setattr(model, "read_with_stamp", counting)
+    return read
+
+
+def _problems(run: Run) -> list[list[str]]:
+    return [job.problems() for job in run.jobs]
+
+
+def _look(job: RunJob) -> None:
+    """What a status reads of a job (jobgen.results.collect.look_and_keep)."""
+    from jobgen.results.collect import keep_what_was_read
+
+    job.problems()
+    keep_what_was_read(job)
+
+
+def test_each_job_is_read_once_by_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    alone = _load(tmp_path / "alone")
+    monkeypatch.setenv(readers.READERS_ENV, "1")
+    readers.share([alone], _look)()
+    monkeypatch.setenv(readers.READERS_ENV, "4")
+    run = _load(tmp_path / "shared")
+    read = _count_reads(monkeypatch)  # in this process only: a reader's reads are its own
+    readers.share([run], _look)()
+    assert 0 < len(read) <= 2 * 6, read  # this process's share: 6 of the 23 jobs, spec and result each
+    assert {Path(p).parent.name for p in read} <= {f"job{i:02d}" for i in range(6)}, read
+    taken = len(read)
+    stats: list[str] = []
+    real_stat = os.stat
+    monkeypatch.setattr(os, "stat", lambda path, *a, **k: stats.append(str(path)) or real_stat(path, *a, **k))
+    assert _problems(run) == _problems(alone)
+    for a, b in zip(run.jobs, alone.jobs, strict=True):
+        assert a.finished == b.finished and a.progress() == b.progress() and a.retries() == b.retries(), a.name
+        assert (a.stamps() is None) == (b.stamps() is None), a.name
+    assert len(read) == taken, read[taken:]  # the readers' verdicts and stamps answered: nothing read twice
+    assert not [path for path in stats if "shared" in path], stats  # nor stat'ed again
+
+
+@pytest.mark.parametrize("how", ["raises", "dies", "hands back nonsense"])
+def test_a_reader_that_fails_has_its_share_read_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    monkeypatch.setenv(readers.READERS_ENV, "1")
+    alone = _load(tmp_path / "alone")
+    readers.share([alone], RunJob.problems)()
+    monkeypatch.setenv(readers.READERS_ENV, "3")
+    run = _load(tmp_path / "shared")
+    here = os.getpid()
+
+    def work(job: RunJob) -> None:
+        if os.getpid() != here and job.name == "job10":  # the second reader's share
+            if how == "raises":
+                raise RuntimeError("a reader's bug")
+            if how == "dies":
+                os._exit(9)
+        job.problems()
+
+    if how == "hands back nonsense":
+        monkeypatch.setattr(RunJob, "seen", lambda self: ("not", "what", "take_seen", "wants"))
+    read = _count_reads(monkeypatch)
+    readers.share([run], work)()
+    assert {Path(p).parent.name for p in read} >= {f"job{i:02d}" for i in range(8, 16)} - {"job12"}, read
+    assert _problems(run) == _problems(alone)
+    assert [job.finished for job in run.jobs] == [job.finished for job in alone.jobs]
+
+
+def test_readers_are_counted_by_the_work_and_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(readers.READERS_ENV, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(16)), raising=False)
+    assert [readers.readers_for(n) for n in (0, 2_499, 2_500, 10_000, 100_000)] == [1, 1, 1, 4, 8]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    assert readers.readers_for(10_000) == 2
+    monkeypatch.setenv(readers.READERS_ENV, "6")
+    assert readers.readers_for(10_000) == 6 and readers.readers_for(4) == 4
+
+
+@pytest.mark.parametrize("value", ["0", "two", "-1", "1.5"])
+def test_a_bad_readers_setting_is_one_line(runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    run = _write(tmp_path)
+    monkeypatch.setenv(readers.READERS_ENV, value)
+    result = runner.invoke(main, ["--output-root", str(run.parents[1]), "status", str(run)])
+    assert result.exit_code != 0
+    assert "Traceback" not in result.output
+    (line,) = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert readers.READERS_ENV in line and repr(value) in line, line
+
+
+@given(jobs=st.integers(0, 300), n=st.integers(1, 12))
+def test_the_shares_hold_every_job_once(jobs: int, n: int) -> None:
+    items = [(0, j) for j in range(jobs)]
+    shares = readers.shares(items, n)
+    assert [job for part in shares for job in part] == items
+    assert len(shares) <= n and all(shares)
+    if shares:
+        assert max(map(len, shares)) - min(map(len, shares)) <= 1
