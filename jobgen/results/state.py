@@ -112,20 +112,32 @@ def settle(
         ask_schedulers(runs, refresh, meanwhile)
     elif meanwhile is not None:
         meanwhile()()
+    asked = [(run, job) for run in runs for job in run.jobs if not job.unanswered]
+    # The logs of each job whose state they may change (read in several processes when there are many).
+    _read_causes([(run, job) for run, job in asked if needs_cause(job.recorded, _said(job), job.finished)])
     for run in runs:
         for job in run.jobs:
             if job.unanswered:
                 job.state = job.recorded  # no news: its files may be an earlier attempt's
                 continue
-            said = job.live.state if job.live else None
-            finished = job.finished
-            if needs_cause(job.recorded, said, finished):
-                _read_cause(job, run)
-            job.state = job_state(job.recorded, said, finished, job.cause, asked=live or job.live is not None)
-            if record and not job.cause_read and not finished and newly_ended(job):
-                _read_cause(job, run)  # once, when the end is recorded: a summary reads the record after
-        if record:
+            job.state = job_state(job.recorded, _said(job), job.finished, job.cause, asked=live or job.live is not None)
+    if record:
+        # Once, when the end is recorded, for why: a summary reads the record after.
+        _read_causes([(run, job) for run, job in asked if not job.cause_read and not job.finished and newly_ended(job)])
+        for run in runs:
             record_states(run)
+
+
+def _said(job: RunJob) -> State | None:
+    return job.live.state if job.live else None
+
+
+def _read_causes(jobs: list[tuple[Run, RunJob]]) -> None:
+    """What the logs of these jobs say of why each stopped (find_cause): 10,000 jobs' log tails, matched
+    against every rule, are shared among reader processes (jobgen.run.readers)."""
+    causes = readers.gather(jobs, lambda pair: find_cause(logs.of(pair[1], pair[0].backend), pair[0].run_dir))
+    for (_, job), cause in zip(jobs, causes, strict=True):
+        job.cause, job.cause_read = cause, True
 
 
 def ask_schedulers(
@@ -233,10 +245,6 @@ def from_record(job: RunJob) -> bool:
     asked about, and needed no log to decide. What is shown of such a job changes only with its files
     or its record (jobgen.run.rows keeps it until then)."""
     return job.live is None and job.cause is None and job.state is job.recorded and not is_asked(job)
-
-
-def _read_cause(job: RunJob, run: Run) -> None:
-    job.cause, job.cause_read = find_cause(logs.of(job, run.backend), run.run_dir), True
 
 
 def _ran_and_ended(state: State) -> bool:

@@ -35,6 +35,8 @@ MOST_READERS = 8
 
 Work = Callable[[RunJob], object]
 T = TypeVar("T")
+R = TypeVar("R")
+P = TypeVar("P")
 
 
 def readers_for(jobs: int) -> int:
@@ -62,15 +64,51 @@ def share(runs: Sequence[Run], work: Work) -> Callable[[], None]:
     readers = readers_for(_weight(runs)) if hasattr(os, "fork") and len(jobs) > 1 else 1
     if readers <= 1:
         return lambda: _read(runs, jobs, work)
-    parts = shares(jobs, readers)
-    started: list[tuple[int, int, list[tuple[int, int]]]] = []
-    try:
-        for part in parts[1:]:
-            started.append((*_fork(runs, part, work), part))
-    except OSError:  # no process to be had: this one reads what no reader took
-        mine = [job for part in [parts[0], *parts[len(started) + 1 :]] for job in part]
-        return lambda: _finish(runs, mine, started, work)
-    return lambda: _finish(runs, parts[0], started, work)
+
+    def read(part: list[tuple[int, int]]) -> Any:
+        for run in runs:
+            if run.verdicts is not None:
+                run.verdicts.track()
+        _read(runs, part, work)
+        seen = [runs[r].jobs[j].seen() for r, j in part]
+        return seen, [run.verdicts.changed() if run.verdicts is not None else {} for run in runs]
+
+    def hand_over(part: list[tuple[int, int]], handed: Any) -> bool:
+        seen, kept = handed
+        if len(seen) != len(part) or len(kept) != len(runs):
+            return False
+        for (r, j), job_seen in zip(part, seen, strict=True):
+            runs[r].jobs[j].take_seen(job_seen)
+        for run, facts in zip(runs, kept, strict=True):
+            if run.verdicts is not None:
+                run.verdicts.take(facts)
+        return True
+
+    return _start(shares(jobs, readers), read, lambda part: _read(runs, part, work), hand_over)
+
+
+def gather(items: Sequence[T], read: Callable[[T], R]) -> list[R]:
+    """[read(item) for item in items], the items shared among reader processes as `share` shares jobs:
+    `read` reads files and returns what pickles (a reader that fails has its share read here). Forks,
+    so call it while no other thread runs."""
+    readers = readers_for(len(items)) if hasattr(os, "fork") and len(items) > 1 else 1
+    if readers <= 1:
+        return [read(item) for item in items]
+    out: list[Any] = [None] * len(items)
+
+    def own(part: list[int]) -> None:
+        for i in part:
+            out[i] = read(items[i])
+
+    def hand_over(part: list[int], handed: Any) -> bool:
+        if type(handed) is not list or len(handed) != len(part):
+            return False
+        for i, value in zip(part, handed, strict=True):
+            out[i] = value
+        return True
+
+    _start(shares(range(len(items)), readers), lambda part: [read(items[i]) for i in part], own, hand_over)()
+    return out
 
 
 def shares(jobs: Sequence[T], readers: int) -> list[list[T]]:
@@ -107,7 +145,26 @@ def _read(runs: Sequence[Run], jobs: Sequence[tuple[int, int]], work: Work) -> N
         work(runs[r].jobs[j])
 
 
-def _fork(runs: Sequence[Run], part: list[tuple[int, int]], work: Work) -> tuple[int, int]:
+def _start(
+    parts: list[list[P]],
+    read: Callable[[list[P]], Any],
+    own: Callable[[list[P]], object],
+    hand_over: Callable[[list[P], Any], bool],
+) -> Callable[[], None]:
+    """Fork a reader for each part but the first (`read(part)` there gives what it hands back); the
+    function returned does the first part here (`own`), then gives each reader's part what it handed
+    back (`hand_over`: False when that is not what it should be), or does the part here instead."""
+    started: list[tuple[int, int, list[P]]] = []
+    try:
+        for part in parts[1:]:
+            started.append((*_fork(read, part), part))
+    except OSError:  # no process to be had: this one reads what no reader took
+        mine = [item for part in [parts[0], *parts[len(started) + 1 :]] for item in part]
+        return lambda: _finish(mine, started, own, hand_over)
+    return lambda: _finish(parts[0], started, own, hand_over)
+
+
+def _fork(read: Callable[[list[P]], Any], part: list[P]) -> tuple[int, int]:
     """(pid, the pipe's read end) of a reader of `part`."""
     read_end, write_end = os.pipe()
     try:
@@ -125,13 +182,7 @@ def _fork(runs: Sequence[Run], part: list[tuple[int, int]], work: Work) -> tuple
         import pickle  # here and in _take: the CLI's start does without it
 
         os.close(read_end)
-        for run in runs:
-            if run.verdicts is not None:
-                run.verdicts.track()
-        _read(runs, part, work)
-        seen = [runs[r].jobs[j].seen() for r, j in part]
-        kept = [run.verdicts.changed() if run.verdicts is not None else {} for run in runs]
-        data = memoryview(pickle.dumps((seen, kept), protocol=pickle.HIGHEST_PROTOCOL))
+        data = memoryview(pickle.dumps(read(part), protocol=pickle.HIGHEST_PROTOCOL))
         while data:
             data = data[os.write(write_end, data) :]
         status = 0
@@ -141,24 +192,31 @@ def _fork(runs: Sequence[Run], part: list[tuple[int, int]], work: Work) -> tuple
 
 
 def _finish(
-    runs: Sequence[Run],
-    mine: Sequence[tuple[int, int]],
-    started: list[tuple[int, int, list[tuple[int, int]]]],
-    work: Work,
+    mine: list[P],
+    started: list[tuple[int, int, list[P]]],
+    own: Callable[[list[P]], object],
+    hand_over: Callable[[list[P], Any], bool],
 ) -> None:
     try:
-        _read(runs, mine, work)
+        own(mine)
         while started:
             pid, read_end, part = started[0]
             handed = _take(read_end, pid)
             started.pop(0)
-            if handed is None or not _hand_over(runs, part, handed):
-                _read(runs, part, work)
+            if handed is None or not _handed_over(hand_over, part, handed):
+                own(part)
     finally:
         for pid, read_end, _ in started:  # interrupted: leave no reader behind
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
             _take(read_end, pid)
+
+
+def _handed_over(hand_over: Callable[[list[P], Any], bool], part: list[P], handed: Any) -> bool:
+    try:
+        return hand_over(part, handed)
+    except (TypeError, ValueError):  # not what a reader hands back
+        return False
 
 
 def _take(read_end: int, pid: int) -> Any:
@@ -183,19 +241,3 @@ def _take(read_end: int, pid: int) -> Any:
         return pickle.loads(b"".join(chunks))
     except Exception:
         return None
-
-
-def _hand_over(runs: Sequence[Run], part: Sequence[tuple[int, int]], handed: Any) -> bool:
-    """Give each job of `part` what its reader learnt; False when what it handed back is not that."""
-    try:
-        seen, kept = handed
-        if len(seen) != len(part) or len(kept) != len(runs):
-            return False
-        for (r, j), job_seen in zip(part, seen, strict=True):
-            runs[r].jobs[j].take_seen(job_seen)
-        for run, facts in zip(runs, kept, strict=True):
-            if run.verdicts is not None:
-                run.verdicts.take(facts)
-        return True
-    except (TypeError, ValueError):
-        return False

@@ -29,8 +29,8 @@ def _jobs() -> list[synth.FakeJob]:
     jobs = []
     for i in range(23):
         job = synth.FakeJob(f"job{i:02d}", sweep={"train.lr": i}, state="COMPLETED", test_acc=0.5 + i / 100)
-        if i % 5 == 1:
-            job.result, job.state = None, "FAILED"
+        if i % 5 == 1:  # recorded as submitted: Slurm's answer says it ended, its logs say why
+            job.result, job.state = None, "SUBMITTED"
             job.logs = {f"slurm-{4000 + i}.out": synth.log("oom.out" if i % 2 else "exception.out")}
         if i == 7:
             job.result = '{"schema": 1, "test_acc": 0.'  # cut short
@@ -58,8 +58,8 @@ def _write(root: Path) -> Path:
 
 
 def _answer(ids: list[str]) -> dict[str, JobInfo]:
-    """squeue: the job the record calls submitted has ended with its result missing."""
-    return {"4012": JobInfo(State.COMPLETED, "0:09", "1", "n1", "0:0", "2026-11-29T20:00:00", "2026-11-29T20:02:00")}
+    """squeue: every job the record calls submitted has ended (each without its result)."""
+    return {i: JobInfo(State.COMPLETED, "0:09", "1", "n1", "0:0", "2026-11-29T20:00:00", "2026-11-29T20:02:00") for i in ids}
 
 
 def _commands(runner, run: Path, tmp_path: Path) -> list[str]:
@@ -97,6 +97,8 @@ def test_readers_say_what_one_process_says(runner, tmp_path: Path, monkeypatch: 
     assert "jobs/job03/spec.json" in said[1][0] and "jobs/job07/result.json" in said[1][0], said[1][0]
     assert "job20" in said[1][0] and "1/2 excl n1" in said[1][0], said[1][0]
     assert [(state, cause[0]) for name, state, cause in states[1] if name == "job12"] == [("FAILED", "4012")]
+    ended = {name: (state, cause[1]) for name, state, cause in states[1] if name in ("job01", "job06", "job11")}
+    assert ended == {"job01": ("FAILED", "gpu_oom"), "job06": ("FAILED", "exception"), "job11": ("FAILED", "gpu_oom")}
     assert kept[1]["jobs/job04/progress.json"] == {"problem": None, "progress": [1, 2, 5, 9]}
     from jobgen.results.collect import _RESULT_FIELDS
 
@@ -211,3 +213,20 @@ def test_the_shares_hold_every_job_once(jobs: int, n: int) -> None:
     assert len(shares) <= n and all(shares)
     if shares:
         assert max(map(len, shares)) - min(map(len, shares)) <= 1
+
+
+@pytest.mark.parametrize("how", ["as one process", "raises", "dies"])
+def test_gather_gives_each_item_its_answer_in_order(monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    monkeypatch.setenv(readers.READERS_ENV, "1" if how == "as one process" else "3")
+    here = os.getpid()
+
+    def read(item: int) -> tuple[int, int]:
+        if os.getpid() != here and item == 5:  # in the second reader's share
+            if how == "raises":
+                raise RuntimeError("a reader's bug")
+            if how == "dies":
+                os._exit(9)
+        return item, item * item
+
+    assert readers.gather(list(range(11)), read) == [(i, i * i) for i in range(11)]
+    assert readers.gather([], read) == []
