@@ -36,7 +36,7 @@ from jobgen.results.cost import (
     usage_of,
 )
 from jobgen.results.diagnose import LAST_LINE, Cause, find_cause
-from jobgen.results.state import kept_cause, look_at_records, progress, settle
+from jobgen.results.state import in_background, kept_cause, look_at_records, progress, settle
 from jobgen.run.jsonread import loads
 from jobgen.run.model import Retries, Run, RunJob
 from jobgen.states import JobInfo, State
@@ -128,7 +128,8 @@ def collect(runs: Sequence[Run | Path], live_states: LiveStates | None = None) -
             else:
                 known |= found
     asking = question(loaded, skip=lambda job: id(job) not in asked)
-    said = answer(asking)
+    ahead = loaded[0].ahead if loaded else None
+    said = ahead[1]() if ahead is not None and ahead[0] == asking else answer(asking)
     for run in loaded:
         run.asked = (asking, digest(said)) if len(loaded) == 1 else None
     accounting = said | known
@@ -343,6 +344,21 @@ def look_and_keep(runs: Sequence[Run]) -> Callable[[], None]:
     verdicts. A summary or report after a status then parses none of the 20,000 files again; the parse
     is done, picking the fields costs a few microseconds a job."""
     return look_at_records(runs, keep_what_was_read)
+
+
+def look_and_ask(runs: Sequence[Run]) -> Callable[[], None]:
+    """look_and_keep, and the accounting asked meanwhile (in a thread) what `collect` will ask it, when
+    that can be told before the jobs' states are decided: every submitted job is asked when no job's
+    final usage is kept in its run's record yet (the first summary or report after a sweep ended) or
+    with `--refresh`. collect takes that answer when its own question is the same, else asks."""
+    rest = look_and_keep(runs)  # first: it forks, and no thread may run then
+    if runs and (runs[0].refresh or not any(USAGE in job.entry for run in runs for job in run.jobs)):
+        asking = question(runs)
+        if any(asking.values()):
+            ahead = (asking, in_background(lambda: answer(asking)))
+            for run in runs:
+                run.ahead = ahead
+    return rest
 
 
 def keep_what_was_read(job: RunJob) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 from jobgen import backends
 from jobgen.errors import JobgenError
 from jobgen.results import cost, logs
-from jobgen.results.collect import look_and_keep
+from jobgen.results.collect import look_and_ask
 from jobgen.results.report import CREATED, build_report, check_folder, made_at, write_page
 from jobgen.results.state import NEVER_RAN, from_record, kept_cause, read_some
 from jobgen.results.summary import summarize
@@ -51,7 +51,7 @@ def summary_text(
         found = rows.load(run_dirs[0], SUMMARY)
         if found is not None and _still(found[0], how) and all(_is_lines(v) for v in found[1]):
             return found[0]["text"], [f"{Path(run_dirs[0])}/{line}" for lines in found[1] for line in lines]
-    loaded = read_some(run_dirs, refresh=refresh, meanwhile=look_and_keep)
+    loaded = read_some(run_dirs, refresh=refresh, meanwhile=look_and_ask)
     text = summarize(loaded, baseline=baseline, fmt=fmt, plot=plot, combine=combine, color=color, width=width)
     warnings = []
     for run in loaded:
@@ -132,7 +132,7 @@ def report_page(run_dirs: Sequence[Path], out: Path, *, refresh: bool = False, b
         found = rows.load(run_dirs[0], REPORT)
         if found is not None and _still(found[0], how) and CREATED in found[0]["text"]:
             return write_page(out, found[0]["text"].replace(CREATED, made_at()))
-    loaded = read_some(run_dirs, refresh=refresh, meanwhile=look_and_keep)
+    loaded = read_some(run_dirs, refresh=refresh, meanwhile=look_and_ask)
     html = build_report(loaded, baseline, created=CREATED)
     for run in loaded:
         if isinstance(run, Run):

@@ -539,6 +539,9 @@ class Run:
     # What summary and report asked the accounting about this run's jobs (backend -> ids) and the digest
     # of its answer (jobgen.results.collect), when the run was asked alone.
     asked: tuple[dict[str, list[str]], str] | None = field(default=None, repr=False)
+    # The accounting's answer asked for ahead, while the records were read (jobgen.results.collect.look_and_ask):
+    # (the question, the function that waits for the answer).
+    ahead: tuple[dict[str, list[str]], Callable[[], Any]] | None = field(default=None, repr=False)
     # What the command has to say of the run as a whole (the scheduler did not answer), one line each.
     notes: list[str] = field(default_factory=list, repr=False)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -30,6 +31,7 @@ from jobgen.errors import JobgenError
 from jobgen.run.model import Run, RunJob
 
 READERS_ENV = "JOBGEN_READERS"
+THREAD = "jobgen-"  # the name of every thread jobgen starts begins so (see _may_fork)
 JOBS_PER_READER = 2_500
 MOST_READERS = 8
 
@@ -61,7 +63,7 @@ def share(runs: Sequence[Run], work: Work) -> Callable[[], None]:
     of them in its run's verdicts); the function returned does this process's share and takes the
     others'. Forks, so call it before starting any thread."""
     jobs = [(r, j) for r, run in enumerate(runs) for j in range(len(run.jobs))]
-    readers = readers_for(_weight(runs)) if hasattr(os, "fork") and len(jobs) > 1 else 1
+    readers = readers_for(_weight(runs)) if _may_fork() and len(jobs) > 1 else 1
     if readers <= 1:
         return lambda: _read(runs, jobs, work)
 
@@ -91,7 +93,7 @@ def gather(items: Sequence[T], read: Callable[[T], R]) -> list[R]:
     """[read(item) for item in items], the items shared among reader processes as `share` shares jobs:
     `read` reads files and returns what pickles (a reader that fails has its share read here). Forks,
     so call it while no other thread runs."""
-    readers = readers_for(len(items)) if hasattr(os, "fork") and len(items) > 1 else 1
+    readers = readers_for(len(items)) if _may_fork() and len(items) > 1 else 1
     if readers <= 1:
         return [read(item) for item in items]
     out: list[Any] = [None] * len(items)
@@ -109,6 +111,13 @@ def gather(items: Sequence[T], read: Callable[[T], R]) -> list[R]:
 
     _start(shares(range(len(items)), readers), lambda part: [read(items[i]) for i in part], own, hand_over)()
     return out
+
+
+def _may_fork() -> bool:
+    """Whether readers may be forked now: not while one of jobgen's own threads runs (one asking Slurm,
+    jobgen.results.state.in_background: a fork copies no thread, and whatever lock it held stays held in
+    the copy), and only where there is fork."""
+    return hasattr(os, "fork") and not any(t.name.startswith(THREAD) for t in threading.enumerate() if t.is_alive())
 
 
 def shares(jobs: Sequence[T], readers: int) -> list[list[T]]:

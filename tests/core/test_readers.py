@@ -59,7 +59,9 @@ def _write(root: Path) -> Path:
 
 def _answer(ids: list[str]) -> dict[str, JobInfo]:
     """squeue: every job the record calls submitted has ended (each without its result)."""
-    return {i: JobInfo(State.COMPLETED, "0:09", "1", "n1", "0:0", "2026-11-29T20:00:00", "2026-11-29T20:02:00") for i in ids}
+    return {
+        i: JobInfo(State.COMPLETED, "0:09", "1", "n1", "0:0", "2026-11-29T20:00:00", "2026-11-29T20:02:00") for i in ids
+    }
 
 
 def _commands(runner, run: Path, tmp_path: Path) -> list[str]:
@@ -230,3 +232,56 @@ def test_gather_gives_each_item_its_answer_in_order(monkeypatch: pytest.MonkeyPa
 
     assert readers.gather(list(range(11)), read) == [(i, i * i) for i in range(11)]
     assert readers.gather([], read) == []
+
+
+def _ended_run(root: Path, kept_usage: bool = False) -> Path:
+    run = synth.write_run(root, "exp", [synth.FakeJob(f"job{i}", state="COMPLETED", test_acc=0.5) for i in range(5)])
+    if kept_usage:  # an earlier summary kept one job's final usage: the question is told after the states
+        manifest = json.loads((run / "manifest.json").read_text())
+        manifest["jobs"][0]["usage"] = {"key": "stale", "attempts": {}}
+        (run / "manifest.json").write_text(json.dumps(manifest))
+    return run
+
+
+@pytest.mark.parametrize("kept_usage", [False, True])
+def test_the_accounting_is_asked_while_the_records_are_read(
+    runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept_usage: bool
+) -> None:
+    """The first summary of an ended sweep asks sacct its one question while it reads the records (the
+    question is every submitted job's), and takes that answer; once some usage is kept, the question
+    depends on the states, and is asked after them, once."""
+    import threading
+
+    from jobgen.backends._base import Attempt
+    from jobgen.results import collect
+
+    run = _ended_run(tmp_path, kept_usage)
+    asked, calls = threading.Event(), []
+    real_look = collect.look_at_records
+
+    def look(runs, also=None):
+        rest = real_look(runs, also)
+
+        def finish():
+            rest()
+            # Not asked by now: asked after the records were read.
+            calls.append(("records read", asked.wait(10 if not kept_usage else 0.3)))
+
+        return finish
+
+    def usage(ids):
+        calls.append(("sacct", sorted(ids)))
+        asked.set()
+        return {i: [Attempt(True, 100, 3600, 8, 2, None, final=True)] for i in ids}
+
+    monkeypatch.setattr(collect, "look_at_records", look)
+    monkeypatch.setattr("jobgen.backends._slurm.usage", usage)
+    result = runner.invoke(main, ["summary", str(run), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    ids = ["4000", "4001", "4002", "4003", "4004"]
+    if kept_usage:
+        assert calls == [("records read", False), ("sacct", ids)]
+    else:
+        assert calls == [("sacct", ids), ("records read", True)]
+    rows = json.loads(result.stdout)["rows"]
+    assert [row["gpu_hours"] for row in rows] == [round(2 * 100 / 3600, 6)] * 5, rows  # the answer taken
