@@ -57,3 +57,17 @@ def time_minutes(text: str) -> int:
         hours, (minutes, seconds) = 0, (parts + [0])[:2]
     total = (int(days or 0) * 24 + hours) * 60 + minutes
     return max(1, total + (1 if seconds else 0))
+
+
+def time_seconds(v: str) -> int | None:
+    """Seconds in a Slurm time that _TIME_RE accepts; None for UNLIMITED/INFINITE. sbatch reads
+    M, M:S, H:M:S without a day, and D-H, D-H:M, D-H:M:S with one."""
+    if not v[:1].isdigit():
+        return None
+    days, _, clock = v.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if days:
+        hours, minutes, secs = (parts + [0, 0])[:3]
+    else:
+        hours, minutes, secs = [[0, parts[0], 0], [0, *parts], parts][len(parts) - 1]
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + secs

@@ -151,7 +151,7 @@ def _limits(job: Job, point: dict[str, Any], max_s: int | None, label: str, prob
 
 
 def _largest(jobs: list[Job]) -> list[Job]:
-    from jobgen.experiment.config import time_seconds
+    from jobgen.facts import time_seconds
 
     longest = max((j.exp.slurm.time for j in jobs), key=lambda t: time_seconds(t) or 0)
     most = max((j.exp.slurm.mem for j in jobs), key=lambda m: int(m[:-1]) if m.endswith("M") else 0)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from jobgen import backends
 from jobgen.errors import BadUsage, ConfigError, is_control
 from jobgen.experiment import container, random_search, schema
-from jobgen.facts import MAX_NAME, SECRET_RE, signal_name
+from jobgen.facts import MAX_NAME, SECRET_RE, signal_name, time_seconds
 from training import contract
 from training.contract import show as _show
 from training.contract import suggest as _suggest
@@ -448,20 +448,6 @@ def _check_time(v: str) -> str | None:
     if seconds is not None and seconds > MAX_TIME_DAYS * 86400:
         return f"{v!r} is longer than {MAX_TIME_DAYS} days; ask for at most {MAX_TIME_DAYS}-00:00:00 (or UNLIMITED)"
     return None
-
-
-def time_seconds(v: str) -> int | None:
-    """Seconds in a Slurm time that _TIME_RE accepts; None for UNLIMITED/INFINITE. sbatch reads
-    M, M:S, H:M:S without a day, and D-H, D-H:M, D-H:M:S with one."""
-    if not v[:1].isdigit():
-        return None
-    days, _, clock = v.rpartition("-")
-    parts = [int(p) for p in clock.split(":")]
-    if days:
-        hours, minutes, secs = (parts + [0, 0])[:3]
-    else:
-        hours, minutes, secs = [[0, parts[0], 0], [0, *parts], parts][len(parts) - 1]
-    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + secs
 
 
 def _check_mem(v: str) -> str | None:

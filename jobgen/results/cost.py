@@ -24,7 +24,7 @@ from typing import Any
 
 from jobgen import backends
 from jobgen.backends._base import Attempt
-from jobgen.experiment.config import time_seconds
+from jobgen.facts import time_seconds
 from jobgen.results.state import SETTLED
 from jobgen.run.model import Run, RunJob
 from jobgen.states import State
