@@ -8,8 +8,9 @@ run's verdicts (Verdicts.changed); this process reads the first share meanwhile,
 Nothing a reader hands back differs from what this process would have learnt itself: a reader that
 fails, dies or hands back what cannot be read has its share read here.
 
-The readers are forked before any thread is started (`share` is called before the scheduler is asked
-in a thread), and a reader does nothing but read files and write one pipe, then leaves with os._exit
+The readers are forked before jobgen starts a thread (`share` is called before the scheduler is asked
+in one), never while one of its threads runs, and by default only from a process without other
+threads (the CLI); a reader does nothing but read files and write one pipe, then leaves with os._exit
 (no atexit work, no buffered output flushed twice).
 
 `JOBGEN_READERS=N` sets how many processes read (1: this one alone). By default, one per 2,500 jobs
@@ -114,10 +115,16 @@ def gather(items: Sequence[T], read: Callable[[T], R]) -> list[R]:
 
 
 def _may_fork() -> bool:
-    """Whether readers may be forked now: not while one of jobgen's own threads runs (one asking Slurm,
-    jobgen.results.state.in_background: a fork copies no thread, and whatever lock it held stays held in
-    the copy), and only where there is fork."""
-    return hasattr(os, "fork") and not any(t.name.startswith(THREAD) for t in threading.enumerate() if t.is_alive())
+    """Whether readers may be forked now: where there is fork, and not while one of jobgen's own threads
+    runs (one asking Slurm, jobgen.results.state.in_background: a fork copies no thread, and a lock one
+    held stays held in the copy). Another program's threads (jobgen.api in a notebook's kernel) leave
+    the reading to this process unless JOBGEN_READERS asks for readers."""
+    if not hasattr(os, "fork"):
+        return False
+    alive = [t for t in threading.enumerate() if t.is_alive()]
+    if any(t.name.startswith(THREAD) for t in alive):
+        return False
+    return len(alive) == 1 or bool(os.environ.get(READERS_ENV, "").strip())
 
 
 def shares(jobs: Sequence[T], readers: int) -> list[list[T]]:

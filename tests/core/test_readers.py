@@ -285,3 +285,26 @@ def test_the_accounting_is_asked_while_the_records_are_read(
         assert calls == [("sacct", ids), ("records read", True)]
     rows = json.loads(result.stdout)["rows"]
     assert [row["gpu_hours"] for row in rows] == [round(2 * 100 / 3600, 6)] * 5, rows  # the answer taken
+
+
+def test_no_reader_is_forked_while_a_thread_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fork copies no thread and keeps whatever lock one held: none while jobgen's own thread asks
+    Slurm, and none beside another program's threads unless JOBGEN_READERS asks for them."""
+    import threading
+
+    def alive_with(name: str) -> bool:
+        stop = threading.Event()
+        thread = threading.Thread(target=stop.wait, name=name, daemon=True)
+        thread.start()
+        try:
+            return readers._may_fork()
+        finally:
+            stop.set()
+            thread.join()
+
+    monkeypatch.setenv(readers.READERS_ENV, "3")
+    assert not alive_with("jobgen-ask")
+    assert alive_with("a notebook's thread")
+    monkeypatch.delenv(readers.READERS_ENV)
+    assert not alive_with("a notebook's thread")
+    assert readers._may_fork() == (threading.active_count() == 1)
