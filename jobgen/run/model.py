@@ -377,31 +377,14 @@ class RunJob:
         """What this command learnt of the job's folder and records (listing, stamps, problems), without
         their bytes: what a reader process hands back (jobgen.run.readers). A record it read is read
         again if a later question needs more than the facts its run's verdicts keep."""
-        return (
-            self._listed,
-            self._present,
-            self._listed_now,
-            self._folder_mark,
-            self._looked_ns,
-            self._others,
-            self._marks,
-            self._read,
-            self._problems,
-        )
+        return tuple(getattr(self, name) for name in _SEEN)
 
     def take_seen(self, seen: tuple[Any, ...]) -> None:
         """Take what a reader process learnt of the job (`seen`), as though this process had looked."""
-        (
-            self._listed,
-            self._present,
-            self._listed_now,
-            self._folder_mark,
-            self._looked_ns,
-            self._others,
-            self._marks,
-            self._read,
-            self._problems,
-        ) = seen
+        if len(seen) != len(_SEEN):
+            raise ValueError(f"{len(seen)} values for {len(_SEEN)} fields")
+        for name, value in zip(_SEEN, seen, strict=True):
+            setattr(self, name, value)
         self._files.clear()
         self._docs.clear()
 
@@ -441,6 +424,8 @@ class RunJob:
 
 
 _RECORDS = frozenset(JOB_FILES)
+# What a look at a job learns besides the records' bytes (RunJob.seen).
+_SEEN = ("_listed", "_present", "_listed_now", "_folder_mark", "_looked_ns", "_others", "_marks", "_read", "_problems")
 FIRST_READ = 1 << 16
 
 
