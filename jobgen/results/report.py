@@ -337,6 +337,8 @@ def _curves(lines: list[Line], colors: dict[int, str]) -> str:
         # sweep that ended without training has none).
         there = job.source.has("metrics.csv") if job.source is not None else bool(folder)
         points = read_metrics(os.path.join(folder, "metrics.csv")) if folder and there else []
+        if not points:
+            continue  # no curve to draw (line_chart leaves a series without points out)
         train = [p for p in points if p.split == "train" and _ok(p.loss)]
         val = [p for p in points if p.split in ("validation", "val") and _ok(p.acc)]
         c, name = colors[id(line)], line.label
