@@ -96,10 +96,16 @@ def redactor() -> Callable[[str], str]:
     def named(m: re.Match[str]) -> str:
         return m.group(1) + (m.group(2) if m.group(2).startswith("[redacted") else REDACTED)
 
+    done: dict[str, str] = {}  # a sweep that failed on one line says it 10,000 times: redacted once
+
     def take_out(text: str) -> str:
-        for key, value in found:
-            text = text.replace(value, f"[redacted ${key}]")
-        return _NAMED.sub(named, _TOKEN_SHAPES.sub(REDACTED, text))
+        said = done.get(text)
+        if said is None:
+            said = text
+            for key, value in found:
+                said = said.replace(value, f"[redacted ${key}]")
+            said = done[text] = _NAMED.sub(named, _TOKEN_SHAPES.sub(REDACTED, said))
+        return said
 
     return take_out
 
