@@ -36,13 +36,17 @@ def counted(tmp_path: Path) -> Path:
     return folder
 
 
-def _jobgen(args: list[str], root: Path, shim: Path) -> tuple[subprocess.Popen[str], list[str]]:
-    """Run jobgen to its end; returns the process and the Slurm tools it (not its jobs) started."""
+def _jobgen(
+    args: list[str], root: Path, shim: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], list[str]]:
+    """Run jobgen to its end; returns the process (its output in `said`) and the Slurm tools it (not its
+    jobs, nor a reader it forked: those read files only) started."""
     (shim / "calls").unlink(missing_ok=True)
-    env = {**os.environ, "PATH": f"{shim}:{os.environ['PATH']}", "JOBGEN_OUTPUT_ROOT": str(root)}
+    env = {**os.environ, **(env or {}), "PATH": f"{shim}:{os.environ['PATH']}", "JOBGEN_OUTPUT_ROOT": str(root)}
     proc = subprocess.Popen([JOBGEN, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
+    proc.said = out  # type: ignore[attr-defined]
     lines = (shim / "calls").read_text().splitlines() if (shim / "calls").exists() else []
     return proc, [line.split()[0] for line in lines if line.split()[-1] == str(proc.pid)]
 
@@ -62,8 +66,18 @@ def test_status_of_an_ended_1000_job_run_asks_slurm_a_few_times(slurm, root: Pat
         journal.unlink()
     for job in doc["jobs"]:  # and their results, so nothing but Slurm can tell how they ended
         (run_dir / job["dir"] / "result.json").rename(run_dir / job["dir"] / "result.json.kept")
-    proc, calls = _jobgen(["status", str(run_dir)], root, counted)
+    # The same run read by one process, beside it: the readers (3 here, the real squeue's answer in its
+    # thread meanwhile, the 1000 jobs' logs then read for why) must say what it says.
+    twin = tmp_path / "twin" / run_dir.name
+    shutil.copytree(run_dir, twin)
+    alone, _ = _jobgen(["status", str(twin)], root, counted, {"JOBGEN_READERS": "1"})
+    proc, calls = _jobgen(["status", str(run_dir)], root, counted, {"JOBGEN_READERS": "3"})
     assert 1 <= len(calls) <= 4, calls  # sacct (in chunks), squeue, scontrol: never one per job
+    assert proc.said.replace(str(run_dir), "RUN") == alone.said.replace(str(twin), "RUN")
+    assert [(j["state"], j.get("cause")) for j in manifest(run_dir)["jobs"]] == [
+        (j["state"], j.get("cause")) for j in manifest(twin)["jobs"]
+    ]
+    assert {j["state"] for j in manifest(run_dir)["jobs"]} == {State.FAILED.value}  # COMPLETED without result
     for job in doc["jobs"]:
         (run_dir / job["dir"] / "result.json.kept").rename(run_dir / job["dir"] / "result.json")
     _, calls = _jobgen(["status", str(run_dir)], root, counted)
