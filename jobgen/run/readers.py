@@ -14,7 +14,8 @@ threads (the CLI); a reader does nothing but read files and write one pipe, then
 (no atexit work, no buffered output flushed twice).
 
 `JOBGEN_READERS=N` sets how many processes read (1: this one alone). By default, one per 2,500 jobs
-to read, at most one per core this process may run on, at most 8; a job an earlier command read
+to read, at most one per core this process may run on (and its control groups' CPU quota lets it
+use), at most 8; a job an earlier command read
 counts a quarter (its folder and records are stat'ed, and read only if they changed): a second
 status of 10,000 jobs takes no longer in one process than with the handing back of a second.
 """
@@ -22,6 +23,7 @@ status of 10,000 jobs takes no longer in one process than with the handing back 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import threading
@@ -56,7 +58,64 @@ def readers_for(jobs: int) -> int:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
+    quota = cgroup_cpus()
+    if quota is not None:
+        cores = min(cores, quota)
     return max(1, min(cores, MOST_READERS, jobs // JOBS_PER_READER))
+
+
+def cgroup_cpus(root: str = "/sys/fs/cgroup", own: str = "/proc/self/cgroup") -> int | None:
+    """The CPUs this process's control groups let it use, from their CPU quotas (rounded up; None: no
+    quota, or none readable). A login node often caps each user at a few CPUs this way (a systemd
+    CPUQuota, arbiter2) while the affinity mask still shows every core: readers beyond the quota only
+    take turns. cgroup v2 (cpu.max) and v1 (cpu.cfs_quota_us), the process's own group and each above."""
+    try:
+        with open(own, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    limits = []
+    for line in lines:
+        _, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if not controllers:
+            folders, read = [root, os.path.join(root, "unified")], _v2_quota
+        elif "cpu" in controllers.split(","):
+            folders, read = [os.path.join(root, controllers), os.path.join(root, "cpu")], _v1_quota
+        else:
+            continue
+        for folder in folders:
+            here = "/" + path.strip("/")
+            while True:
+                limit = read(os.path.join(folder, here.lstrip("/")))
+                if limit is not None:
+                    limits.append(limit)
+                if here == "/":
+                    break
+                here = os.path.dirname(here)
+    return max(1, math.ceil(min(limits))) if limits else None
+
+
+def _v2_quota(folder: str) -> float | None:
+    """cpu.max: "max 100000" (none) or "<quota> <period>" in microseconds."""
+    try:
+        with open(os.path.join(folder, "cpu.max"), encoding="utf-8") as fh:
+            quota, period = fh.read().split()[:2]
+        return int(quota) / int(period) if quota != "max" and int(period) > 0 else None
+    except (OSError, ValueError):
+        return None
+
+
+def _v1_quota(folder: str) -> float | None:
+    """cpu.cfs_quota_us (-1: none) over cpu.cfs_period_us."""
+    try:
+        with open(os.path.join(folder, "cpu.cfs_quota_us"), encoding="utf-8") as fh:
+            quota = int(fh.read())
+        with open(os.path.join(folder, "cpu.cfs_period_us"), encoding="utf-8") as fh:
+            period = int(fh.read())
+        return quota / period if quota > 0 and period > 0 else None
+    except (OSError, ValueError):
+        return None
 
 
 def share(runs: Sequence[Run], work: Work) -> Callable[[], None]:

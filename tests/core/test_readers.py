@@ -188,6 +188,7 @@ def test_a_reader_that_fails_has_its_share_read_here(tmp_path: Path, monkeypatch
 
 def test_readers_are_counted_by_the_work_and_the_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(readers.READERS_ENV, raising=False)
+    monkeypatch.setattr(readers, "cgroup_cpus", lambda: None)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(16)), raising=False)
     assert [readers.readers_for(n) for n in (0, 2_499, 2_500, 10_000, 100_000)] == [1, 1, 1, 4, 8]
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
@@ -308,3 +309,55 @@ def test_no_reader_is_forked_while_a_thread_runs(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv(readers.READERS_ENV)
     assert not alive_with("a notebook's thread")
     assert readers._may_fork() == (threading.active_count() == 1)
+
+
+def _write_tree(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+@pytest.mark.parametrize(
+    ("own", "files", "cpus"),
+    [
+        # cgroup v2: the user's slice caps at 2.5 CPUs, the session below it at none: 3 readers at most.
+        (
+            "0::/user.slice/user-1000.slice/session-3.scope\n",
+            {
+                "cpu.max": "max 100000\n",
+                "user.slice/user-1000.slice/cpu.max": "250000 100000\n",
+                "user.slice/user-1000.slice/session-3.scope/cpu.max": "max 100000\n",
+            },
+            3,
+        ),
+        # v1, the controllers mounted together; the tightest of the group and those above it counts.
+        (
+            "4:memory:/x\n2:cpu,cpuacct:/arbiter/u1000\n",
+            {
+                "cpu,cpuacct/cpu.cfs_quota_us": "-1\n",
+                "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+                "cpu,cpuacct/arbiter/cpu.cfs_quota_us": "400000\n",
+                "cpu,cpuacct/arbiter/cpu.cfs_period_us": "100000\n",
+                "cpu,cpuacct/arbiter/u1000/cpu.cfs_quota_us": "100000\n",
+                "cpu,cpuacct/arbiter/u1000/cpu.cfs_period_us": "100000\n",
+            },
+            1,
+        ),
+        ("0::/\n", {"cpu.max": "max 100000\n"}, None),  # no quota
+        ("0::/\n", {"cpu.max": "garbage\n"}, None),  # unreadable: no quota known
+        ("1:cpu:/\n", {}, None),  # no files: none
+    ],
+)
+def test_a_cgroup_cpu_quota_caps_the_readers(tmp_path: Path, own: str, files: dict[str, str], cpus: int | None) -> None:
+    _write_tree(tmp_path / "cg", files)
+    (tmp_path / "self").write_text(own)
+    assert readers.cgroup_cpus(str(tmp_path / "cg"), str(tmp_path / "self")) == cpus
+
+
+def test_readers_stay_within_the_quota(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(readers.READERS_ENV, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(64)), raising=False)
+    monkeypatch.setattr(readers, "cgroup_cpus", lambda: 2)
+    assert readers.readers_for(100_000) == 2
+    monkeypatch.setattr(readers, "cgroup_cpus", lambda: None)
+    assert readers.readers_for(100_000) == 8
