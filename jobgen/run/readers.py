@@ -15,9 +15,9 @@ threads (the CLI); a reader does nothing but read files and write one pipe, then
 
 `JOBGEN_READERS=N` sets how many processes read (1: this one alone). By default, one per 2,500 jobs
 to read, at most one per core this process may run on (and its control groups' CPU quota lets it
-use), at most 8; a job an earlier command read
-counts a quarter (its folder and records are stat'ed, and read only if they changed): a second
-status of 10,000 jobs takes no longer in one process than with the handing back of a second.
+use), at most 8; a job an earlier command read counts a quarter (its folder and records are stat'ed,
+and read only if they changed): a second status of 10,000 jobs takes no longer in one process than
+with the handing back of a second.
 """
 
 from __future__ import annotations
@@ -54,6 +54,9 @@ def readers_for(jobs: int) -> int:
                 " from 1 (this process alone); or unset it"
             )
         return max(1, min(int(value), jobs))
+    wanted = jobs // JOBS_PER_READER
+    if wanted <= 1:
+        return 1  # most runs: no core count or quota to look up
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -61,7 +64,7 @@ def readers_for(jobs: int) -> int:
     quota = cgroup_cpus()
     if quota is not None:
         cores = min(cores, quota)
-    return max(1, min(cores, MOST_READERS, jobs // JOBS_PER_READER))
+    return max(1, min(cores, MOST_READERS, wanted))
 
 
 def cgroup_cpus(root: str = "/sys/fs/cgroup", own: str = "/proc/self/cgroup") -> int | None:
@@ -123,7 +126,7 @@ def share(runs: Sequence[Run], work: Work) -> Callable[[], None]:
     of them in its run's verdicts); the function returned does this process's share and takes the
     others'. Forks, so call it before starting any thread."""
     jobs = [(r, j) for r, run in enumerate(runs) for j in range(len(run.jobs))]
-    readers = readers_for(_weight(runs)) if _may_fork() and len(jobs) > 1 else 1
+    readers = _readers(len(jobs), lambda: _weight(runs))
     if readers <= 1:
         return lambda: _read(runs, jobs, work)
 
@@ -153,7 +156,7 @@ def gather(items: Sequence[T], read: Callable[[T], R]) -> list[R]:
     """[read(item) for item in items], the items shared among reader processes as `share` shares jobs:
     `read` reads files and returns what pickles (a reader that fails has its share read here). Forks,
     so call it while no other thread runs."""
-    readers = readers_for(len(items)) if _may_fork() and len(items) > 1 else 1
+    readers = _readers(len(items), lambda: len(items))
     if readers <= 1:
         return [read(item) for item in items]
     out: list[Any] = [None] * len(items)
@@ -171,6 +174,12 @@ def gather(items: Sequence[T], read: Callable[[T], R]) -> list[R]:
 
     _start(shares(range(len(items)), readers), lambda part: [read(items[i]) for i in part], own, hand_over)()
     return out
+
+
+def _readers(items: int, weight: Callable[[], int]) -> int:
+    """How many processes read these items now: one unless there are two or more and readers may be
+    forked (_may_fork), else readers_for their weight."""
+    return readers_for(weight()) if items > 1 and _may_fork() else 1
 
 
 def _may_fork() -> bool:
@@ -278,20 +287,17 @@ def _finish(
             pid, read_end, part = started[0]
             handed = _take(read_end, pid)
             started.pop(0)
-            if handed is None or not _handed_over(hand_over, part, handed):
+            try:
+                taken = handed is not None and hand_over(part, handed)
+            except (TypeError, ValueError):  # not what a reader hands back
+                taken = False
+            if not taken:
                 own(part)
     finally:
         for pid, read_end, _ in started:  # interrupted: leave no reader behind
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
             _take(read_end, pid)
-
-
-def _handed_over(hand_over: Callable[[list[P], Any], bool], part: list[P], handed: Any) -> bool:
-    try:
-        return hand_over(part, handed)
-    except (TypeError, ValueError):  # not what a reader hands back
-        return False
 
 
 def _take(read_end: int, pid: int) -> Any:
