@@ -183,6 +183,22 @@ def test_a_record_made_or_removed_in_a_kept_folder_is_seen(runner, run: Path) ->
     assert "FAILED" in rows[0] and "COMPLETED" in rows[1], rows  # ended without its result
 
 
+@pytest.mark.parametrize("name", ["result.json", "spec.json"])
+def test_a_record_cut_short_in_place_in_an_unchanged_folder_is_named(runner, run: Path, name: str) -> None:
+    """A record rewritten in place leaves its folder's stamp as it was: the folder's kept listing still
+    holds, and the record's own stamp is what tells the damage check to look at it again."""
+    _, warnings = _status(runner, run)
+    assert not warnings
+    folder = run / "jobs" / "job2"
+    before = os.stat(folder)
+    with open(folder / name, "r+b") as fh:  # a full disk, or a hand: the same inode, cut short
+        fh.truncate(20)
+    after = os.stat(folder)
+    assert (after.st_mtime_ns, after.st_ctime_ns) == (before.st_mtime_ns, before.st_ctime_ns)
+    _, warnings = _status(runner, run)
+    assert len(warnings) == 1 and f"/jobs/job2/{name}: truncated or not JSON" in warnings[0], warnings
+
+
 BROKEN = {
     "garbage": b"\xff\x00{",
     "deeply nested": b"[" * 100_000,
