@@ -7,7 +7,9 @@ another jobgen module, so any of them can use these without an import circle.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
+import time
 
 # A job or experiment name becomes a folder and part of Slurm's job name.
 MAX_NAME = 100
@@ -31,6 +33,24 @@ SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORE
 def now_iso() -> str:
     """This moment in UTC, to the second, as every record stores times."""
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def aware_time(value: object) -> dt.datetime | None:
+    """A time as the records and Slurm write it (ISO 8601), aware: jobgen's are UTC, Slurm's naive ones
+    are this machine's local time. None for anything else. The same text is read once per time zone:
+    a sweep's 10,000 jobs share a few dozen submission and start times."""
+    if not isinstance(value, str):
+        return None
+    return _aware_time(value, time.tzname, time.timezone, time.altzone)
+
+
+@functools.lru_cache(maxsize=4096)
+def _aware_time(text: str, *_zone: object) -> dt.datetime | None:
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.astimezone()  # a datetime is immutable: one is shared
 
 
 def signal_name(text: str) -> str:

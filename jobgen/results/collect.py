@@ -21,7 +21,7 @@ from typing import Any
 
 from jobgen.backends._base import Attempt
 from jobgen.errors import JobgenError
-from jobgen.facts import RESULT_SCHEMA
+from jobgen.facts import RESULT_SCHEMA, aware_time
 from jobgen.results import logs
 from jobgen.results.cost import (
     USAGE,
@@ -668,14 +668,8 @@ def _float_or_none(text: str | None) -> float | None:
 
 
 def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    # Slurm prints naive local times; jobgen writes aware UTC ones. Make both aware to subtract them.
-    return when if when.tzinfo else when.astimezone()
+    # Slurm prints naive local times; jobgen writes aware UTC ones. Made aware both, to subtract them.
+    return aware_time(value)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 from jobgen import backends
 from jobgen.backends._base import Attempt
-from jobgen.facts import time_seconds
+from jobgen.facts import aware_time, time_seconds
 from jobgen.results.state import SETTLED
 from jobgen.run.model import Run, RunJob
 from jobgen.states import State
@@ -269,12 +269,7 @@ def _elapsed(job: RunJob) -> int | None:
 
 
 def _when(value: Any) -> datetime | None:
-    try:
-        when = datetime.fromisoformat(value) if isinstance(value, str) else None
-    except ValueError:
-        return None
-    # Slurm prints naive local times; jobgen writes aware UTC ones.
-    return None if when is None else when if when.tzinfo else when.astimezone()
+    return aware_time(value)  # Slurm prints naive local times; jobgen writes aware UTC ones
 
 
 def _seconds(text: Any) -> int | None:
