@@ -105,9 +105,13 @@ def _keep(run: Run, how: list[Any] | None, text: str, problems: list[list[str]],
             job.look()  # every record stat'ed (the page needs not all): their stamps are kept
         if not all(job.recorded in NEVER_RAN or _usable(job) for job in run.jobs):
             return False
+    try:
+        in_folder = backends.get(run.backend).logs_in_job_folder()
+    except JobgenError:
+        in_folder = False
     more = []
     for job in run.jobs:
-        found = _log_stamps(run, job, every_log)
+        found = _log_stamps(run, job, in_folder, every_log)
         if found is None:
             return False
         more.append(found)
@@ -142,17 +146,13 @@ def report_page(run_dirs: Sequence[Path], out: Path, *, refresh: bool = False, b
     return write_page(out, html.replace(CREATED, made_at()))
 
 
-def _log_stamps(run: Run, job: RunJob, every_log: bool = False) -> list[list[Any]] | None:
+def _log_stamps(run: Run, job: RunJob, in_folder: bool, every_log: bool = False) -> list[list[Any]] | None:
     """The stamps of the logs a job's row may have been read from (a job without a usable result: they
     say why it stopped; `every_log`: every job's); None when they cannot be told by the job folder's
-    stamp."""
+    stamp (`in_folder`: the run's scheduler writes every log in the job's folder itself)."""
     if job.recorded in NEVER_RAN or (not every_log and (_usable(job) or kept_cause(job)[0])):
         return []  # the row was read from the record and its files alone
-    try:
-        scheduler = backends.get(run.backend)
-    except JobgenError:
-        return None
-    if not scheduler.logs_in_job_folder():
+    if not in_folder:
         return None
     paths = logs.of(job, run.backend)
     if every_log and len(paths) < 2 and _usable(job):

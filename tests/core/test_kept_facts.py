@@ -352,3 +352,18 @@ def test_the_job_folders_other_files_are_kept_with_its_listing(run: Path, monkey
     names, found = read()
     assert names == ("checkpoints", "notes.txt", "slurm-4001.out", "slurm-4002.out") and len(found) == 2
     assert listed == [str(folder)]  # one listing of the changed folder, for its records and its logs
+
+
+def test_a_result_written_after_the_look_is_checked_once_looked_at_again(run: Path) -> None:
+    """A job that wrote its result (here cut short) while Slurm was asked: looked at again, its record
+    is checked anew, not taken for the absent one the first look saw."""
+    path = run / "jobs" / "job0" / "result.json"
+    kept = path.read_bytes()
+    path.unlink()
+    _settle(run)
+    job = Run.load(run).jobs[0]
+    assert job.problems() == [] and not job.finished
+    path.write_bytes(kept[:20])
+    job.look_again("result.json")
+    assert job.finished
+    assert (job._problem("result.json") or "").startswith("truncated or not JSON")
