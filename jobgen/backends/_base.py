@@ -144,24 +144,23 @@ class Scheduler:
         """log_files (both streams) of a scheduler whose logs are in the job's folder itself
         (logs_in_job_folder), found among the names a listing of that folder gave (no stat of each: an
         entry named as a log is taken for one, a folder so named too)."""
-        matches = _matcher(_patterns(type(self)))
+        matches = _matcher(self._log_patterns)
         return _in_order([job_dir / name for name in names if matches(name)])
 
     def logs_in_job_folder(self) -> bool:
         """Whether every log is in the job's folder itself, not below it: the folder's stat stamp then
         changes when one is made or removed (jobgen.results.kept relies on it)."""
-        return all("/" not in pattern for pattern in _patterns(type(self)))
+        return all("/" not in pattern for pattern in self._log_patterns)
+
+    @functools.cached_property
+    def _log_patterns(self) -> tuple[str, ...]:
+        """Every log pattern, both streams (asked for each job of a 10,000-job report)."""
+        return tuple(p for patterns in self.logs.values() for p in patterns)
 
     # ---- rules
     def shape_problems(self, exp: Experiment) -> list[str]:
         """Job shapes this scheduler cannot start, each with its fix."""
         return []
-
-
-@functools.lru_cache(maxsize=64)
-def _patterns(scheduler: type[Scheduler]) -> tuple[str, ...]:
-    """Every log pattern of a scheduler, both streams (asked for each job of a 10,000-job report)."""
-    return tuple(p for patterns in scheduler.logs.values() for p in patterns)
 
 
 @functools.lru_cache(maxsize=64)
