@@ -120,8 +120,9 @@ def _keep(run: Run, how: list[Any] | None, text: str, problems: list[list[str]],
 
 
 def _usable(job: RunJob) -> bool:
-    """The job wrote a result the summary can read (its damage check finds nothing wrong)."""
-    return job.finished and job._problem("result.json") is None
+    """The job wrote a result the summary can read (its damage check finds nothing wrong). Most jobs
+    have no damaged record at all: their looks (RunJob.problems) say so without asking of result.json."""
+    return job.finished and (not job.problems() or job._problem("result.json") is None)
 
 
 def report_page(run_dirs: Sequence[Path], out: Path, *, refresh: bool = False, baseline: str | None = None) -> Path:

@@ -91,7 +91,6 @@ class RunJob:
     _others: tuple[str, ...] | None = field(default=None, repr=False)
     _looked_ns: int = field(default=0, repr=False)  # when _folder_mark was taken
     _problems: list[str] | None = field(default=None, repr=False)  # what `problems` found, once per command
-    _checked: dict[str, str | None] = field(default_factory=dict, repr=False)  # _problem's answers
     # Its log files, oldest first, as jobgen.results.logs.of listed them once for this command (the
     # report links them, keeps their stamps and may read one for the cause: one listing for all three).
     log_paths: list[Path] | None = field(default=None, repr=False)
@@ -320,7 +319,7 @@ class RunJob:
                     return
             except OSError:
                 pass
-        for seen in (self._marks, self._files, self._docs, self._read, self._checked):
+        for seen in (self._marks, self._files, self._docs, self._read):
             seen.pop(name, None)
         self._problems = None
         self._present = None  # the listing, too, may predate the record
@@ -402,7 +401,6 @@ class RunJob:
             known, verdict = verdicts.fact(rel + name, mark, PROBLEM)
             if not known or not (verdict is None or type(verdict) is str):
                 return None
-            self._checked[name] = verdict
             if verdict:
                 out.append(f"{self.dir}/{name}: {verdict}; ignored")
         return out
@@ -421,7 +419,6 @@ class RunJob:
             setattr(self, name, value)
         self._files.clear()
         self._docs.clear()
-        self._checked.clear()
 
     def look(self) -> None:
         """Stat every record not looked at yet (what `stamps` needs, without the damage checks)."""
@@ -445,15 +442,7 @@ class RunJob:
         return self._folder_mark, files
 
     def _problem(self, name: str) -> str | None:
-        """What is wrong with one of the job's files (None: fine or absent), once per command (look_again
-        forgets it); the run's verdicts first."""
-        checked = self._checked
-        if name in checked:
-            return checked[name]
-        checked[name] = found = self._check_once(name)
-        return found
-
-    def _check_once(self, name: str) -> str | None:
+        """What is wrong with one of the job's files (None: fine or absent); the run's verdicts first."""
         mark = self._mark(name)
         if mark is None:
             return None

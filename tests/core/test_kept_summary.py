@@ -225,6 +225,25 @@ def test_a_run_with_a_job_without_result_keeps_no_page(runner, run: Path, tmp_pa
     assert not (run / ".rows-report.json").exists()
 
 
+def test_a_run_with_a_damaged_result_keeps_no_page(runner, done: Path, tmp_path) -> None:
+    """A result.json cut short is no usable result: the page shows that job's log tail, not kept."""
+    path = done / "jobs" / "job1" / "result.json"
+    path.write_bytes(path.read_bytes()[:20])
+    _settle(path)
+    page = _report(runner, done, tmp_path / "a.html")
+    assert "last 1 lines of slurm-1.out" in page
+    assert not (done / ".rows-report.json").exists()
+
+
+def test_a_damaged_record_beside_a_usable_result_keeps_the_page(runner, done: Path, tmp_path) -> None:
+    """A metrics.csv cut short costs the curves of that job, not its result: the page is kept."""
+    path = done / "jobs" / "job1" / "metrics.csv"
+    path.write_text("epoch,step,split,loss\n1,2,train")
+    _settle(path)
+    _report(runner, done, tmp_path / "a.html")
+    assert (done / ".rows-report.json").exists()
+
+
 def test_the_summary_that_kept_the_jobs_usage_is_kept_and_the_next_asks_sacct_nothing(
     runner, run: Path, bin_dir: Path
 ) -> None:
