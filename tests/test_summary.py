@@ -9,12 +9,15 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jobgen.errors import JobgenError
 from jobgen.results.columns import duration, whole_seconds
-from jobgen.results.summary import FIELDS, HEADERS, TERMINAL_HEADERS, summarize
+from jobgen.results.summary import FIELDS, HEADERS, TERMINAL_HEADERS, config_key, summarize
 from tests.data.summary.synth import FAULTS, FakeJob, write_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -468,3 +471,28 @@ def test_a_cpu_job_says_its_devices_are_cpu_processes(tmp_path: Path) -> None:
     assert " 1×2 cpu " in cpu and " 1×2 " in gpu and "cpu" not in gpu
     rows = {r["config"]: r for r in json.loads(summarize([run], fmt="json"))["rows"]}
     assert (rows["on-cpu"]["accelerator"], rows["on-gpu"]["accelerator"]) == ("cpu", "gpu")
+
+
+SWEPT = (
+    st.integers()
+    | st.floats()
+    | st.booleans()
+    | st.none()
+    | st.text(max_size=4)
+    | st.lists(st.integers(-2, 2), max_size=2)
+    | st.sampled_from([1, 1.0, True, "1", "1.0", "true", [1], 0, -0.0, 0.0, False, "0"])
+)
+
+
+@given(SWEPT, SWEPT)
+def test_one_configuration_is_one_set_of_swept_values_told_apart_by_type(a: object, b: object) -> None:
+    """Two jobs are one configuration when their swept values (seeds aside) are the same JSON values of
+    the same kinds: 1, 1.0, true and "1" are four configurations; seeds do not part them."""
+
+    def as_json(value: object) -> object:
+        return ("str", value) if type(value) is str else json.dumps(value)
+
+    def key(value: object, seed: int) -> tuple:
+        return config_key(SimpleNamespace(experiment="exp", sweep={"train.lr": value, "train.seed": seed}))
+
+    assert (key(a, 1) == key(b, 2)) == (as_json(a) == as_json(b))

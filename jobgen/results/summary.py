@@ -82,11 +82,19 @@ def config_key(row: JobRow) -> tuple[Any, ...]:
     """Jobs with the same experiment and sweep values, seeds aside, are one configuration."""
     if not row.sweep:
         return (row.experiment, row.name)
-    # A string stands for itself (tagged: "1" is not 1); other values by their JSON (1.0 is not 1).
+    # A string stands for itself (tagged: "1" is not 1); other values by their JSON (1.0 is not 1), a
+    # number or a boolean by its repr, which tells the same values apart in a sixth of the time.
     values = tuple(
-        sorted((k, ("str", v) if type(v) is str else json.dumps(v)) for k, v in row.sweep.items() if not _is_seed(k))
+        sorted(
+            (k, ("str", v) if type(v) is str else repr(v) if type(v) in _SCALARS else json.dumps(v))
+            for k, v in row.sweep.items()
+            if not _is_seed(k)
+        )
     )
     return (row.experiment, values)
+
+
+_SCALARS = (int, float, bool)
 
 
 def _is_seed(key: str) -> bool:
@@ -100,7 +108,8 @@ def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
         metrics = {}
         for name, of, combine in _ALONE:
             value = of(first)
-            metrics[name] = combine([value]) if combine else NO_VALUE if value is None else Stat(value, None, 1)
+            # Stat(value, None, 1) without the named tuple's own __new__ (150,000 calls at 10,000 jobs).
+            metrics[name] = combine([value]) if combine else NO_VALUE if value is None else _new(Stat, (value, None, 1))
     else:
         metrics = {metric.name: metric.combine([metric.of(job) for job in jobs]) for metric in METRICS}
     label = f"{first.run_id}/{_label(jobs)}" if many_runs else _label(jobs)
@@ -128,6 +137,7 @@ def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
 
 # (name, of, combine) of each metric, combine None for the default one (Stat.of): a line of one job takes
 # its value as is, without the call (a line per job of a 10,000-job sweep, a dozen metrics each).
+_new = tuple.__new__
 _ALONE = tuple((m.name, m.of, None if m.combine == Stat.of else m.combine) for m in METRICS)
 
 
