@@ -201,6 +201,14 @@ class Verdicts:
                 return True, facts[key]
         return False, None
 
+    def facts(self, rel: str, mark: Stamp) -> dict[str, Any] | None:
+        """Every fact kept of this version of the file (a folder's listing is two), None when none is."""
+        loaded = self._loaded
+        known = (self._known if loaded is None else loaded).get(rel)
+        if type(known) is list and len(known) == 5 and tuple(known[:4]) == mark and type(known[4]) is dict:
+            return known[4]
+        return None
+
     def knows(self, rel: str) -> bool:
         """Whether any version of the file was read before (a fact of it may be kept)."""
         loaded = self._loaded

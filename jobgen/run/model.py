@@ -169,14 +169,13 @@ class RunJob:
         # Taken before any record's stat: a file made after it changes the folder's stamp for next time.
         self._folder_mark = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         self._looked_ns = time.time_ns()
-        if self.verdicts is not None:
-            known, names = self.verdicts.fact(self.dir + "/", self._folder_mark, PRESENT)
-            if known and type(names) is list:
-                self._present = frozenset(names)
-                known, others = self.verdicts.fact(self.dir + "/", self._folder_mark, OTHERS)
-                if known and type(others) is list and all(type(name) is str for name in others):
-                    self._others = tuple(others)
-                return self._present
+        facts = None if self.verdicts is None else self.verdicts.facts(self.dir + "/", self._folder_mark)
+        if facts is not None and type(names := facts.get(PRESENT)) is list:
+            self._present = frozenset(names)
+            others = facts.get(OTHERS)
+            if type(others) is list and all(type(name) is str for name in others):
+                self._others = tuple(others)
+            return self._present
         # Not known: one listing of the folder (after its stamp) says which records exist, so an absent
         # one costs no stat. A failed stat raises, the dearest way to learn that a file is not there:
         # with three of five records absent, a first status of 10,000 ended jobs spent a quarter of its
