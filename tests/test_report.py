@@ -381,3 +381,12 @@ def _target(page: Path, href: str) -> Path:
 
 def _overlap(a: list[float], b: list[float]) -> bool:
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def test_a_column_is_as_wide_as_its_widest_mean_or_spread_not_both_in_a_row() -> None:
+    """A combined line's cell shows the spread under the mean: the column is measured on each apart."""
+    from jobgen.results.report import _column_px
+
+    combined = ["12,345.6 ± 1,234.5", "7.0"]
+    assert _column_px("samples/s", combined) == _column_px("samples/s", ["12,345.6", "1,234.5", "7.0"])
+    assert _column_px("samples/s", combined) < _column_px("samples/s", ["12,345.6 and 1,234.5"])

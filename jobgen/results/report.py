@@ -231,8 +231,10 @@ def _column_px(header: str, values: list[str]) -> float:
     """How wide a column is drawn (estimated from the text; headers wrap between words)."""
     widest_word = max(text_width(word, 12.5) * 1.1 for word in header.split())  # bold
     # Measured on the longest few texts only: a 10,000-job report stays quick, and width follows length.
-    parts = heapq.nlargest(8, {part for v in values for part in v.split(" ± ")}, key=len)
-    widest = max((text_width(part, 12.5) for part in parts), default=0.0)
+    texts = set(values)
+    if " ± " in "\n".join(texts):  # a mean with its spread (a combined line): each measured apart
+        texts = {part for v in texts for part in v.split(" ± ")}
+    widest = max((text_width(part, 12.5) for part in heapq.nlargest(8, texts, key=len)), default=0.0)
     if header == "config":
         widest += 16  # the colour swatch before the label
     cap = CONFIG_MAX_PX if header == "config" else NOTE_MAX_PX if header == "note" else widest
