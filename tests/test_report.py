@@ -390,3 +390,12 @@ def test_a_column_is_as_wide_as_its_widest_mean_or_spread_not_both_in_a_row() ->
     combined = ["12,345.6 ± 1,234.5", "7.0"]
     assert _column_px("samples/s", combined) == _column_px("samples/s", ["12,345.6", "1,234.5", "7.0"])
     assert _column_px("samples/s", combined) < _column_px("samples/s", ["12,345.6 and 1,234.5"])
+
+
+def test_a_long_config_label_may_wrap_after_its_separators_only() -> None:
+    from jobgen.results.columns import Line
+    from jobgen.results.report import _cell
+
+    line = Line(label="x", experiment="e", run="r", config={}, state="COMPLETED", n=1, metrics={}, mem_kind="host")
+    html = _cell(line, "config", "r1/lr-0.001_seed=3,a<b", {id(line): "#123456"})
+    assert html.endswith("r1/<wbr>lr-0.001_<wbr>seed=<wbr>3,<wbr>a&lt;b</td>"), html
