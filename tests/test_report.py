@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -399,3 +400,28 @@ def test_a_long_config_label_may_wrap_after_its_separators_only() -> None:
     line = Line(label="x", experiment="e", run="r", config={}, state="COMPLETED", n=1, metrics={}, mem_kind="host")
     html = _cell(line, "config", "r1/lr-0.001_seed=3,a<b", {id(line): "#123456"})
     assert html.endswith("r1/<wbr>lr-0.001_<wbr>seed=<wbr>3,<wbr>a&lt;b</td>"), html
+
+
+def test_a_columns_width_is_the_same_in_every_process() -> None:
+    """Of many texts as long as the longest, the ones measured do not follow the strings' hashes (which
+    differ per process): the same run gives the same page, whatever PYTHONHASHSEED."""
+    import itertools
+    import subprocess
+    import sys
+
+    labels = ["".join(chars) for chars in itertools.product("ilmW", repeat=4)][:60]  # 60 widths, one length
+    code = (
+        "import sys; from jobgen.results.report import _column_px; "
+        "print(repr(_column_px('config', sys.argv[1].split(','))))"
+    )
+    widths = {
+        subprocess.run(
+            [sys.executable, "-c", code, ",".join(labels)],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in (1, 2, 3, 4)
+    }
+    assert len(widths) == 1, widths

@@ -236,9 +236,11 @@ def _column_px(header: str, values: list[str]) -> float:
     """How wide a column is drawn (estimated from the text; headers wrap between words)."""
     widest_word = max(text_width(word, 12.5) * 1.1 for word in header.split())  # bold
     # Measured on the longest few texts only: a 10,000-job report stays quick, and width follows length.
-    texts = set(values)
+    # Of texts as long, the first the table shows: the same page in every process (a set's order
+    # follows the strings' hashes, which differ from one process to the next).
+    texts = dict.fromkeys(values)
     if " ± " in "\n".join(texts):  # a mean with its spread (a combined line): each measured apart
-        texts = {part for v in texts for part in v.split(" ± ")}
+        texts = dict.fromkeys(part for v in texts for part in v.split(" ± "))
     widest = max((text_width(part, 12.5) for part in heapq.nlargest(8, texts, key=len)), default=0.0)
     if header == "config":
         widest += 16  # the colour swatch before the label
