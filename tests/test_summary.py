@@ -496,3 +496,31 @@ def test_one_configuration_is_one_set_of_swept_values_told_apart_by_type(a: obje
         return config_key(SimpleNamespace(experiment="exp", sweep={"train.lr": value, "train.seed": seed}))
 
     assert (key(a, 1) == key(b, 2)) == (as_json(a) == as_json(b))
+
+
+def test_a_line_of_one_job_says_what_a_line_of_its_copies_says(tmp_path: Path) -> None:
+    """A line of one job is made the short way (nothing to combine): it says what the general way says
+    of two copies of that job, but for their count and spread."""
+    from jobgen.results.collect import collect
+    from jobgen.results.summary import _line
+    from jobgen.run.model import Run
+
+    jobs = [
+        FakeJob("on-gpu", {"train.lr": 1}, state="COMPLETED"),
+        FakeJob("on-cpu", {"train.lr": 2}, state="COMPLETED", peak_gpu_mb=None),
+        FakeJob("failed", {"train.lr": 3}, state="FAILED", result=None, logs={"slurm-7.out": "CUDA out of memory\n"}),
+        FakeJob("queued", {"train.lr": 4}, state="PENDING", result=None),
+    ]
+    run = write_run(tmp_path, "exp", jobs)
+    retried = run / "jobs" / "on-cpu" / "retries.json"
+    retried.write_text(json.dumps({"schema": 1, "retries": 2, "limit": 3, "excluded": ["n9", "n2", "n9"]}))
+    rows = collect([Run.load(run)])
+    for row in rows:
+        one, two = _line([row], True, True), _line([row, row], True, True)
+        assert one.n == 1 and two.n == 2
+        for name in ("label", "run", "config", "state", "mem_kind", "problem", "hint", "detail", "excluded"):
+            assert getattr(one, name) == getattr(two, name), (row.name, name)
+        assert {k: v.mean for k, v in one.metrics.items()} == pytest.approx({k: v.mean for k, v in two.metrics.items()})
+    lines = {ln.label: ln for ln in (_line([row], False, False) for row in rows)}
+    assert lines["on-gpu"].mem_kind == "gpu" and lines["on-cpu"].mem_kind == "host"
+    assert lines["on-cpu"].excluded == ("n2", "n9") and "retried away from n2, n9" in lines["on-cpu"].detail

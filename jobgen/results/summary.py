@@ -103,19 +103,22 @@ def _is_seed(key: str) -> bool:
 
 def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
     first = jobs[0]
-    results = [j.result for j in jobs if j.result is not None]
-    if len(jobs) == 1:  # most lines of a big sweep: one job, nothing to combine
+    if len(jobs) == 1:  # most lines of a big sweep: one job, nothing to combine or count
         metrics = {}
         for name, of, combine in _ALONE:
             value = of(first)
             # Stat(value, None, 1) without the named tuple's own __new__ (150,000 calls at 10,000 jobs).
             metrics[name] = combine([value]) if combine else NO_VALUE if value is None else _new(Stat, (value, None, 1))
+        label, run_ids, state = first.name, [first.run_id], first.state.value
+        excluded = tuple(sorted(set(first.retries.excluded))) if first.retries else ()
+        gpu = first.result is not None and first.result.peak_gpu_mb is not None
     else:
         metrics = {metric.name: metric.combine([metric.of(job) for job in jobs]) for metric in METRICS}
-    label = f"{first.run_id}/{_label(jobs)}" if many_runs else _label(jobs)
+        label, run_ids, state = _label(jobs), sorted({j.run_id for j in jobs}), _state_text([j.state for j in jobs])
+        excluded = tuple(sorted({node for j in jobs if j.retries for node in j.retries.excluded}))
+        gpu = any(j.result is not None and j.result.peak_gpu_mb is not None for j in jobs)
+    label = f"{first.run_id}/{label}" if many_runs else label
     problem, hint = _problem(jobs)
-    run_ids = sorted({j.run_id for j in jobs})
-    excluded = tuple(sorted({node for j in jobs if j.retries for node in j.retries.excluded}))
     detail = [f"{len(first.segments)} segments: {' → '.join(first.segments)}"] if first.segments else []
     detail += [f"retried away from {', '.join(excluded)}"] if excluded else []
     return Line(
@@ -123,10 +126,10 @@ def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
         experiment=first.experiment,
         run=run_ids[0] if len(run_ids) == 1 else f"{len(run_ids)} runs",
         config=job_config(first),
-        state=_state_text([j.state for j in jobs]),
+        state=state,
         n=len(jobs),
         metrics=metrics,
-        mem_kind="gpu" if any(r.peak_gpu_mb is not None for r in results) else "host",
+        mem_kind="gpu" if gpu else "host",
         problem=problem,
         hint=hint,
         detail="; ".join(detail),
