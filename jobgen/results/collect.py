@@ -231,7 +231,7 @@ def read_job(
         sweep=job.sweep,
         state=job.state,
         job_id=job.job_id,
-        submitted_at=_time(job.entry.get("submitted_at")),
+        submitted_at=aware_time(job.entry.get("submitted_at")),
         started_at=_started_at(job.live, job.entry, result),
         result=result,
         job_dir=job.folder,
@@ -306,7 +306,7 @@ def _explain_missing(
 def _started_at(live: JobInfo | None, entry: Mapping[str, Any], result: Result | None) -> datetime | None:
     """Slurm's start time (live, or as `jobgen status` last recorded it), else the result's own clock."""
     live_start = getattr(live, "start", None) or getattr(live, "started_at", None)
-    start = live_start if isinstance(live_start, datetime) else _time(live_start or entry.get("started_at"))
+    start = live_start if isinstance(live_start, datetime) else aware_time(live_start or entry.get("started_at"))
     if start is not None:
         return start if start.tzinfo else start.astimezone()
     if result is None or result.finished_at is None or result.total_s is None:
@@ -473,7 +473,7 @@ def parse_result(data: Mapping[str, Any]) -> Result:
 
 def _result(values: list[Any]) -> Result:
     """A Result from its fields as result_fields gives them (and the run's verdicts keep them)."""
-    values[_FINISHED_AT] = _time(values[_FINISHED_AT])
+    values[_FINISHED_AT] = aware_time(values[_FINISHED_AT])
     values[_GPUS] = tuple(values[_GPUS])
     return Result(*values)
 
@@ -498,7 +498,7 @@ def result_fields(data: Mapping[str, Any]) -> list[Any]:
     times = _object(get("times_s"))
     throughput = _object(get("throughput"))
     memory = _object(get("peak_memory_mb"))
-    when = _time(get("finished_at"))
+    when = aware_time(get("finished_at"))
     return [
         _str(get("engine")),
         _str(get("strategy")),
@@ -668,11 +668,6 @@ def _float_or_none(text: str | None) -> float | None:
         return float(text) if text not in (None, "") else None
     except ValueError:
         return None
-
-
-def _time(value: Any) -> datetime | None:
-    # Slurm prints naive local times; jobgen writes aware UTC ones. Made aware both, to subtract them.
-    return aware_time(value)
 
 
 def _one_line(exc: BaseException) -> str:

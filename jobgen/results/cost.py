@@ -19,7 +19,6 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from jobgen import backends
@@ -262,14 +261,11 @@ def _elapsed(job: RunJob) -> int | None:
     if live is not None and source and live.state is not State.PENDING:
         said = str(getattr(live, "elapsed", "") or "")
         return _seconds(said) if ":" in said else None  # [D-][HH:]MM:SS
-    start, end = _when(job.entry.get("started_at")), _when(job.entry.get("ended_at"))
+    # Slurm prints naive local times; jobgen writes aware UTC ones: both made aware, to subtract them.
+    start, end = aware_time(job.entry.get("started_at")), aware_time(job.entry.get("ended_at"))
     if start is None or end is None or end < start:
         return None
     return round((end - start).total_seconds())
-
-
-def _when(value: Any) -> datetime | None:
-    return aware_time(value)  # Slurm prints naive local times; jobgen writes aware UTC ones
 
 
 def _seconds(text: Any) -> int | None:

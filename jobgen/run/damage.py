@@ -193,17 +193,14 @@ class Verdicts:
 
     def fact(self, rel: str, mark: Stamp, key: str) -> tuple[bool, Any]:
         """(True, the fact) when this version of the file was read before for `key`, else (False, None)."""
-        loaded = self._loaded  # asked 40,000 times at 10,000 jobs: no property on the way
-        known = (self._known if loaded is None else loaded).get(rel)
-        if type(known) is list and len(known) == 5 and tuple(known[:4]) == mark:
-            facts = known[4]
-            if type(facts) is dict and key in facts:
-                return True, facts[key]
+        facts = self.facts(rel, mark)
+        if facts is not None and key in facts:
+            return True, facts[key]
         return False, None
 
     def facts(self, rel: str, mark: Stamp) -> dict[str, Any] | None:
         """Every fact kept of this version of the file (a folder's listing is two), None when none is."""
-        loaded = self._loaded
+        loaded = self._loaded  # asked 40,000 times at 10,000 jobs: no property on the way
         known = (self._known if loaded is None else loaded).get(rel)
         if type(known) is list and len(known) == 5 and tuple(known[:4]) == mark and type(known[4]) is dict:
             return known[4]

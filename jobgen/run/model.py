@@ -371,7 +371,7 @@ class RunJob:
         for name in JOB_FILES:
             problem = self._problem(name)
             if problem:
-                out.append(f"{self.dir}/{name}: {problem}; ignored")
+                out.append(self._damaged(name, problem))
         if not out and all(self._marks.get(name) is None for name in JOB_FILES) and not os.path.isdir(self.folder):
             return [f"{self.dir}/: the job's folder is missing (deleted?); it is reported from the manifest alone"]
         self._keep_listing()
@@ -401,8 +401,12 @@ class RunJob:
             if not known or not (verdict is None or type(verdict) is str):
                 return None
             if verdict:
-                out.append(f"{self.dir}/{name}: {verdict}; ignored")
+                out.append(self._damaged(name, verdict))
         return out
+
+    def _damaged(self, name: str, problem: str) -> str:
+        """The warning line of one damaged record, named under the run."""
+        return f"{self.dir}/{name}: {problem}; ignored"
 
     def seen(self) -> tuple[Any, ...]:
         """What this command learnt of the job's folder and records (listing, stamps, problems), without
