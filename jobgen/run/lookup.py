@@ -31,6 +31,12 @@ def real_runs(runs: list[Path]) -> list[Path]:
     return [run for run in runs if not run_kind(run)]
 
 
+def latest_real(runs: list[Path]) -> Path | None:
+    """The last of real_runs(runs), asking the newest runs first: only the runs after it are asked
+    their kind (an experiment's dry runs and probes are few next to its runs of thousands of jobs)."""
+    return next((run for run in reversed(runs) if not run_kind(run)), None)
+
+
 def probe_runs(runs: list[Path]) -> list[Path]:
     """The probes among these runs, in order (the newest last)."""
     return [run for run in runs if run_kind(run) == "probe"]
@@ -44,7 +50,7 @@ def find_runs(refs: list[str], output_root: Path) -> list[Path]:
     """
     if not refs:
         every = [runs_of(d) for d in _experiment_dirs(output_root)]
-        latest = [real[-1] for runs in every if (real := real_runs(runs))]
+        latest = [real for runs in every if (real := latest_real(runs)) is not None]
         if not latest:
             dry = " (only dry runs or probes, which hold no results: name one by its folder)" if any(every) else ""
             raise RunNotFound(f"no submitted runs under {output_root}{dry}; submit one, or pass --output-root")
@@ -57,9 +63,9 @@ def _find_one(ref: str, output_root: Path) -> Path:
     if is_run_dir(path):
         return path.resolve()
     name, runs = _experiment_runs(ref, output_root)
-    real = real_runs(runs)
-    if real:
-        return real[-1].resolve()
+    real = latest_real(runs)
+    if real is not None:
+        return real.resolve()
     if runs:
         raise RunNotFound(
             f"{name!r} has only dry runs or probes under {output_root}, which hold no results; submit it without "

@@ -112,3 +112,86 @@ def test_runs_made_in_one_second_sort_in_the_order_they_were_made(tmp_path: Path
     assert {m[:15] for m in made} == {"20261202-060844"} and sorted(made) == made
     (tmp_path / "exp1" / made[-1]).rename(tmp_path / "exp1" / "20261202-060844-ffff")  # this second is spent
     assert store.new_run_id(tmp_path).startswith("20261202-060845-")
+
+
+# --- the kind kept: naming an experiment parses no manifest twice ---------------------------------------
+
+
+def _count_parses(monkeypatch) -> list[bytes]:
+    """Each manifest run_kind parses, from now on (its bytes)."""
+    from jobgen.run import store
+
+    parsed: list[bytes] = []
+    real_kind = store._kind
+
+    def counting(raw: bytes) -> str:
+        parsed.append(raw)
+        return real_kind(raw)
+
+    monkeypatch.setattr(store, "_kind", counting)
+    return parsed
+
+
+def test_a_runs_kind_is_kept_by_its_manifests_bytes(tmp_path: Path, runs, monkeypatch):
+    from jobgen.run.store import KIND_CACHE, run_kind
+
+    real, dry, _ = runs
+    parsed = _count_parses(monkeypatch)
+    assert (run_kind(real), run_kind(dry)) == ("", "dry") and len(parsed) == 2
+    assert (run_kind(real), run_kind(dry)) == ("", "dry") and len(parsed) == 2  # kept: nothing parsed
+    assert json.loads((dry / KIND_CACHE).read_text())["kind"] == "dry"
+    # Another manifest in its place (a real run's bytes under the dry run's folder): parsed again.
+    (dry / "manifest.json").write_bytes((real / "manifest.json").read_bytes())
+    assert run_kind(dry) == "" and len(parsed) == 3
+    assert run_kind(dry) == "" and len(parsed) == 3
+
+
+@pytest.mark.parametrize(
+    "kept",
+    ['{"digest": "0", "kind": ""}', '{"kind": ""}', '["", ""]', "{", "", '{"digest": null, "kind": 1}'],
+    ids=["another-digest", "no-digest", "a-list", "cut-short", "empty", "wrong-types"],
+)
+def test_a_damaged_or_stale_kind_cache_costs_a_parse_never_a_wrong_kind(tmp_path: Path, runs, monkeypatch, kept):
+    from jobgen.run.store import KIND_CACHE, run_kind
+
+    _, dry, _ = runs
+    (dry / KIND_CACHE).write_text(kept)
+    parsed = _count_parses(monkeypatch)
+    assert run_kind(dry) == "dry" and len(parsed) == 1
+    assert run_kind(dry) == "dry" and len(parsed) == 1  # kept again, whole
+
+
+def test_a_kind_that_cannot_be_kept_is_still_told(tmp_path: Path, runs, monkeypatch):
+    from jobgen.run.store import KIND_CACHE, run_kind
+
+    _, dry, _ = runs
+    (dry / KIND_CACHE).mkdir()  # nothing can be written in its place
+    parsed = _count_parses(monkeypatch)
+    assert run_kind(dry) == "dry" and run_kind(dry) == "dry" and len(parsed) == 2
+    assert sorted(p.name for p in dry.iterdir() if p.name.startswith(KIND_CACHE)) == [KIND_CACHE]  # no temp left
+
+
+def test_a_damaged_manifest_is_a_submitted_run_kept_or_not(tmp_path: Path, runs, monkeypatch):
+    from jobgen.run.store import run_kind
+
+    _, dry, _ = runs
+    (dry / "manifest.json").write_text('{"schema": 1, "dry_run": true, "jobs": [')  # cut short
+    assert run_kind(dry) == "" and run_kind(dry) == ""
+    assert find_runs(["exp"], tmp_path) == [dry.resolve()]  # the latest: its reader names the damage
+
+
+def test_the_latest_run_is_found_asking_the_newest_runs_only(tmp_path: Path, runs, monkeypatch):
+    """An experiment's older runs (thousands of jobs each) are not asked their kind: the newest real
+    run ends the search."""
+    real, dry, later = runs
+    newer = write_run(tmp_path, "exp", [FakeJob("j", state="COMPLETED")], "20261129-230000-dddd")
+    parsed = _count_parses(monkeypatch)
+    assert find_runs(["exp"], tmp_path) == [newer.resolve()] and len(parsed) == 1
+    assert find_runs([], tmp_path) == [newer.resolve()] and len(parsed) == 1  # kept
+    for run in (newer, real, dry, later):
+        (run / ".kind.json").unlink(missing_ok=True)
+    (newer / "manifest.json").write_text(json.dumps({**json.loads((dry / "manifest.json").read_text())}))
+    assert find_runs(["exp"], tmp_path) == [real.resolve()]
+    assert [json.loads(raw).get("run_id") for raw in parsed[1:]] == [
+        json.loads((r / "manifest.json").read_text()).get("run_id") for r in (newer, later, dry, real)
+    ]
