@@ -164,9 +164,9 @@ def test_report_lists_each_jobs_logs_once(tmp_path: Path, runner, monkeypatch) -
     listed: list[str] = []
     real_logs, real_scandir, real_listdir = Scheduler.logs_among, os.scandir, os.listdir
 
-    def counting(self, job_dir, names):
+    def counting(self, job_dir, names, *more):
         found.append(Path(job_dir).name)
-        return real_logs(self, job_dir, names)
+        return real_logs(self, job_dir, names, *more)
 
     def listing(real):
         def count(path="."):

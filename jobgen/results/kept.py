@@ -160,10 +160,19 @@ def _log_stamps(run: Run, job: RunJob, in_folder: bool, every_log: bool = False)
         # The page shows a job with its result by its logs' names alone (no tail), found in the folder
         # whose stamp is kept; a single log has no order to keep either: no stat of it (10,000 a report).
         return []
+    marks = job.log_marks or {}
     out = []
     for path in paths:
-        try:
-            out.append([path.name, *stamp(os.stat(path))])
-        except OSError:
+        # The stat that put the logs in order when there was one (taken before any log was read).
+        st = marks[path.name] if path.name in marks else _stat(path)
+        if st is None:
             return None
+        out.append([path.name, *stamp(st)])
     return out
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None

@@ -47,8 +47,11 @@ def of(job: RunJob, backend: str) -> list[Path]:
             names = None  # an unknown backend (a damaged manifest): every scheduler's kinds of log
         if names is not None and scheduler.logs_in_job_folder():
             # The folder's listing the job's read already has (this command's, or a kept one of the
-            # unchanged folder): no listing of its own, 10,000 of them in a report.
-            job.log_paths = scheduler.logs_among(job.job_dir, names)
+            # unchanged folder): no listing of its own, 10,000 of them in a report. The stats that put
+            # its logs in order are kept for what keeps their stamps (jobgen.results.kept).
+            marks: dict[str, os.stat_result | None] = {}
+            job.log_paths = scheduler.logs_among(job.job_dir, names, marks)
+            job.log_marks = marks
         else:
             job.log_paths = files(backend, job.job_dir)
     return job.log_paths
