@@ -136,6 +136,27 @@ def test_rank_labelled_exception_after_torchrun_wrapper(tmp_path: Path) -> None:
     assert cause.kind == "exception" and cause.message == "ValueError: labels must be 0 or 1"
 
 
+@pytest.mark.parametrize("last", ["out", "err"])
+def test_of_one_jobs_out_and_err_the_one_written_last_says_why(tmp_path: Path, last: str) -> None:
+    """A job's logs are listed in name order (.err before .out), but the diagnosis reads the stream
+    written to last as the later one: its last line is why the job stopped."""
+    import os
+
+    said = {
+        "out": "training: stopped: no space left for the checkpoint",
+        "err": "fatal: the dataset cache is unreadable",
+    }
+    (tmp_path / "slurm-1.out").write_text(f"starting\n{said['out']}\n")
+    (tmp_path / "slurm-1.err").write_text(f"{said['err']}\n")
+    first = "err" if last == "out" else "out"
+    os.utime(tmp_path / f"slurm-1.{first}", (1_000_000, 1_000_000))
+    os.utime(tmp_path / f"slurm-1.{last}", (1_000_100, 1_000_100))
+    paths = logs.files("sbatch", tmp_path)
+    assert [p.name for p in paths] == ["slurm-1.err", "slurm-1.out"]  # by name, whichever is newer
+    cause = find_cause(paths, tmp_path)
+    assert (cause.kind, cause.message, cause.log) == (LAST_LINE, said[last], f"slurm-1.{last}")
+
+
 def test_a_startup_timeout_setting_is_not_a_timeout(tmp_path: Path) -> None:
     (tmp_path / "slurm-1.out").write_text("NCCL INFO ProcessGroupNCCL initialized, TIMEOUT(ms): 600000\n")
     assert find_cause(logs.files("sbatch", tmp_path), tmp_path).kind == LAST_LINE

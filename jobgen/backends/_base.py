@@ -146,8 +146,8 @@ class Scheduler:
         """log_files (both streams) of a scheduler whose logs are in the job's folder itself
         (logs_in_job_folder), found among the names a listing of that folder gave (no stat of each: an
         entry named as a log is taken for one, a folder so named too). `marks`: given each log's stat
-        (None: gone) where two or more were put in order by it, so a caller that keeps their stamps
-        stats none again (a Slurm job has an .out and an .err: 20,000 stats in a 10,000-job report)."""
+        (None: gone) where the logs were put in order by their times (several attempts), so a caller
+        that keeps their stamps stats none again; left empty where their names alone gave the order."""
         matches = _matcher(self._log_patterns)
         return _in_order([job_dir / name for name in names if matches(name)], marks)
 
@@ -174,11 +174,14 @@ def _matcher(patterns: tuple[str, ...]) -> Callable[[str], re.Match[str] | None]
 
 
 def _in_order(found: Iterable[Path], marks: dict[str, os.stat_result | None] | None = None) -> list[Path]:
-    """Logs oldest first (oldest_first); one or none has no order to find (no stat). `marks`: see
-    logs_among."""
+    """Logs oldest first (oldest_first). The streams of one Slurm job (`slurm-<id>.out` and `.err`: one
+    name but for the suffix) are one attempt, put in name order without a stat: which of the two was
+    written last says nothing (most jobs of a sweep have just these two). `marks`: see logs_among."""
     paths = list(found)
     if len(paths) < 2:
         return paths
+    if len({path.name.rpartition(".")[0] or path.name for path in paths}) == 1:
+        return sorted(paths, key=_name)
     if marks is None:
         return sorted(paths, key=oldest_first)
     keys = []
@@ -192,6 +195,10 @@ def _in_order(found: Iterable[Path], marks: dict[str, os.stat_result | None] | N
             marks[path.name] = st
             keys.append((st.st_mtime, path.name))
     return [path for _, path in sorted(zip(keys, paths, strict=True), key=lambda pair: pair[0])]
+
+
+def _name(path: Path) -> str:
+    return path.name
 
 
 def oldest_first(path: Path) -> tuple[float, str]:

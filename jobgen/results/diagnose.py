@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobgen.backends._base import oldest_first
 from jobgen.results.logs import tail_lines
 from jobgen.states import State
 from training.progress import is_progress
@@ -104,8 +105,12 @@ EXCEPTION_HINT = "Python exception: fix it, the full traceback is in {log}"
 
 
 def find_cause(paths: list[Path], base: Path) -> Cause | None:
-    """The likely cause of failure from a job's logs (oldest first), or None when they say nothing.
-    `base`: the folder the cause's log is named relative to."""
+    """The likely cause of failure from a job's logs, or None when they say nothing. `base`: the folder
+    the cause's log is named relative to. The logs are taken oldest first by their times here (a list of
+    them puts one job's .out and .err in name order): of one attempt's two streams, the one written to
+    last is the likelier to say why it stopped."""
+    if len(paths) > 1:
+        paths = sorted(paths, key=oldest_first)
     logs = [(p, tail_lines(p)) for p in paths]
     for rule in RULES:
         for path, lines in logs:

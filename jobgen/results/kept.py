@@ -156,9 +156,10 @@ def _log_stamps(run: Run, job: RunJob, in_folder: bool, every_log: bool = False)
     if not in_folder:
         return None
     paths = logs.of(job, run.backend)
-    if every_log and len(paths) < 2 and _usable(job):
+    if every_log and (len(paths) < 2 or job.log_marks == {}) and _usable(job):
         # The page shows a job with its result by its logs' names alone (no tail), found in the folder
-        # whose stamp is kept; a single log has no order to keep either: no stat of it (10,000 a report).
+        # whose stamp is kept, in an order their names gave (a single log, or one Slurm job's .out and
+        # .err: jobgen.backends._base._in_order): no stat of them (20,000 a report).
         return []
     marks = job.log_marks or {}
     out = []

@@ -199,19 +199,23 @@ def test_a_log_appended_reads_the_run_again(runner, done: Path, tmp_path) -> Non
     assert page.index("slurm-1b.out</a>") < page.index("slurm-1.out</a>")
 
 
-def test_each_log_of_a_two_log_job_is_looked_at_once_and_the_page_kept(runner, tmp_path, bin_dir, monkeypatch) -> None:
-    """A Slurm job has an .out and an .err: the stat that puts them in order for the page is the stamp
-    the kept page is kept with (20,000 stats fewer in a 10,000-job report), and that page is the one
-    a fresh read makes, kept until a log changes."""
+def test_one_slurm_jobs_out_and_err_are_linked_by_name_without_a_stat(runner, tmp_path, bin_dir, monkeypatch) -> None:
+    """A Slurm job has an .out and an .err: one attempt, linked in name order whichever was written last,
+    so a 10,000-job report stats none of its 20,000 logs, and a line written to either keeps the page
+    (the one a fresh read makes). Logs of several attempts are linked oldest first: each is stat'ed
+    once, and that stat is the stamp the page is kept with."""
     stub_tool(bin_dir, "sacct", "exit 1\n")
     jobs = [
         synth.FakeJob(f"job{i}", state="COMPLETED", logs={f"slurm-{i}.out": "hi\n", f"slurm-{i}.err": ""})
         for i in range(3)
     ]
+    jobs[2].logs |= {"slurm-7.out": "again\n", "slurm-7.err": ""}  # requeued under another id
     done = synth.write_run(tmp_path / "two", "exp", jobs)
     _settle(*sorted((done / "jobs").rglob("*"), reverse=True))
-    for i in range(3):  # the .err written first, the .out after it: linked in that order
-        os.utime(done / "jobs" / f"job{i}" / f"slurm-{i}.err", (PAST - 5, PAST - 5))
+    job1, job2 = done / "jobs" / "job1", done / "jobs" / "job2"
+    os.utime(job1 / "slurm-1.err", (PAST + 1, PAST + 1))  # written after the .out
+    for name, moment in (("slurm-2.out", PAST - 9), ("slurm-2.err", PAST - 8), ("slurm-7.err", PAST - 2)):
+        os.utime(job2 / name, (moment, moment))
     stats: list[str] = []
     real_stat = os.stat
 
@@ -223,8 +227,17 @@ def test_each_log_of_a_two_log_job_is_looked_at_once_and_the_page_kept(runner, t
     with monkeypatch.context() as m:
         m.setattr(os, "stat", counting)
         first = _report(runner, done, tmp_path / "a.html")
-    assert sorted(stats) == sorted(f"slurm-{i}.{kind}" for i in range(3) for kind in ("out", "err")), stats
-    assert first.index("slurm-1.err</a>") < first.index("slurm-1.out</a>")
+    assert sorted(stats) == ["slurm-2.err", "slurm-2.out", "slurm-7.err", "slurm-7.out"], stats
+    links = re.findall(r">(slurm-[\w.]+)</a>", first)
+    assert links[links.index("slurm-1.err") + 1] == "slurm-1.out"
+    assert links[links.index("slurm-2.out") : links.index("slurm-2.out") + 4] == [
+        "slurm-2.out",
+        "slurm-2.err",
+        "slurm-7.err",
+        "slurm-7.out",
+    ]
+    with open(job1 / "slurm-1.out", "a", encoding="utf-8") as fh:
+        fh.write("more\n")
     with monkeypatch.context() as m:
         _not_read(m)
         kept_page = _report(runner, done, tmp_path / "b.html")
@@ -235,11 +248,9 @@ def test_each_log_of_a_two_log_job_is_looked_at_once_and_the_page_kept(runner, t
     assert result.exit_code == 0, result.output
     stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d UTC"
     assert re.sub(stamp, "", kept_page) == re.sub(stamp, "", out.read_text())
-    err = done / "jobs" / "job1" / "slurm-1.err"
-    err.write_text("late warning\n")  # written to after the .out: now linked after it
-    os.utime(err, (PAST + 2, PAST + 2))
+    os.utime(job2 / "slurm-2.out", (PAST + 3, PAST + 3))  # the first attempt's log written to last
     page = _report(runner, done, tmp_path / "d.html")
-    assert page.index("slurm-1.out</a>") < page.index("slurm-1.err</a>")
+    assert page.index("slurm-7.out</a>") < page.index("slurm-2.out</a>")
 
 
 def test_a_single_log_written_to_keeps_the_page(runner, done: Path, tmp_path, monkeypatch) -> None:
