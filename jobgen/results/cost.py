@@ -162,12 +162,14 @@ def from_attempts(attempts: list[Attempt], asked_gpus: int | None = None) -> Usa
     ran = [a for a in attempts if a.started]
     if not ran:
         return Usage(None, None, None, None, "sacct", ran=False)
-    ran = [a if a.gpus is not None else dataclasses.replace(a, gpus=asked_gpus) for a in ran]
+    # The GPUs of each attempt, the request's where the accounting lists none (no copy of the attempt
+    # made for it: dataclasses.replace cost a 10,000-job summary 0.02 s).
+    gpus = [a.gpus if a.gpus is not None else asked_gpus for a in ran]
     limits = [a.limit_s for a in ran]
     energy = [a.energy_j for a in ran]
     return Usage(
-        gpu_hours=_hours(ran, "gpus"),
-        cpu_hours=_hours(ran, "cpus"),
+        gpu_hours=_hours(ran, gpus),
+        cpu_hours=_hours(ran, [a.cpus for a in ran]),
         # Every attempt's or none: a sum that leaves one out would be too small, and look right.
         energy_kwh=None if None in energy else math.fsum(e or 0 for e in energy) / 3.6e6,
         time_used=_fraction(sum(a.elapsed_s for a in ran), None if None in limits else sum(x or 0 for x in limits)),
@@ -175,11 +177,11 @@ def from_attempts(attempts: list[Attempt], asked_gpus: int | None = None) -> Usa
     )
 
 
-def _hours(attempts: list[Attempt], resource: str) -> float | None:
-    counts = [getattr(a, resource) for a in attempts]
+def _hours(attempts: list[Attempt], counts: list[int | None]) -> float | None:
+    """Resource-hours: each attempt's count (GPUs, CPUs) × its elapsed time; None when a count is unknown."""
     if None in counts:
         return None
-    return math.fsum(n * a.elapsed_s for n, a in zip(counts, attempts, strict=True)) / 3600
+    return math.fsum((n or 0) * a.elapsed_s for n, a in zip(counts, attempts, strict=True)) / 3600
 
 
 def _fraction(used: float, limit: float | None) -> float | None:

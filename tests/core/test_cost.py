@@ -111,6 +111,30 @@ def test_energy_of_every_attempt_or_none() -> None:
     assert cost.from_attempts([one, Attempt(True, 100, 600, 4, 1, None)]).energy_kwh is None
 
 
+_COUNT = st.none() | st.integers(0, 64)
+_ATTEMPTS = st.lists(
+    st.builds(Attempt, st.booleans(), st.integers(0, 10**6), _COUNT, _COUNT, _COUNT, st.none() | st.integers(0, 10**9)),
+    max_size=6,
+)
+
+
+@given(_ATTEMPTS, _COUNT)
+def test_gpu_hours_take_the_requests_gpus_where_the_accounting_lists_none(attempts, asked) -> None:
+    """Each attempt that started counts its own GPUs, or the request's where the accounting tracks none;
+    a count that stays unknown leaves the sum unknown (never a sum with an attempt left out)."""
+    before = [repr(a) for a in attempts]
+    usage = cost.from_attempts(attempts, asked)
+    assert [repr(a) for a in attempts] == before  # the attempts themselves unchanged
+    ran = [a for a in attempts if a.started]
+    gpus = [a.gpus if a.gpus is not None else asked for a in ran]
+    if not ran:
+        assert not usage.ran and usage.gpu_hours is None and usage.cpu_hours is None
+        return
+    want_gpu = None if None in gpus else math.fsum(g * a.elapsed_s for g, a in zip(gpus, ran, strict=True)) / 3600
+    want_cpu = None if any(a.cpus is None for a in ran) else math.fsum(a.cpus * a.elapsed_s for a in ran) / 3600
+    assert (usage.gpu_hours, usage.cpu_hours) == (want_gpu, want_cpu)
+
+
 def test_without_accounting_usage_is_empty(bin_dir: Path) -> None:
     stub_tool(bin_dir, "sacct", "echo 'sacct: error: Slurm accounting storage is disabled' >&2; exit 1\n")
     assert track.usage(["1", "2"]) == {}
