@@ -6,9 +6,11 @@ before jobgen's submission starts; for status, the one `squeue -t all -u <you> -
 as a ratio: these machines are noisy, so only
 ratios measured side by side mean anything. The jobs' launch is `true` (bench/true.sbatch.j2): Slurm
 does all the work there is, and jobgen's own cost is what is left. The test cluster's daemons run on
-this machine: once the jobs ended, the reads wait until its CPUs are idle again (the accounting stores
-every ended job for a while), as a login node's are while the controller and database run elsewhere;
-the table says how long that took.
+this machine: the status of the queued jobs is measured with the partition held (State=DOWN: the jobs
+stay queued, no slurmstepd starts one on these cores meanwhile), and once the jobs ended the reads
+wait until the CPUs are idle again (the accounting stores every ended job for a while), as a login
+node's are while the controller, the database and the jobs run elsewhere; the table says how long
+that took and how many tasks were pending.
 
     source /tmp/jobgen-cluster/env.sh
     .venv/bin/python bench/bench_scale.py --sizes 100 1000 10000
@@ -182,9 +184,18 @@ def measure(n: int, array: bool, root: Path, counter: Path) -> dict[str, float]:
         out[f"{key}_cpu"] = LAST_CPU[0]
         out[f"{key}_calls"] = calls(counter)
 
+    partition = default_partition()
     measure_one("submit", ["submit", str(exp)])
-    out["floor_queued_s"] = squeue_floor()
-    measure_one("status_queued", ["status", exp.stem])
+    # The jobs' starts (slurmstepd per job) would take this machine's cores from the status: the
+    # partition stops starting jobs (DOWN: jobs stay queued) while the queued jobs are read.
+    set_partition(partition, "DOWN")
+    try:
+        out["queued_wait_s"], out["queued_idle"] = wait_idle()
+        out["queued"] = queued(exp.stem)
+        out["floor_queued_s"] = squeue_floor()
+        measure_one("status_queued", ["status", exp.stem])
+    finally:
+        set_partition(partition, "UP")
     wait_ended(exp.stem, 300 + n * 0.2)
     # The test cluster's daemons share this machine: the accounting stores 10,000 ended jobs for a while
     # after the last one ends. jobgen's reads are measured once the CPUs are idle again, as a login node
@@ -202,6 +213,25 @@ def measure(n: int, array: bool, root: Path, counter: Path) -> dict[str, float]:
     measure_one("status_last", ["status", exp.stem])
     measure_one("status_kept", ["status", exp.stem])
     return out
+
+
+def default_partition() -> str:
+    """The cluster's default partition (where the bench's jobs go)."""
+    out = subprocess.run(["sinfo", "-h", "-o", "%P"], check=True, capture_output=True, text=True).stdout.split()
+    found = [name[:-1] for name in out if name.endswith("*")]
+    if not found:
+        raise SystemExit("the test cluster has no default partition")
+    return found[0]
+
+
+def set_partition(name: str, state: str) -> None:
+    subprocess.run(["scontrol", "update", f"PartitionName={name}", f"State={state}"], check=True, capture_output=True)
+
+
+def queued(name: str) -> int:
+    """How many tasks of this experiment are still pending."""
+    lines = subprocess.run(["squeue", "-h", "-r", "-t", "PD", "-o", "%j"], capture_output=True, text=True).stdout
+    return sum(line.startswith(f"{name}.") for line in lines.splitlines())
 
 
 def squeue_floor() -> float:
@@ -261,8 +291,9 @@ def table(rows: list[dict[str, Any]]) -> str:
     then the same in CPU seconds."""
     floors = [
         f"{row['jobs']:,} {'arrays' if row['array'] else 'one by one'}: sbatch {row['floor_sbatch_ms']:.1f} ms, "
-        f"squeue {row['floor_queued_s']:.2f} s queued / {row['floor_ended_s']:.2f} s ended "
-        f"(the reads of ended jobs after {row['idle_wait_s']:.0f} s for the CPUs to settle, {row['idle']:.0%} idle)"
+        f"squeue {row['floor_queued_s']:.2f} s queued ({row['queued']:,} tasks pending, the partition held, "
+        f"after {row['queued_wait_s']:.0f} s for the CPUs to settle: {row['queued_idle']:.0%} idle) / "
+        f"{row['floor_ended_s']:.2f} s ended (after {row['idle_wait_s']:.0f} s: {row['idle']:.0%} idle)"
         for row in rows
     ]
     return "\n".join(
