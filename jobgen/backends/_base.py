@@ -174,9 +174,11 @@ def _matcher(patterns: tuple[str, ...]) -> Callable[[str], re.Match[str] | None]
 
 
 def _in_order(found: Iterable[Path], marks: dict[str, os.stat_result | None] | None = None) -> list[Path]:
-    """Logs oldest first (oldest_first). The streams of one Slurm job (`slurm-<id>.out` and `.err`: one
-    name but for the suffix) are one attempt, put in name order without a stat: which of the two was
-    written last says nothing (most jobs of a sweep have just these two). `marks`: see logs_among."""
+    """Logs oldest first (oldest_first). The streams of one job id (Slurm's `slurm-<id>.out` and `.err`,
+    submitit's `<id>_<task>_log.out` and `.err`: one name but for the suffix) are put in name order
+    without a stat: which of the two was written to last says nothing of the order of attempts (most
+    jobs of a sweep have just these two; jobgen.results.diagnose orders them by time itself).
+    `marks`: see logs_among."""
     paths = list(found)
     if len(paths) < 2:
         return paths

@@ -236,18 +236,7 @@ def test_one_slurm_jobs_out_and_err_are_linked_by_name_without_a_stat(runner, tm
         "slurm-7.err",
         "slurm-7.out",
     ]
-    with open(job1 / "slurm-1.out", "a", encoding="utf-8") as fh:
-        fh.write("more\n")
-    with monkeypatch.context() as m:
-        _not_read(m)
-        kept_page = _report(runner, done, tmp_path / "b.html")
-    out = tmp_path / "c.html"
-    result = runner.invoke(
-        main, ["--output-root", str(done.parent.parent), "report", str(done), "-o", str(out), "--refresh"]
-    )
-    assert result.exit_code == 0, result.output
-    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d UTC"
-    assert re.sub(stamp, "", kept_page) == re.sub(stamp, "", out.read_text())
+    _kept_page_after_a_line_is_the_fresh_one(runner, done, job1 / "slurm-1.out", tmp_path, monkeypatch)
     os.utime(job2 / "slurm-2.out", (PAST + 3, PAST + 3))  # the first attempt's log written to last
     page = _report(runner, done, tmp_path / "d.html")
     assert page.index("slurm-7.out</a>") < page.index("slurm-2.out</a>")
@@ -258,7 +247,14 @@ def test_a_single_log_written_to_keeps_the_page(runner, done: Path, tmp_path, mo
     changes nothing there, so the kept page is shown (no stat of each of 10,000 logs to tell), and it is
     the page a fresh read makes."""
     _report(runner, done, tmp_path / "a.html")
-    log = done / "jobs" / "job1" / "slurm-1.out"
+    _kept_page_after_a_line_is_the_fresh_one(
+        runner, done, done / "jobs" / "job1" / "slurm-1.out", tmp_path, monkeypatch
+    )
+
+
+def _kept_page_after_a_line_is_the_fresh_one(runner, done: Path, log: Path, tmp_path: Path, monkeypatch) -> None:
+    """A line appended to `log`: the next report shows the kept page (the run is not read), and that
+    page is the one a fresh read (--refresh) makes."""
     with open(log, "a", encoding="utf-8") as fh:
         fh.write("more\n")
     with monkeypatch.context() as m:
