@@ -122,6 +122,31 @@ def test_a_sweep_the_controller_holds_costs_one_squeue(bin_dir: Path):
     assert len(_calls(bin_dir, "squeue")) == 1 and _calls(bin_dir, "sacct") == [] and _calls(bin_dir, "scontrol") == []
 
 
+def test_the_users_other_jobs_in_squeue_are_passed_over(bin_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    """squeue -u lists every job of the user the controller holds (other sweeps within MinJobAge): only
+    the lines that name an asked id, a pending array's range among them, are read into answers."""
+    lines = [f"{5000 + i}|COMPLETED|0:03|1|n1|2026-01-01T00:00:00|2026-01-01T00:00:03|0|" for i in range(300)]
+    lines += ["7_[4-9]|PENDING|0:00|1||N/A|N/A|0|", "8_[0-3]|PENDING|0:00|1||N/A|N/A|0|"]
+    lines += [
+        "71|RUNNING|0:07|1|n2|2026-01-01T00:00:00|2026-01-01T00:10:00|0|",
+        "7_2|FAILED|0:02|1|n1|2026-01-01T00:00:00|2026-01-01T00:00:02|256|",
+    ]
+    (bin_dir / "queue.txt").write_text("\n".join(lines) + "\n")
+    stub_tool(bin_dir, "squeue", 'cat "$(dirname "$0")/queue.txt"\n')
+    made: list[str] = []
+    real_info = track.JobInfo
+
+    def counting(state, *more):
+        made.append(state.value)
+        return real_info(state, *more)
+
+    monkeypatch.setattr(track, "JobInfo", counting)
+    info = track.query(["71", "7_2", "7_5"])
+    assert sorted(made) == ["FAILED", "PENDING", "RUNNING"], made  # 3 lines read of 304
+    assert (info["71"].state, info["7_2"].exit_code, info["7_5"].state) == (State.RUNNING, "1:0", State.PENDING)
+    assert set(info) == {"71", "7_2", "7_5"}
+
+
 def test_jobs_the_controller_forgot_are_asked_of_sacct_alone(bin_dir: Path):
     stub_tool(bin_dir, "squeue", _squeue_lines())
     stub_tool(bin_dir, "sacct", "echo '61|COMPLETED|0:0|00:00:03|1|n2|x|2026-01-01T00:00:00|2026-01-01T00:00:03'\n")
