@@ -132,11 +132,18 @@ def wait_ended(name: str, timeout: float, exact: bool = False) -> None:
     jobs may be)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        out = subprocess.run(["squeue", "-h", "-r", "-o", "%j"], capture_output=True, text=True).stdout
-        if not any(line == name if exact else line.startswith(f"{name}.") for line in out.splitlines()):
+        if not any(line == name if exact else line.startswith(f"{name}.") for line in job_names()):
             return
         time.sleep(2)
     raise SystemExit(f"jobs still queued after {timeout:.0f} s")
+
+
+def job_names(*states: str) -> list[str]:
+    """The name of each job (array task) the controller holds queued or running, or in these states."""
+    which = ["-t", ",".join(states)] if states else []
+    return subprocess.run(
+        ["squeue", "-h", "-r", *which, "-o", "%j"], capture_output=True, text=True
+    ).stdout.splitlines()
 
 
 def cpu_idle(window: float) -> float:
@@ -230,8 +237,7 @@ def set_partition(name: str, state: str) -> None:
 
 def queued(name: str) -> int:
     """How many tasks of this experiment are still pending."""
-    lines = subprocess.run(["squeue", "-h", "-r", "-t", "PD", "-o", "%j"], capture_output=True, text=True).stdout
-    return sum(line.startswith(f"{name}.") for line in lines.splitlines())
+    return sum(line.startswith(f"{name}.") for line in job_names("PD"))
 
 
 def squeue_floor() -> float:

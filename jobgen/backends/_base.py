@@ -184,19 +184,18 @@ def _in_order(found: Iterable[Path], marks: dict[str, os.stat_result | None] | N
         return paths
     if len({path.name.rpartition(".")[0] or path.name for path in paths}) == 1:
         return sorted(paths, key=_name)
-    if marks is None:
-        return sorted(paths, key=oldest_first)
-    keys = []
+    stats = {} if marks is None else marks
     for path in paths:
         try:
-            st = os.stat(path)
+            stats[path.name] = os.stat(path)
         except OSError:
-            marks[path.name] = None
-            keys.append((0.0, path.name))
-        else:
-            marks[path.name] = st
-            keys.append((st.st_mtime, path.name))
-    return [path for _, path in sorted(zip(keys, paths, strict=True), key=lambda pair: pair[0])]
+            stats[path.name] = None  # gone: sorts first, as oldest_first has it
+
+    def key(path: Path) -> tuple[float, str]:
+        st = stats[path.name]
+        return (st.st_mtime if st is not None else 0.0), path.name
+
+    return sorted(paths, key=key)
 
 
 def _name(path: Path) -> str:

@@ -382,17 +382,6 @@ def _kind(raw: bytes) -> str:
     return "dry" if doc.get("dry_run") else str(doc.get("kind") or "")
 
 
-def is_dry_run(run_dir: Path) -> bool:
-    """Whether the run was written by `submit --dry-run` or `--test-only` (nothing of it was queued).
-    The flag is set when the run is written and never changes (the journal records jobs only), so the
-    manifest file alone tells. A damaged manifest counts as a real run: its reader reports the damage."""
-    try:
-        doc, _, _ = _read_manifest(Path(run_dir) / MANIFEST)
-    except JobgenError:
-        return False
-    return bool(doc.get("dry_run"))
-
-
 def _read_manifest(path: Path) -> tuple[dict[str, Any], tuple[int, int], str]:
     """The checked document, the file's identity (inode, mtime) and the digest of the bytes read."""
     from jobgen.run.damage import parse_json
