@@ -14,7 +14,7 @@ from jobgen.backends import _tools as slurm
 from jobgen.backends._base import Attempt, Scheduler
 from jobgen.errors import SubmitError
 from jobgen.facts import submit_tag
-from jobgen.states import Answer, JobInfo, from_slurm
+from jobgen.states import Answer, JobInfo, State, from_slurm
 
 if TYPE_CHECKING:
     from jobgen.experiment.config import Experiment
@@ -245,6 +245,8 @@ def _sacct(ids: list[str]) -> dict[str, JobInfo]:
 
 def expand_array_id(jid: str) -> list[str]:
     """'7_[0-2,5%2]' (a pending array, as sacct shows it) -> ['7_0', '7_1', '7_2', '7_5']."""
+    if "[" not in jid and "-" not in jid and "," not in jid and "%" not in jid:
+        return [jid]  # one job or task (most lines of squeue -r and sacct): no pattern to match
     match = re.fullmatch(r"(\d+)_\[?([\d,\-]+)(?:%\d+)?\]?", jid)
     if not match:
         return [jid]
@@ -270,15 +272,24 @@ def usage(job_ids: list[str]) -> dict[str, list[Attempt]]:
     ids = list(dict.fromkeys(j for j in job_ids if j))
     asked = sacct_ids(ids)
     out: dict[str, list[Attempt]] = {}
+    # What follows the id, read once: a sweep's tasks mostly ran as long on the same allocation.
+    attempts: dict[str, Attempt | None] = {}
     for chunk in sacct_chunks(asked):
         said = slurm.ask(["sacct", "-n", "-P", "-X", "-D", f"--format={USAGE_FIELDS}", "-j", ",".join(chunk)])
         for line in said.splitlines() if said is not None else []:
-            parsed = parse_usage_line(line)
-            if parsed is not None:
-                for one in expand_array_id(parsed[0]):
-                    out.setdefault(one, []).append(parsed[1])
+            jid, _, rest = line.partition("|")
+            attempt = attempts.get(rest, _UNPARSED)
+            if attempt is _UNPARSED:
+                parsed = parse_usage_line(line)
+                attempt = attempts[rest] = parsed[1] if parsed is not None else None
+            if attempt is not None:
+                for one in expand_array_id(jid.strip()):
+                    out.setdefault(one, []).append(attempt)
     wanted = set(ids)
     return {jid: attempts for jid, attempts in out.items() if jid in wanted}
+
+
+_UNPARSED = Attempt(False, 0, None, None, None, None)  # a marker: what follows an id not read yet
 
 
 def parse_usage_line(line: str) -> tuple[str, Attempt] | None:
@@ -339,30 +350,44 @@ def _squeue(wanted: set[str] | None = None) -> tuple[dict[str, JobInfo], str]:
     fmt = ",".join(f"{field}:|" for field in SQUEUE_FIELDS)
     said, why = slurm.ask_why(["squeue", "-h", "-r", "-t", "all", *_own_jobs(), "-O", fmt])
     out: dict[str, JobInfo] = {}
+    # What follows the id, read once: the tasks of a sweep that ended in the same second on the same
+    # node print the same fields (10,000 ended tasks of one sweep: some 800 different ones).
+    infos: dict[str, JobInfo | None] = {}
     for line in said.splitlines() if said is not None else []:
-        parts = line.split("|")
-        if len(parts) != len(SQUEUE_FIELDS) + 1:
+        named, _, rest = line.partition("|")
+        jid = named.strip()
+        if wanted is not None and jid not in wanted and not any(one in wanted for one in expand_array_id(jid)):
             continue
-        if wanted is not None:
-            named = parts[0].strip()
-            if named not in wanted and not any(one in wanted for one in expand_array_id(named)):
-                continue
-        jid, state_text, elapsed, nnodes, nodelist, start, end, status = (p.strip() for p in parts[:-1])
-        state = from_slurm(state_text)
-        final = state.is_final
-        info = JobInfo(
-            state,
-            sacct_elapsed(elapsed),
-            nnodes,
-            nodelist,
-            exit_code(status) if final else "",
-            _time(start),
-            _time(end) if final else "",  # a running job's EndTime is its time limit's
-            "squeue",
-        )
-        for one in expand_array_id(jid):
-            out[one] = info
+        info = infos.get(rest, _UNREAD)
+        if info is _UNREAD:
+            info = infos[rest] = _squeue_info(rest)
+        if info is not None:
+            for one in expand_array_id(jid):
+                out[one] = info
     return out, why
+
+
+_UNREAD = JobInfo(State.UNKNOWN)  # a marker: what follows an id not read yet
+
+
+def _squeue_info(rest: str) -> JobInfo | None:
+    """A squeue line's fields after the id (each ended by "|"); None for a line of another shape."""
+    parts = rest.split("|")
+    if len(parts) != len(SQUEUE_FIELDS):
+        return None
+    state_text, elapsed, nnodes, nodelist, start, end, status = (p.strip() for p in parts[:-1])
+    state = from_slurm(state_text)
+    final = state.is_final
+    return JobInfo(
+        state,
+        sacct_elapsed(elapsed),
+        nnodes,
+        nodelist,
+        exit_code(status) if final else "",
+        _time(start),
+        _time(end) if final else "",  # a running job's EndTime is its time limit's
+        "squeue",
+    )
 
 
 def _own_jobs() -> list[str]:

@@ -252,18 +252,18 @@ def manifest_text(doc: dict[str, Any]) -> str:
     parts = []
     for key, value in doc.items():
         if key in _ROWS and type(value) is list and value:
-            text = "[\n" + ",\n".join("    " + json.dumps(entry) for entry in value) + "\n  ]"
+            text = "[\n    " + ",\n    ".join([json.dumps(entry) for entry in value]) + "\n  ]"
         else:
             text = json.dumps(value, indent=2).replace("\n", "\n  ")  # "\n" inside a string is escaped
         parts.append(f"  {json.dumps(key)}: {text}")
     return "{\n" + ",\n".join(parts) + "\n}\n" if parts else "{}\n"
 
 
-def atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str | bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode() if isinstance(text, str) else text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -362,6 +362,13 @@ def run_kind(run_dir: Path) -> str:
     except (OSError, ValueError, RecursionError):
         pass
     kind = _kind(raw)
+    _keep_kind(Path(run_dir), digest, kind)
+    return kind
+
+
+def _keep_kind(run_dir: Path, digest: str, kind: str) -> None:
+    """Keep run_kind's answer for the manifest bytes of this digest (best effort: it is a cache)."""
+    cache = run_dir / KIND_CACHE
     tmp = cache.with_name(f"{KIND_CACHE}.{secrets.token_hex(4)}.tmp")  # each writer its own: one rename wins
     try:
         tmp.write_text(json.dumps({"digest": digest, "kind": kind}), encoding="utf-8")
@@ -369,7 +376,6 @@ def run_kind(run_dir: Path) -> str:
     except OSError:
         with contextlib.suppress(OSError):
             tmp.unlink()
-    return kind
 
 
 def _kind(raw: bytes) -> str:
@@ -379,6 +385,11 @@ def _kind(raw: bytes) -> str:
     doc, problem = parse_json(raw)
     if problem or manifest_problem(doc):
         return ""
+    return _kind_of(doc)
+
+
+def _kind_of(doc: dict[str, Any]) -> str:
+    """run_kind of a checked manifest document."""
     return "dry" if doc.get("dry_run") else str(doc.get("kind") or "")
 
 
@@ -544,12 +555,12 @@ def update_read(
             if same and not os.path.lexists(journal_path(run_dir, doc)):
                 _apply(doc, {"updates": updates, "if_job_id": if_job_id}, {})
                 try:
-                    text = _write_next_generation(run_dir, doc)
+                    written = _write_next_generation(run_dir, doc)
                 except OSError as exc:  # the manifest stays whole: nothing of the updates is recorded
                     raise JobgenError(
                         f"cannot update {run_dir / MANIFEST}: {exc.strerror or exc}; free space first"
                     ) from None
-                return _digest(text.encode()), journal_path(run_dir, doc).name
+                return written, journal_path(run_dir, doc).name
     update_jobs(run_dir, updates, if_job_id=if_job_id, durable=False)
     compact(run_dir)
     return None
@@ -579,17 +590,20 @@ def _compact(run_dir: Path) -> None:
 
 def _write_next_generation(run_dir: Path, doc: dict[str, Any]) -> str:
     """Write `doc` whole as the manifest of the next journal generation (a reader holding the old one
-    then finds its journal gone and reads again); the text written. OSError leaves the file and `doc`'s
-    generation as they were."""
+    then finds its journal gone and reads again); the digest of the bytes written. OSError leaves the
+    file and `doc`'s generation as they were. The run's kind is kept for those bytes (run_kind): the
+    next command that names the experiment does not parse the manifest to learn it."""
     generation = doc.get("journal")
     doc["journal"] = int(generation or 0) + 1
-    text = manifest_text(doc)
+    raw = manifest_text(doc).encode()
     try:
-        atomic_write(run_dir / MANIFEST, text)
+        atomic_write(run_dir / MANIFEST, raw)
     except OSError:
         doc["journal"] = generation
         raise
-    return text
+    digest = _digest(raw)
+    _keep_kind(run_dir, digest, _kind_of(doc))
+    return digest
 
 
 def _size(path: Path) -> int:

@@ -146,6 +146,23 @@ def test_a_runs_kind_is_kept_by_its_manifests_bytes(tmp_path: Path, runs, monkey
     assert run_kind(dry) == "" and len(parsed) == 3
 
 
+def test_a_manifest_jobgen_writes_has_its_kind_kept_with_it(tmp_path: Path, runs, monkeypatch):
+    """A command that records something (a status its states, a summary the usage) rewrites the manifest:
+    the kind is kept for the new bytes, so the next command that names the experiment parses nothing
+    to learn it."""
+    from jobgen.run import store
+
+    real, dry, _ = runs
+    for run_dir in (real, dry):
+        doc = store.load_manifest(run_dir)
+        read = store.read_manifest(run_dir)
+        written = store.update_read(run_dir, doc, read.digest, {"j": {"note": "kept"}})
+        assert written is not None and written[0] == store._digest((run_dir / "manifest.json").read_bytes())
+    parsed = _count_parses(monkeypatch)
+    assert (store.run_kind(real), store.run_kind(dry)) == ("", "dry") and parsed == []
+    assert store.load_manifest(real)["jobs"][0]["note"] == "kept"
+
+
 @pytest.mark.parametrize(
     "kept",
     ['{"digest": "0", "kind": ""}', '{"kind": ""}', '["", ""]', "{", "", '{"digest": null, "kind": 1}'],

@@ -192,6 +192,43 @@ def test_expand_array_ids():
     assert track.expand_array_id("7_3") == ["7_3"]
 
 
+@given(st.integers(1, 10**7), st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 3)), min_size=1, max_size=6))
+def test_an_array_id_expands_to_its_tasks_and_a_task_to_itself(base: int, ranges: list[tuple[int, int]]):
+    parts = [f"{low}-{low + extra}" if extra else f"{low}" for low, extra in ranges]
+    tasks = [f"{base}_{i}" for low, extra in ranges for i in range(low, low + extra + 1)]
+    assert track.expand_array_id(f"{base}_[{','.join(parts)}]") == tasks
+    assert track.expand_array_id(f"{base}_[{','.join(parts)}%4]") == tasks
+    for task in tasks:
+        assert track.expand_array_id(task) == [task]
+    assert track.expand_array_id(str(base)) == [str(base)]
+
+
+def test_tasks_that_print_the_same_fields_are_read_once(bin_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    """An ended sweep's tasks mostly share their fields after the id (same second, same node): each
+    different line is read into an answer once, and every task still gets its own id's answer."""
+    same = "|COMPLETED|0:03|1|n1|2026-01-01T00:00:00|2026-01-01T00:00:03|0|"
+    lines = [f"9_{i}{same}" for i in range(500)]
+    lines += ["9_500|FAILED|0:02|1|n2|2026-01-01T00:00:00|2026-01-01T00:00:02|256|", "9_501|bad line"]
+    lines += [f"9_{i}{same}" for i in range(502, 600)]
+    (bin_dir / "queue.txt").write_text("\n".join(lines) + "\n")
+    stub_tool(bin_dir, "squeue", 'cat "$(dirname "$0")/queue.txt"\n')
+    stub_tool(bin_dir, "sacct", "exit 1\n")
+    stub_tool(bin_dir, "scontrol", "exit 1\n")
+    made: list[str] = []
+    real_info = track.JobInfo
+
+    def counting(state, *more):
+        made.append(state.value)
+        return real_info(state, *more)
+
+    monkeypatch.setattr(track, "JobInfo", counting)
+    info = track.query([f"9_{i}" for i in range(600)])
+    assert sorted(made) == ["COMPLETED", "FAILED"], made
+    assert info["9_500"].exit_code == "1:0" and info["9_500"].nodelist == "n2"
+    assert all(info[f"9_{i}"].state is State.COMPLETED and info[f"9_{i}"].exit_code == "0:0" for i in range(502, 600))
+    assert "9_501" not in info or info["9_501"].source != "squeue"  # a line of another shape is no answer
+
+
 @pytest.mark.parametrize(
     ("text", "state"),
     [
