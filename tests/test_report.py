@@ -16,6 +16,8 @@ from urllib.parse import urljoin, urlparse
 from urllib.request import url2pathname
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jobgen.cli import main
 from jobgen.results.charts import PALETTE, nice_ticks, time_unit, zoomed_range
@@ -425,3 +427,20 @@ def test_a_columns_width_is_the_same_in_every_process() -> None:
         for seed in (1, 2, 3, 4)
     }
     assert len(widths) == 1, widths
+
+
+@given(
+    st.one_of(
+        st.from_regex(r"[A-Za-z0-9/_.~-]+", fullmatch=True),
+        st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1),
+    )
+)
+def test_a_log_link_is_the_paths_file_uri_escaped_for_html(name: str) -> None:
+    """The short way for plain paths gives what Path.as_uri() and html.escape give for every path."""
+    from html import escape
+    from urllib.parse import quote_from_bytes
+
+    from jobgen.results.report import _href
+
+    path = Path("/runs/exp") / name.lstrip("/")
+    assert _href(path) == escape("file://" + quote_from_bytes(os.fsencode(os.path.abspath(path))))
