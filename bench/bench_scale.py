@@ -8,9 +8,9 @@ ratios measured side by side mean anything. The jobs' launch is `true` (bench/tr
 does all the work there is, and jobgen's own cost is what is left. The test cluster's daemons run on
 this machine: the status of the queued jobs is measured with the partition held (State=DOWN: the jobs
 stay queued, no slurmstepd starts one on these cores meanwhile), and once the jobs ended the reads
-wait until the CPUs are idle again (the accounting stores every ended job for a while), as a login
-node's are while the controller, the database and the jobs run elsewhere; the table says how long
-that took and how many tasks were pending.
+wait until the CPUs are idle again (the accounting stores every ended job for a while), each read
+after the last, as a login node's are while the controller, the database and the jobs run elsewhere;
+the table says how long that took and how many tasks were pending.
 
     source /tmp/jobgen-cluster/env.sh
     .venv/bin/python bench/bench_scale.py --sizes 100 1000 10000
@@ -186,7 +186,11 @@ def measure(n: int, array: bool, root: Path, counter: Path) -> dict[str, float]:
     runs = ["--output-root", str(root / "runs")]
     out: dict[str, Any] = {"jobs": n}
 
-    def measure_one(key: str, args: list[str]) -> None:
+    def measure_one(key: str, args: list[str], settle: bool = False) -> None:
+        if settle:  # the controller and the database store what the last command changed for a while
+            waited, idle = wait_idle(window=2.0)
+            out["reads_wait_s"] = out.get("reads_wait_s", 0.0) + waited
+            out["reads_idle"] = min(out.get("reads_idle", 1.0), idle)
         out[f"{key}_s"] = jobgen([*runs, *args], env)
         out[f"{key}_cpu"] = LAST_CPU[0]
         out[f"{key}_calls"] = calls(counter)
@@ -210,15 +214,16 @@ def measure(n: int, array: bool, root: Path, counter: Path) -> dict[str, float]:
     out["idle_wait_s"], out["idle"] = wait_idle()
     out["floor_ended_s"] = squeue_floor()
     measure_one("status_ended", ["status", exp.stem])
-    measure_one("status_again", ["status", exp.stem])
-    measure_one("runs", ["runs", exp.stem])
-    measure_one("summary", ["summary", exp.stem, "--format", "json"])
-    measure_one("report", ["report", exp.stem, "-o", str(root / f"{exp.stem}.html")])
+    # Each read after it waits for the CPUs to be idle again too (2 s windows).
+    measure_one("status_again", ["status", exp.stem], settle=True)
+    measure_one("runs", ["runs", exp.stem], settle=True)
+    measure_one("summary", ["summary", exp.stem, "--format", "json"], settle=True)
+    measure_one("report", ["report", exp.stem, "-o", str(root / f"{exp.stem}.html")], settle=True)
     # The jobs' usage, final in the accounting, was kept by the first summary: sacct is not asked again.
-    measure_one("summary_again", ["summary", exp.stem, "--format", "json"])
+    measure_one("summary_again", ["summary", exp.stem, "--format", "json"], settle=True)
     # The usage kept changed the manifest: this status reads the run and keeps its rows, the next shows them.
-    measure_one("status_last", ["status", exp.stem])
-    measure_one("status_kept", ["status", exp.stem])
+    measure_one("status_last", ["status", exp.stem], settle=True)
+    measure_one("status_kept", ["status", exp.stem], settle=True)
     return out
 
 
@@ -299,7 +304,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         f"{row['jobs']:,} {'arrays' if row['array'] else 'one by one'}: sbatch {row['floor_sbatch_ms']:.1f} ms, "
         f"squeue {row['floor_queued_s']:.2f} s queued ({row['queued']:,} tasks pending, the partition held, "
         f"after {row['queued_wait_s']:.0f} s for the CPUs to settle: {row['queued_idle']:.0%} idle) / "
-        f"{row['floor_ended_s']:.2f} s ended (after {row['idle_wait_s']:.0f} s: {row['idle']:.0%} idle)"
+        f"{row['floor_ended_s']:.2f} s ended (after {row['idle_wait_s']:.0f} s: {row['idle']:.0%} idle); "
+        f"the reads after it waited {row['reads_wait_s']:.0f} s in all for the CPUs (each at least "
+        f"{row['reads_idle']:.0%} idle)"
         for row in rows
     ]
     return "\n".join(

@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import subprocess
+from collections.abc import Callable
 
 from jobgen.errors import BackendError, SubmitError
 
@@ -41,16 +42,26 @@ def call(command: list[str], *, timeout: float, what: str) -> subprocess.Complet
         raise BackendError(
             f"{command[0]} not found on PATH; run this on a Slurm login node (or use launch.backend = 'local')"
         )
+    return _answer(_start(command), command, timeout=timeout, what=what)
+
+
+def _start(command: list[str]) -> subprocess.Popen[str]:
     # In its own session, so that a tool that hangs is stopped with everything it started (a wrapper's
     # children would otherwise keep its pipes open, and us waiting).
-    with subprocess.Popen(
+    return subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
         text=True,
         start_new_session=True,
-    ) as proc:
+    )
+
+
+def _answer(
+    proc: subprocess.Popen[str], command: list[str], *, timeout: float, what: str
+) -> subprocess.CompletedProcess[str]:
+    with proc:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -76,15 +87,27 @@ def ask(command: list[str], timeout: float = QUERY_TIMEOUT_S) -> str | None:
 def ask_why(command: list[str], timeout: float = QUERY_TIMEOUT_S) -> tuple[str | None, str]:
     """(the query's output, "") or (None, why there is none): "" when the tool is missing (no Slurm
     here: nothing to ask), else what the tool said when it failed or did not answer in time, on one line."""
-    try:
-        done = call(command, timeout=timeout, what="asking")
-    except BackendError:
-        return None, ""
-    except SubmitError as exc:
-        return None, exc.message.removeprefix("asking: ")
-    if done.returncode != 0:
-        return None, f"{command[0]} failed: {words(done)}"
-    return done.stdout, ""
+    return ask_later(command, timeout)()
+
+
+def ask_later(command: list[str], timeout: float = QUERY_TIMEOUT_S) -> Callable[[], tuple[str | None, str]]:
+    """ask_why, the tool started now and its answer taken by the function returned (the timeout counts
+    from then). Started without a thread: a command that forks reader processes starts its question to
+    Slurm first, and takes the answer in a thread after the fork (jobgen.results.collect.look_and_ask)."""
+    if shutil.which(command[0]) is None:
+        return lambda: (None, "")
+    proc = _start(command)
+
+    def answer() -> tuple[str | None, str]:
+        try:
+            done = _answer(proc, command, timeout=timeout, what="asking")
+        except SubmitError as exc:
+            return None, exc.message.removeprefix("asking: ")
+        if done.returncode != 0:
+            return None, f"{command[0]} failed: {words(done)}"
+        return done.stdout, ""
+
+    return answer
 
 
 def cluster_name() -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import functools
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +29,7 @@ from jobgen.results.cost import (
     Accounting,
     Usage,
     answer,
+    answer_later,
     attempts_to_keep,
     digest,
     keep_asked,
@@ -354,13 +356,22 @@ def look_and_ask(runs: Sequence[Run]) -> Callable[[], None]:
     that can be told before the jobs' states are decided: every submitted job is asked when no job's
     final usage is kept in its run's record yet (the first summary or report after a sweep ended) or
     with `--refresh`. collect takes that answer when its own question is the same, else asks."""
-    rest = look_and_keep(runs)  # first: it forks, and no thread may run then
+    asking, started = None, None
     if runs and (runs[0].refresh or not any(USAGE in job.entry for run in runs for job in run.jobs)):
         asking = question(runs)
         if any(asking.values()):
-            ahead = (asking, in_background(lambda: answer(asking)))
-            for run in runs:
-                run.ahead = ahead
+            # sacct starts before the readers fork (a process, no thread: a fork copies no thread, and a
+            # lock one held stays held in the copy): its answer, 0.2 s for 10,000 jobs, comes while they
+            # read, and a thread takes it after the fork.
+            try:
+                started = answer_later(asking)
+            except Exception:  # noqa: BLE001 (an unknown backend: asked, and refused, in the thread as before)
+                started = functools.partial(answer, asking)
+    rest = look_and_keep(runs)  # it forks: no thread may run before it
+    if asking is not None and started is not None:
+        ahead = (asking, in_background(started))
+        for run in runs:
+            run.ahead = ahead
     return rest
 
 

@@ -66,10 +66,20 @@ def question(runs: Iterable[Run], skip: Callable[[RunJob], bool] | None = None) 
 
 def answer(asking: Question) -> dict[str, list[Attempt]]:
     """The accounting's answer to a question: every attempt of each job id it knows."""
-    found: dict[str, list[Attempt]] = {}
-    for backend, ids in asking.items():
-        if ids:
-            found |= backends.get(backend).usage(ids)
+    return answer_later(asking)()
+
+
+def answer_later(asking: Question) -> Callable[[], dict[str, list[Attempt]]]:
+    """answer, each backend's accounting asked now where it can be without a thread (Slurm's sacct
+    starts at once); the function returned gives the answer."""
+    later = [backends.get(backend).usage_later(ids) for backend, ids in asking.items() if ids]
+
+    def found() -> dict[str, list[Attempt]]:
+        out: dict[str, list[Attempt]] = {}
+        for each in later:
+            out |= each()
+        return out
+
     return found
 
 

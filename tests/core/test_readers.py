@@ -270,13 +270,17 @@ def test_the_accounting_is_asked_while_the_records_are_read(
 
         return finish
 
-    def usage(ids):
-        calls.append(("sacct", sorted(ids)))
-        asked.set()
-        return {i: [Attempt(True, 100, 3600, 8, 2, None, final=True)] for i in ids}
+    def usage_later(ids):
+        calls.append(("sacct", sorted(ids)))  # started (before the readers fork, where it is asked ahead)
+
+        def answer():
+            asked.set()
+            return {i: [Attempt(True, 100, 3600, 8, 2, None, final=True)] for i in ids}
+
+        return answer
 
     monkeypatch.setattr(collect, "look_at_records", look)
-    monkeypatch.setattr("jobgen.backends._slurm.usage", usage)
+    monkeypatch.setattr("jobgen.backends._slurm.usage_later", usage_later)
     result = runner.invoke(main, ["summary", str(run), "--format", "json"])
     assert result.exit_code == 0, result.output
     ids = ["4000", "4001", "4002", "4003", "4004"]
@@ -286,6 +290,41 @@ def test_the_accounting_is_asked_while_the_records_are_read(
         assert calls == [("sacct", ids), ("records read", True)]
     rows = json.loads(result.stdout)["rows"]
     assert [row["gpu_hours"] for row in rows] == [round(2 * 100 / 3600, 6)] * 5, rows  # the answer taken
+
+
+def test_sacct_is_started_before_the_records_are_read_and_answers_the_summary(
+    runner, tmp_path: Path, bin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first summary's sacct is a process started before the readers fork (no thread yet), so its
+    answer comes while they read; a thread takes it after. Its answer is the summary's usage."""
+    from jobgen.backends import _tools
+    from jobgen.results import collect
+    from tests.core.conftest import stub_tool
+
+    run = _ended_run(tmp_path)
+    lines = "\n".join(
+        f"{4000 + i}|2026-01-01T00:00:00|100|60|billing=8,cpu=8,gres/gpu=2,node=1|0|COMPLETED" for i in range(5)
+    )
+    stub_tool(bin_dir, "sacct", f"cat <<'EOF'\n{lines}\nEOF\n")
+    order: list[str] = []
+    real_start, real_look = _tools._start, collect.look_at_records
+
+    def start(command):
+        order.append(f"{command[0]} started")
+        return real_start(command)
+
+    def look(runs, also=None):
+        order.append("records read")
+        return real_look(runs, also)
+
+    monkeypatch.setattr(_tools, "_start", start)
+    monkeypatch.setattr(collect, "look_at_records", look)
+    monkeypatch.setenv(readers.READERS_ENV, "2")
+    result = runner.invoke(main, ["summary", str(run), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert order == ["sacct started", "records read"], order  # one sacct, before the reading
+    rows = json.loads(result.stdout)["rows"]
+    assert [row["gpu_hours"] for row in rows] == [round(2 * 100 / 3600, 6)] * 5, rows
 
 
 def test_no_reader_is_forked_while_a_thread_runs(monkeypatch: pytest.MonkeyPatch) -> None:
