@@ -164,11 +164,11 @@ def test_report_lists_each_jobs_logs_once(tmp_path: Path, runner, monkeypatch) -
 
     found: list[str] = []
     listed: list[str] = []
-    real_logs, real_scandir, real_listdir = Scheduler.logs_among, os.scandir, os.listdir
+    real_logs, real_scandir, real_listdir = Scheduler.log_names_among, os.scandir, os.listdir
 
-    def counting(self, job_dir, names, *more):
-        found.append(Path(job_dir).name)
-        return real_logs(self, job_dir, names, *more)
+    def counting(self, folder, names, *more):
+        found.append(Path(folder).name)
+        return real_logs(self, folder, names, *more)
 
     def listing(real):
         def count(path="."):
@@ -181,7 +181,7 @@ def test_report_lists_each_jobs_logs_once(tmp_path: Path, runner, monkeypatch) -
     past = time.time() - 60  # the jobs ended a minute ago: their folders' stamps tell that nothing changed
     for path in [*run.rglob("*"), run]:
         os.utime(path, (past, past))
-    monkeypatch.setattr(Scheduler, "logs_among", counting)
+    monkeypatch.setattr(Scheduler, "log_names_among", counting)
     monkeypatch.setattr(os, "scandir", listing(real_scandir))
     monkeypatch.setattr(os, "listdir", listing(real_listdir))
     out = tmp_path / "r.html"

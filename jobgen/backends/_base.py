@@ -153,8 +153,15 @@ class Scheduler:
         entry named as a log is taken for one, a folder so named too). `marks`: given each log's stat
         (None: gone) where the logs were put in order by their times (several attempts), so a caller
         that keeps their stamps stats none again; left empty where their names alone gave the order."""
+        return [job_dir / name for name in self.log_names_among(str(job_dir), names, marks)]
+
+    def log_names_among(
+        self, folder: str, names: Iterable[str], marks: dict[str, os.stat_result | None] | None = None
+    ) -> list[str]:
+        """logs_among as the logs' names in the job's `folder`, in the same order: no Path per log (a
+        report of 10,000 jobs links 20,000 of them, and pathlib's parse of each cost it 0.1 s)."""
         matches = _matcher(self._log_patterns)
-        return _in_order([job_dir / name for name in names if matches(name)], marks)
+        return _names_in_order(folder, [name for name in names if matches(name)], marks)
 
     def logs_in_job_folder(self) -> bool:
         """Whether every log is in the job's folder itself, not below it: the folder's stat stamp then
@@ -205,6 +212,26 @@ def _in_order(found: Iterable[Path], marks: dict[str, os.stat_result | None] | N
 
 def _name(path: Path) -> str:
     return path.name
+
+
+def _names_in_order(folder: str, names: list[str], marks: dict[str, os.stat_result | None] | None = None) -> list[str]:
+    """_in_order of the logs of these names in `folder`."""
+    if len(names) < 2:
+        return names
+    if len({name.rpartition(".")[0] or name for name in names}) == 1:
+        return sorted(names)
+    stats = {} if marks is None else marks
+    for name in names:
+        try:
+            stats[name] = os.stat(os.path.join(folder, name))
+        except OSError:
+            stats[name] = None  # gone: sorts first, as oldest_first has it
+
+    def key(name: str) -> tuple[float, str]:
+        st = stats[name]
+        return (st.st_mtime if st is not None else 0.0), name
+
+    return sorted(names, key=key)
 
 
 def oldest_first(path: Path) -> tuple[float, str]:

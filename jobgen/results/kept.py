@@ -155,24 +155,27 @@ def _log_stamps(run: Run, job: RunJob, in_folder: bool, every_log: bool = False)
         return []  # the row was read from the record and its files alone
     if not in_folder:
         return None
-    paths = logs.of(job, run.backend)
-    if every_log and (len(paths) < 2 or job.log_marks == {}) and _usable(job):
+    names = logs.names_of(job, run.backend)
+    found = [(name, job.folder + "/" + name) for name in names] if names is not None else None
+    if found is None:
+        found = [(path.name, str(path)) for path in logs.of(job, run.backend)]
+    if every_log and (len(found) < 2 or job.log_marks == {}) and _usable(job):
         # The page shows a job with its result by its logs' names alone (no tail), found in the folder
         # whose stamp is kept, in an order their names gave (a single log, or one Slurm job's .out and
         # .err: jobgen.backends._base._in_order): no stat of them (20,000 a report).
         return []
     marks = job.log_marks or {}
     out = []
-    for path in paths:
+    for name, path in found:
         # The stat that put the logs in order when there was one (taken before any log was read).
-        st = marks[path.name] if path.name in marks else _stat(path)
+        st = marks[name] if name in marks else _stat(path)
         if st is None:
             return None
-        out.append([path.name, *stamp(st)])
+        out.append([name, *stamp(st)])
     return out
 
 
-def _stat(path: Path) -> os.stat_result | None:
+def _stat(path: Path | str) -> os.stat_result | None:
     try:
         return os.stat(path)
     except OSError:

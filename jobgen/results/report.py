@@ -267,10 +267,15 @@ def _state_class(state: str) -> str:
 
 
 def _log_links(jobs: list[JobRow]) -> str:
-    links = []
+    links: list[str] = []
     for job in jobs:
-        for path in _logs(job):
-            links.append(f'<a href="{_href(path)}">{_escape(path.name)}</a>')
+        source = job.source
+        names = logs.names_of(source, job.backend) if source is not None else None
+        if source is not None and names is not None:  # found in the job folder's listing: no Path per log
+            folder = source.folder + "/"
+            links.extend(f'<a href="{_href(folder + name)}">{_escape(name)}</a>' for name in names)
+        else:
+            links.extend(f'<a href="{_href(path)}">{_escape(path.name)}</a>' for path in _logs(job))
     return " ".join(links) or "&mdash;"
 
 
@@ -281,7 +286,7 @@ def _logs(job: JobRow) -> list[Path]:
     return logs.files(job.backend, Path(job.job_dir)) if job.job_dir else []
 
 
-def _href(path: Path) -> str:
+def _href(path: Path | str) -> str:
     """An absolute file:// link: it keeps working when the page is copied, mailed or opened from
     anywhere on a machine that sees the run's folder (a link relative to the page breaks once the page
     moves without the runs)."""

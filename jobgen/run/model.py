@@ -94,6 +94,8 @@ class RunJob:
     # Its log files, oldest first, as jobgen.results.logs.of listed them once for this command (the
     # report links them, keeps their stamps and may read one for the cause: one listing for all three).
     log_paths: list[Path] | None = field(default=None, repr=False)
+    # Their names in its folder, where logs.names_of found them in its listing (no Path made per log).
+    log_names: list[str] | None = field(default=None, repr=False)
     # The stat of each of those logs taken to put them in order (None: gone by then), by name, where
     # logs.of found them in the job folder's listing: {} when their names alone gave the order.
     log_marks: dict[str, os.stat_result | None] | None = field(default=None, repr=False)

@@ -7,7 +7,7 @@ import pwd
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobgen.backends import _slurm as track
@@ -371,3 +371,34 @@ def test_a_job_the_controller_no_longer_holds_is_no_silence(bin_dir: Path):
     stub_tool(bin_dir, "sacct", "exit 1\n")
     info = track.query(["41", "42"])
     assert info["41"].state is State.TIMEOUT and "42" not in info and info.silent == ""
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["slurm-7.out", "slurm-7.err", "slurm-8.out", "slurm-8.err", "slurm-9_1.out", "x.log"]),
+            st.integers(0, 3),
+        ),
+        unique_by=lambda pair: pair[0],
+        max_size=6,
+    )
+)
+def test_logs_by_name_are_the_logs_by_path_in_the_same_order(tmp_path_factory, logs: list[tuple[str, int]]) -> None:
+    """A report links logs by their names in the job folder (no Path each): the same logs, in the same
+    order (by time where several attempts wrote them, by name for one job's .out and .err), as the
+    paths every other reader takes; the stats that ordered them are handed back the same way."""
+    from jobgen import backends
+
+    folder = tmp_path_factory.mktemp("job")
+    for name, age in logs:
+        (folder / name).write_text(name)
+        os.utime(folder / name, (1_000_000 - age, 1_000_000 - age))
+    scheduler = backends.get("sbatch")
+    names = [name for name, _ in logs]
+    listed = scheduler.log_files(folder)  # its own listing of the folder, ordered by the paths
+    marks: dict = {}
+    assert scheduler.log_names_among(str(folder), names, marks) == [path.name for path in listed]
+    assert scheduler.logs_among(folder, names) == listed
+    several = len({path.name.rpartition(".")[0] for path in listed}) > 1
+    assert set(marks) == ({path.name for path in listed} if several else set())  # stat'ed only to order them
