@@ -15,9 +15,9 @@ threads (the CLI); a reader does nothing but read files and write one pipe, then
 
 `JOBGEN_READERS=N` sets how many processes read (1: this one alone). By default, one per 2,500 jobs
 to read, at most one per core this process may run on (and its control groups' CPU quota lets it
-use), at most 8; a job an earlier command read counts a quarter (its folder and records are stat'ed,
-and read only if they changed): a second status of 10,000 jobs takes no longer in one process than
-with the handing back of a second.
+use), at most 8; a job whose folder is as an earlier command saw it counts a quarter (its folder and
+records are stat'ed, and read only if they changed): a second status of 10,000 jobs takes no longer in
+one process than with the handing back of a second.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from jobgen.errors import JobgenError
+from jobgen.run.damage import Verdicts, stamp
 from jobgen.run.model import Run, RunJob
 
 READERS_ENV = "JOBGEN_READERS"
@@ -211,17 +212,35 @@ def shares(jobs: Sequence[T], readers: int) -> list[list[T]]:
 
 
 def _weight(runs: Sequence[Run]) -> int:
-    """The jobs to read, one an earlier command read counting a quarter (it loads the runs' verdicts:
-    every reader then starts from the same)."""
-    weight = 0
+    """The jobs to read, one whose folder is as an earlier command saw it counting a quarter (it loads
+    the runs' verdicts: every reader then starts from the same). Told from a sample of each run's job
+    folders (SAMPLE stats): a sweep's jobs mostly changed or not together. A folder a command saw but
+    that changed since (the job ran, or ended: its logs and result.json are new) costs a listing and
+    reads: the first status after a sweep ended had its 10,000 jobs weighed as 2,500 from the folders
+    an earlier status saw queued, and read them in one process."""
+    weight = 0.0
     for run in runs:
-        verdicts = run.verdicts
-        if verdicts is None:
-            weight += 4 * len(run.jobs)
+        verdicts, jobs = run.verdicts, run.jobs
+        if verdicts is None or not jobs:
+            weight += 4 * len(jobs)
             continue
         verdicts.load()
-        weight += sum(1 if verdicts.knows(job.dir + "/") else 4 for job in run.jobs)
-    return weight // 4
+        sample = jobs[:: max(1, len(jobs) // SAMPLE)]
+        held = sum(1 for job in sample if _as_seen(job, verdicts))
+        weight += len(jobs) * (held + 4 * (len(sample) - held)) / len(sample)
+    return math.ceil(weight) // 4
+
+
+SAMPLE = 64  # job folders stat'ed per run to weigh its reading (_weight)
+
+
+def _as_seen(job: RunJob, verdicts: Verdicts) -> bool:
+    """Whether the job's folder is as an earlier command saw it (its listing is kept for its stamp)."""
+    try:
+        mark = stamp(os.stat(job.folder))
+    except OSError:
+        return False
+    return verdicts.facts(job.dir + "/", mark) is not None
 
 
 def _read(runs: Sequence[Run], jobs: Sequence[tuple[int, int]], work: Work) -> None:

@@ -400,3 +400,20 @@ def test_readers_stay_within_the_quota(monkeypatch: pytest.MonkeyPatch) -> None:
     assert readers.readers_for(100_000) == 2
     monkeypatch.setattr(readers, "cgroup_cpus", lambda: None)
     assert readers.readers_for(100_000) == 8
+
+
+@pytest.mark.parametrize("jobs", [40, 640])
+def test_job_folders_changed_since_an_earlier_look_weigh_as_unread(tmp_path: Path, jobs: int) -> None:
+    """A job whose folder is as an earlier command saw it weighs a quarter; one that changed since (the
+    sweep ran or ended after a status saw it queued: new logs, a result) weighs as a job never read,
+    told from a sample of the folders (all of them up to 64)."""
+    run_dir = synth.write_run(tmp_path, "exp", [synth.FakeJob(f"j{i}", state="COMPLETED") for i in range(jobs)])
+    past = time.time() - 60  # settled: what a look learns of them is kept
+    for path in [*run_dir.rglob("*"), run_dir]:
+        os.utime(path, (past, past))
+    assert readers._weight([Run.load(run_dir)]) == jobs  # never looked at
+    Run.load(run_dir).problems()  # a look, its listings kept
+    assert readers._weight([Run.load(run_dir)]) == jobs // 4
+    for i in range(jobs // 2):  # the first half of the sweep wrote a log since
+        (run_dir / "jobs" / f"j{i}" / "slurm-9.out").write_text("ran\n")
+    assert readers._weight([Run.load(run_dir)]) == (jobs // 2 + 4 * (jobs // 2)) // 4
