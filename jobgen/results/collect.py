@@ -540,6 +540,8 @@ def result_fields(data: Mapping[str, Any]) -> list[Any]:
 
 def _object(value: Any) -> Mapping[str, Any]:
     """A nested JSON object, or an empty one in its place (a wrong type reads as absent)."""
+    if value is None:  # absent (most optional fields): no ABC check
+        return _EMPTY
     if type(value) is dict or isinstance(value, Mapping):
         return value
     return _EMPTY
@@ -645,6 +647,8 @@ def _num(value: Any) -> float | None:
     kind = type(value)
     if kind is float:
         return value if isfinite(value) else None
+    if value is None:
+        return None
     if kind is not int and (isinstance(value, bool) or not isinstance(value, int | float)):
         return None
     try:
@@ -661,12 +665,16 @@ def _list(value: Any) -> list[Any]:
 def _int(value: Any) -> int | None:
     if type(value) is int:
         return value
+    if value is None:
+        return None
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _str(value: Any) -> str | None:
     if type(value) is str:
         return value or None
+    if value is None:
+        return None
     return value if isinstance(value, str) and value else None
 
 
