@@ -155,18 +155,32 @@ def ask_schedulers(
             if is_asked(job, refresh):
                 asking.setdefault(run.backend, []).append(job)
 
-    def ask() -> dict[str, dict[str, JobInfo]]:
+    def ask_now() -> dict[str, dict[str, JobInfo]]:
         return {
             backend: backends.get(backend).states([i for job in jobs for i in job.ids])
             for backend, jobs in asking.items()
         }
 
-    rest = meanwhile() if meanwhile is not None else None  # before any thread: it may fork
-    if rest is None or not asking:
-        answers = ask()
+    if meanwhile is None or not asking:
+        rest = meanwhile() if meanwhile is not None else None
+        answers = ask_now()
         if rest is not None:
             rest()
     else:
+        # squeue starts before the readers fork (a process, no thread yet): the controller answers while
+        # the records are read, and a thread takes the answer after the fork.
+        try:
+            started = {
+                backend: backends.get(backend).states_later([i for job in jobs for i in job.ids])
+                for backend, jobs in asking.items()
+            }
+
+            def ask() -> dict[str, dict[str, JobInfo]]:
+                return {backend: each() for backend, each in started.items()}
+
+        except Exception:  # noqa: BLE001 (an unknown backend: asked, and refused, in the thread as before)
+            ask = ask_now
+        rest = meanwhile()  # it may fork: no thread runs yet
         answer = in_background(ask)
         rest()
         answers = answer()

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,3 +24,10 @@ def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder.mkdir()
     monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
     return folder
+
+
+def fake_squeue(monkeypatch: pytest.MonkeyPatch, answer: Callable[[list[str]], Any]) -> None:
+    """Slurm's answer about job states, `answer(ids)`, whichever way a command asks it: now
+    (_slurm.query) or started before its readers fork and taken after (_slurm.query_later)."""
+    monkeypatch.setattr("jobgen.backends._slurm.query", answer)
+    monkeypatch.setattr("jobgen.backends._slurm.query_later", lambda ids: lambda: answer(ids))

@@ -7,12 +7,13 @@ from pathlib import Path
 import pytest
 
 from jobgen.cli import main
+from tests.core.conftest import fake_squeue
 from tests.data.summary.synth import FakeJob, write_run
 
 
 @pytest.fixture
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setattr("jobgen.backends._slurm.query", lambda ids: {})  # Slurm knows nothing: the files decide
+    fake_squeue(monkeypatch, lambda ids: {})  # Slurm knows nothing: the files decide
     jobs = [FakeJob("done"), FakeJob("broken", state="FAILED", result=None), FakeJob("bare")]
     run_dir = write_run(tmp_path / "runs", "exp", jobs)
     for name, size in (("done", 3000), ("broken", 5000)):

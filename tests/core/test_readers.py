@@ -18,6 +18,7 @@ from jobgen.cli import main
 from jobgen.run import readers
 from jobgen.run.model import Run, RunJob
 from jobgen.states import JobInfo, State
+from tests.core.conftest import fake_squeue
 from tests.data.summary import synth
 
 PAST = time.time() - 60
@@ -86,7 +87,7 @@ def _states(run: Path) -> list[tuple[str, str, object]]:
 
 
 def test_readers_say_what_one_process_says(runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("jobgen.backends._slurm.query", _answer)
+    fake_squeue(monkeypatch, _answer)
     said, kept, states = {}, {}, {}
     for n in (1, 3):
         monkeypatch.setenv(readers.READERS_ENV, str(n))
@@ -325,6 +326,40 @@ def test_sacct_is_started_before_the_records_are_read_and_answers_the_summary(
     assert order == ["sacct started", "records read"], order  # one sacct, before the reading
     rows = json.loads(result.stdout)["rows"]
     assert [row["gpu_hours"] for row in rows] == [round(2 * 100 / 3600, 6)] * 5, rows
+
+
+def test_squeue_is_started_before_the_records_are_read(
+    runner, tmp_path: Path, bin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A status of running jobs starts its squeue before the readers fork (a process, no thread yet):
+    the controller answers while they read, and its answer decides the states."""
+    from jobgen.backends import _tools
+    from jobgen.results import state
+    from tests.core.conftest import stub_tool
+
+    run = synth.write_run(tmp_path, "exp", [synth.FakeJob(f"job{i}", state="RUNNING", result=None) for i in range(5)])
+    ids = [job["job_id"] for job in json.loads((run / "manifest.json").read_text())["jobs"]]
+    lines = "\n".join(f"{i}|FAILED|0:09|1|n1|2026-01-01T00:00:00|2026-01-01T00:00:09|256|" for i in ids)
+    stub_tool(bin_dir, "squeue", f"cat <<'EOF'\n{lines}\nEOF\n")
+    order: list[str] = []
+    real_start, real_look = _tools._start, state.look_at_records
+
+    def start(command):
+        order.append(f"{command[0]} started")
+        return real_start(command)
+
+    def look(runs, also=None):
+        order.append("records read")
+        return real_look(runs, also)
+
+    monkeypatch.setattr(_tools, "_start", start)
+    monkeypatch.setattr(state, "look_at_records", look)
+    monkeypatch.setenv(readers.READERS_ENV, "2")
+    result = runner.invoke(main, ["status", str(run)])
+    assert result.exit_code == 0, result.output
+    assert order == ["squeue started", "records read"], order
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert [job["state"] for job in manifest["jobs"]] == ["FAILED"] * 5  # the answer taken, and recorded
 
 
 def test_no_reader_is_forked_while_a_thread_runs(monkeypatch: pytest.MonkeyPatch) -> None:

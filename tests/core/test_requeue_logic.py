@@ -12,6 +12,7 @@ from jobgen.cli import main
 from jobgen.commands import requeue as requeue_mod
 from jobgen.run.model import Run
 from jobgen.states import JobInfo, State
+from tests.core.conftest import fake_squeue
 from tests.stub_tools import install_stubs
 
 SWEEP = """
@@ -75,7 +76,7 @@ def _run(
         if state is State.COMPLETED and not no_result:  # a job that completed wrote its result
             (run_dir / "jobs" / f"seed-{i + 1}" / "result.json").write_text('{"schema": 1}')
     by_id = {str(1001 + i): JobInfo(state) for i, state in enumerate(states)}
-    monkeypatch.setattr("jobgen.backends._slurm.query", lambda ids: {i: by_id[i] for i in ids if i in by_id})
+    fake_squeue(monkeypatch, lambda ids: {i: by_id[i] for i in ids if i in by_id})
     monkeypatch.setenv("FORGOTTEN", forgotten)
     result = runner.invoke(main, ["--output-root", str(root), "requeue", "rq", *names])
     argv = (stubs / "argv").read_text().splitlines() if (stubs / "argv").exists() else []
@@ -171,7 +172,7 @@ def test_an_array_task_slurm_forgot_goes_in_again_as_a_one_task_array(runner, tm
     (run_dir,) = (root / "rq").iterdir()
     for done in ("seed-1", "seed-3"):  # the tasks that completed wrote their results
         (run_dir / "jobs" / done / "result.json").write_text('{"schema": 1}')
-    monkeypatch.setattr("jobgen.backends._slurm.query", lambda ids: {i: JobInfo(states[i]) for i in ids if i in states})
+    fake_squeue(monkeypatch, lambda ids: {i: JobInfo(states[i]) for i in ids if i in states})
     monkeypatch.setenv("FORGOTTEN", "1001_3")
     result = runner.invoke(main, ["--output-root", str(root), "requeue", "rq"])
     assert result.exit_code == 0, result.output

@@ -14,6 +14,7 @@ from jobgen.cli import main
 from jobgen.results.diagnose import LAST_LINE, Cause
 from jobgen.results.state import job_state, needs_cause
 from jobgen.states import State
+from tests.core.conftest import fake_squeue
 
 S = State
 TIME_LIMIT = Cause("time_limit", "DUE TO TIME LIMIT", "raise slurm.time", "slurm-1.out")
@@ -112,7 +113,7 @@ def _run_with(tmp_path: Path, runner, recorded: str, log: str | None, result: bo
     ],
 )
 def test_status_and_summary_agree(tmp_path: Path, runner, monkeypatch, recorded, log, result, shown):
-    monkeypatch.setattr("jobgen.backends._slurm.query", lambda ids: {})  # Slurm has forgotten the job
+    fake_squeue(monkeypatch, lambda ids: {})  # Slurm has forgotten the job
     run_dir = _run_with(tmp_path, runner, recorded, log, result)
     status = runner.invoke(main, ["status", str(run_dir)])
     assert status.exit_code == 0, status.output
@@ -313,7 +314,7 @@ def test_a_result_written_while_slurm_is_asked_is_seen(
             "99999": JobInfo(State.COMPLETED, "0:09", "1", "n1", "0:0", "2026-01-01T00:00:00", "2026-01-01T00:00:09")
         }
 
-    monkeypatch.setattr("jobgen.backends._slurm.query", query)
+    fake_squeue(monkeypatch, query)
     monkeypatch.setattr("jobgen.results.collect.look_at_records", look)
     args = {"status": [], "summary": ["--format", "json"], "report": ["-o", str(tmp_path / "r.html")]}[command]
     said = runner.invoke(main, [command, str(run_dir), *args])
