@@ -9,6 +9,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -293,22 +294,14 @@ def test_the_accounting_is_asked_while_the_records_are_read(
     assert [row["gpu_hours"] for row in rows] == [round(2 * 100 / 3600, 6)] * 5, rows  # the answer taken
 
 
-def test_sacct_is_started_before_the_records_are_read_and_answers_the_summary(
-    runner, tmp_path: Path, bin_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The first summary's sacct is a process started before the readers fork (no thread yet), so its
-    answer comes while they read; a thread takes it after. Its answer is the summary's usage."""
+def _order_of_tools_and_reading(monkeypatch: pytest.MonkeyPatch, reading: Any) -> list[str]:
+    """From now on, each Slurm tool started and each start of the records' reading (`reading`: the module
+    whose look_at_records the command calls: status, summary and report read through collect's), in
+    order; with two readers."""
     from jobgen.backends import _tools
-    from jobgen.results import collect
-    from tests.core.conftest import stub_tool
 
-    run = _ended_run(tmp_path)
-    lines = "\n".join(
-        f"{4000 + i}|2026-01-01T00:00:00|100|60|billing=8,cpu=8,gres/gpu=2,node=1|0|COMPLETED" for i in range(5)
-    )
-    stub_tool(bin_dir, "sacct", f"cat <<'EOF'\n{lines}\nEOF\n")
     order: list[str] = []
-    real_start, real_look = _tools._start, collect.look_at_records
+    real_start, real_look = _tools._start, reading.look_at_records
 
     def start(command):
         order.append(f"{command[0]} started")
@@ -319,8 +312,25 @@ def test_sacct_is_started_before_the_records_are_read_and_answers_the_summary(
         return real_look(runs, also)
 
     monkeypatch.setattr(_tools, "_start", start)
-    monkeypatch.setattr(collect, "look_at_records", look)
+    monkeypatch.setattr(reading, "look_at_records", look)
     monkeypatch.setenv(readers.READERS_ENV, "2")
+    return order
+
+
+def test_sacct_is_started_before_the_records_are_read_and_answers_the_summary(
+    runner, tmp_path: Path, bin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first summary's sacct is a process started before the readers fork (no thread yet), so its
+    answer comes while they read; a thread takes it after. Its answer is the summary's usage."""
+    from jobgen.results import collect
+    from tests.core.conftest import stub_tool
+
+    run = _ended_run(tmp_path)
+    lines = "\n".join(
+        f"{4000 + i}|2026-01-01T00:00:00|100|60|billing=8,cpu=8,gres/gpu=2,node=1|0|COMPLETED" for i in range(5)
+    )
+    stub_tool(bin_dir, "sacct", f"cat <<'EOF'\n{lines}\nEOF\n")
+    order = _order_of_tools_and_reading(monkeypatch, collect)
     result = runner.invoke(main, ["summary", str(run), "--format", "json"])
     assert result.exit_code == 0, result.output
     assert order == ["sacct started", "records read"], order  # one sacct, before the reading
@@ -333,28 +343,14 @@ def test_squeue_is_started_before_the_records_are_read(
 ) -> None:
     """A status of running jobs starts its squeue before the readers fork (a process, no thread yet):
     the controller answers while they read, and its answer decides the states."""
-    from jobgen.backends import _tools
-    from jobgen.results import state
+    from jobgen.results import collect
     from tests.core.conftest import stub_tool
 
     run = synth.write_run(tmp_path, "exp", [synth.FakeJob(f"job{i}", state="RUNNING", result=None) for i in range(5)])
     ids = [job["job_id"] for job in json.loads((run / "manifest.json").read_text())["jobs"]]
     lines = "\n".join(f"{i}|FAILED|0:09|1|n1|2026-01-01T00:00:00|2026-01-01T00:00:09|256|" for i in ids)
     stub_tool(bin_dir, "squeue", f"cat <<'EOF'\n{lines}\nEOF\n")
-    order: list[str] = []
-    real_start, real_look = _tools._start, state.look_at_records
-
-    def start(command):
-        order.append(f"{command[0]} started")
-        return real_start(command)
-
-    def look(runs, also=None):
-        order.append("records read")
-        return real_look(runs, also)
-
-    monkeypatch.setattr(_tools, "_start", start)
-    monkeypatch.setattr(state, "look_at_records", look)
-    monkeypatch.setenv(readers.READERS_ENV, "2")
+    order = _order_of_tools_and_reading(monkeypatch, collect)  # a status reads through collect.look_and_keep
     result = runner.invoke(main, ["status", str(run)])
     assert result.exit_code == 0, result.output
     assert order == ["squeue started", "records read"], order

@@ -122,6 +122,19 @@ def test_a_sweep_the_controller_holds_costs_one_squeue(bin_dir: Path):
     assert len(_calls(bin_dir, "squeue")) == 1 and _calls(bin_dir, "sacct") == [] and _calls(bin_dir, "scontrol") == []
 
 
+def _answers_made(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """From now on, the state of each answer (JobInfo) squeue's lines are read into."""
+    made: list[str] = []
+    real_info = track.JobInfo
+
+    def counting(state, *more):
+        made.append(state.value)
+        return real_info(state, *more)
+
+    monkeypatch.setattr(track, "JobInfo", counting)
+    return made
+
+
 def test_the_users_other_jobs_in_squeue_are_passed_over(bin_dir: Path, monkeypatch: pytest.MonkeyPatch):
     """squeue -u lists every job of the user the controller holds (other sweeps within MinJobAge): only
     the lines that name an asked id, a pending array's range among them, are read into answers."""
@@ -133,14 +146,7 @@ def test_the_users_other_jobs_in_squeue_are_passed_over(bin_dir: Path, monkeypat
     ]
     (bin_dir / "queue.txt").write_text("\n".join(lines) + "\n")
     stub_tool(bin_dir, "squeue", 'cat "$(dirname "$0")/queue.txt"\n')
-    made: list[str] = []
-    real_info = track.JobInfo
-
-    def counting(state, *more):
-        made.append(state.value)
-        return real_info(state, *more)
-
-    monkeypatch.setattr(track, "JobInfo", counting)
+    made = _answers_made(monkeypatch)
     info = track.query(["71", "7_2", "7_5"])
     assert sorted(made) == ["FAILED", "PENDING", "RUNNING"], made  # 3 lines read of 304
     assert (info["71"].state, info["7_2"].exit_code, info["7_5"].state) == (State.RUNNING, "1:0", State.PENDING)
@@ -214,14 +220,7 @@ def test_tasks_that_print_the_same_fields_are_read_once(bin_dir: Path, monkeypat
     stub_tool(bin_dir, "squeue", 'cat "$(dirname "$0")/queue.txt"\n')
     stub_tool(bin_dir, "sacct", "exit 1\n")
     stub_tool(bin_dir, "scontrol", "exit 1\n")
-    made: list[str] = []
-    real_info = track.JobInfo
-
-    def counting(state, *more):
-        made.append(state.value)
-        return real_info(state, *more)
-
-    monkeypatch.setattr(track, "JobInfo", counting)
+    made = _answers_made(monkeypatch)
     info = track.query([f"9_{i}" for i in range(600)])
     assert sorted(made) == ["COMPLETED", "FAILED"], made
     assert info["9_500"].exit_code == "1:0" and info["9_500"].nodelist == "n2"
