@@ -294,6 +294,38 @@ def test_the_accounting_is_asked_while_the_records_are_read(
     assert [row["gpu_hours"] for row in rows] == [round(2 * 100 / 3600, 6)] * 5, rows  # the answer taken
 
 
+def test_the_rows_are_built_while_the_accountings_answer_is_on_its_way(
+    runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Of the first summary, every row but its usage is made before the answer asked ahead is taken;
+    each row's usage is the answer's."""
+    from jobgen.backends._base import Attempt
+    from jobgen.results import collect
+
+    run = _ended_run(tmp_path)
+    order: list[str] = []
+    real_row = collect._row
+
+    def row(*args, **kwargs):
+        order.append("row")
+        return real_row(*args, **kwargs)
+
+    def usage_later(ids):
+        def answer():
+            order.append("answer taken")
+            return {i: [Attempt(True, 100, 3600, 8, 2, None, final=True)] for i in ids}
+
+        return answer
+
+    monkeypatch.setattr(collect, "_row", row)
+    monkeypatch.setattr("jobgen.backends._slurm.usage_later", usage_later)
+    result = runner.invoke(main, ["summary", str(run), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert order == ["row"] * 5 + ["answer taken"], order
+    rows = json.loads(result.stdout)["rows"]
+    assert [row["gpu_hours"] for row in rows] == [round(2 * 100 / 3600, 6)] * 5, rows
+
+
 def _order_of_tools_and_reading(monkeypatch: pytest.MonkeyPatch, reading: Any) -> list[str]:
     """From now on, each Slurm tool started and each start of the records' reading (`reading`: the module
     whose look_at_records the command calls: status, summary and report read through collect's), in
