@@ -311,13 +311,13 @@ def test_the_rows_are_built_while_the_accountings_answer_is_on_its_way(
         return real_row(*args, **kwargs)
 
     def usage_later(ids):
-        def answer():
-            order.append("answer taken")
-            return {i: [Attempt(True, 100, 3600, 8, 2, None, final=True)] for i in ids}
+        return lambda: {i: [Attempt(True, 100, 3600, 8, 2, None, final=True)] for i in ids}
 
-        return answer
+    def taken_when_asked_for(work):  # in place of the thread: the answer is there when collect takes it
+        return lambda: (order.append("answer taken"), work())[1]
 
     monkeypatch.setattr(collect, "_row", row)
+    monkeypatch.setattr(collect, "in_background", taken_when_asked_for)
     monkeypatch.setattr("jobgen.backends._slurm.usage_later", usage_later)
     result = runner.invoke(main, ["summary", str(run), "--format", "json"])
     assert result.exit_code == 0, result.output
