@@ -120,10 +120,18 @@ def test_cancel_cancels_every_segment(short_partition: str, root: Path, tmp_path
     assert "1 job(s) cancelled" in out and f"cancel sent to jobs {', '.join(job['segments'])}" in out
     states = wait_states(run_dir, all_final, timeout=60)
     assert states[job["name"]] is State.CANCELLED
-    sacct = subprocess.run(
-        ["sacct", "-n", "-P", "-X", "--format=JobID,State", "-j", ",".join(job["segments"])],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert [s.split("|")[1].split()[0] for s in sacct.splitlines()] == ["CANCELLED"] * 3, sacct
+    # The accounting is written after the controller and lags it (the pending segments' cancel reached
+    # it seconds later in one CI run): each segment's state there is waited for, up to 30 s.
+    deadline = time.monotonic() + 30
+    while True:
+        sacct = subprocess.run(
+            ["sacct", "-n", "-P", "-X", "--format=JobID,State", "-j", ",".join(job["segments"])],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        said = [s.split("|")[1].split()[0] for s in sacct.splitlines()]
+        if said == ["CANCELLED"] * 3 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert said == ["CANCELLED"] * 3, sacct
