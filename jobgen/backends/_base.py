@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from jobgen.errors import JobgenError
 from jobgen.states import JobInfo
@@ -184,6 +184,9 @@ class Scheduler:
         return []
 
 
+L = TypeVar("L", Path, str)  # a log, as a path or as its name in a known folder
+
+
 @functools.lru_cache(maxsize=64)
 def _matcher(patterns: tuple[str, ...]) -> Callable[[str], re.Match[str] | None]:
     """One compiled regular expression for these file-name patterns (fnmatchcase's, each matched whole)."""
@@ -196,23 +199,7 @@ def _in_order(found: Iterable[Path], marks: dict[str, os.stat_result | None] | N
     without a stat: which of the two was written to last says nothing of the order of attempts (most
     jobs of a sweep have just these two; jobgen.results.diagnose orders them by time itself).
     `marks`: see logs_among."""
-    paths = list(found)
-    if len(paths) < 2:
-        return paths
-    if len({path.name.rpartition(".")[0] or path.name for path in paths}) == 1:
-        return sorted(paths, key=_name)
-    stats = {} if marks is None else marks
-    for path in paths:
-        try:
-            stats[path.name] = os.stat(path)
-        except OSError:
-            stats[path.name] = None  # gone: sorts first, as oldest_first has it
-
-    def key(path: Path) -> tuple[float, str]:
-        st = stats[path.name]
-        return (st.st_mtime if st is not None else 0.0), path.name
-
-    return sorted(paths, key=key)
+    return _ordered(list(found), _name, lambda path: path, marks)
 
 
 def _name(path: Path) -> str:
@@ -221,22 +208,32 @@ def _name(path: Path) -> str:
 
 def _names_in_order(folder: str, names: list[str], marks: dict[str, os.stat_result | None] | None = None) -> list[str]:
     """_in_order of the logs of these names in `folder`."""
-    if len(names) < 2:
-        return names
-    if len({name.rpartition(".")[0] or name for name in names}) == 1:
-        return sorted(names)
+    return _ordered(names, str, lambda name: os.path.join(folder, name), marks)
+
+
+def _ordered(
+    logs: list[L],
+    name: Callable[[L], str],
+    where: Callable[[L], str | Path],
+    marks: dict[str, os.stat_result | None] | None,
+) -> list[L]:
+    """_in_order of logs given as Paths or as names (`name` and `where` say each one's name and path)."""
+    if len(logs) < 2:
+        return logs
+    if len({name(log).rpartition(".")[0] or name(log) for log in logs}) == 1:
+        return sorted(logs, key=name)
     stats = {} if marks is None else marks
-    for name in names:
+    for log in logs:
         try:
-            stats[name] = os.stat(os.path.join(folder, name))
+            stats[name(log)] = os.stat(where(log))
         except OSError:
-            stats[name] = None  # gone: sorts first, as oldest_first has it
+            stats[name(log)] = None  # gone: sorts first, as oldest_first has it
 
-    def key(name: str) -> tuple[float, str]:
-        st = stats[name]
-        return (st.st_mtime if st is not None else 0.0), name
+    def key(log: L) -> tuple[float, str]:
+        st = stats[name(log)]
+        return (st.st_mtime if st is not None else 0.0), name(log)
 
-    return sorted(names, key=key)
+    return sorted(logs, key=key)
 
 
 def oldest_first(path: Path) -> tuple[float, str]:

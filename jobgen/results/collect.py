@@ -377,7 +377,7 @@ def look_and_ask(runs: Sequence[Run]) -> Callable[[], None]:
             # read, and a thread takes it after the fork.
             try:
                 started = answer_later(asking)
-            except Exception:  # noqa: BLE001 (an unknown backend: asked, and refused, in the thread as before)
+            except JobgenError:  # an unknown backend: asked, and refused, in the thread as before
                 started = functools.partial(answer, asking)
     rest = look_and_keep(runs)  # it forks: no thread may run before it
     if asking is not None and started is not None:

@@ -155,10 +155,7 @@ def _log_stamps(run: Run, job: RunJob, in_folder: bool, every_log: bool = False)
         return []  # the row was read from the record and its files alone
     if not in_folder:
         return None
-    names = logs.names_of(job, run.backend)
-    found = [(name, job.folder + "/" + name) for name in names] if names is not None else None
-    if found is None:
-        found = [(path.name, str(path)) for path in logs.of(job, run.backend)]
+    found = logs.named(job, run.backend)
     if every_log and (len(found) < 2 or job.log_marks == {}) and _usable(job):
         # The page shows a job with its result by its logs' names alone (no tail), found in the folder
         # whose stamp is kept, in an order their names gave (a single log, or one Slurm job's .out and

@@ -69,6 +69,16 @@ def names_of(job: RunJob, backend: str) -> list[str] | None:
     return job.log_names
 
 
+def named(job: RunJob, backend: str) -> list[tuple[str, str]]:
+    """(name, path) of each of of()'s logs, in its order: made from names_of where it finds them (no
+    Path per log), else from of()'s Paths."""
+    names = names_of(job, backend)
+    if names is not None:
+        folder = job.folder + "/"
+        return [(name, folder + name) for name in names]
+    return [(path.name, str(path)) for path in of(job, backend)]
+
+
 def label(line: str, rank: int | None) -> str | None:
     """'3: text' (srun --label) or '[rank3]: text' (torchrun) -> '[rank 3] text'; None when filtering
     out another rank."""

@@ -269,13 +269,10 @@ def _state_class(state: str) -> str:
 def _log_links(jobs: list[JobRow]) -> str:
     links: list[str] = []
     for job in jobs:
-        source = job.source
-        names = logs.names_of(source, job.backend) if source is not None else None
-        if source is not None and names is not None:  # found in the job folder's listing: no Path per log
-            folder = source.folder + "/"
-            links.extend(f'<a href="{_href(folder + name)}">{_escape(name)}</a>' for name in names)
-        else:
-            links.extend(f'<a href="{_href(path)}">{_escape(path.name)}</a>' for path in _logs(job))
+        found = (
+            logs.named(job.source, job.backend) if job.source is not None else [(p.name, str(p)) for p in _logs(job)]
+        )
+        links.extend(f'<a href="{_href(path)}">{_escape(name)}</a>' for name, path in found)
     return " ".join(links) or "&mdash;"
 
 

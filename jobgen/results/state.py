@@ -178,7 +178,7 @@ def ask_schedulers(
             def ask() -> dict[str, dict[str, JobInfo]]:
                 return {backend: each() for backend, each in started.items()}
 
-        except Exception:  # noqa: BLE001 (an unknown backend: asked, and refused, in the thread as before)
+        except JobgenError:  # an unknown backend: asked, and refused, in the thread as before
             ask = ask_now
         rest = meanwhile()  # it may fork: no thread runs yet
         answer = in_background(ask)
