@@ -444,3 +444,6 @@ def test_a_log_link_is_the_paths_file_uri_escaped_for_html(name: str) -> None:
 
     path = Path("/runs/exp") / name.lstrip("/")
     assert _href(path) == escape("file://" + quote_from_bytes(os.fsencode(os.path.abspath(path))))
+    # Given as text (the report's links are): "//", "/./", "/../" and a trailing "/" left in for abspath.
+    for text in (str(path), "/runs/exp/" + name, "/" + name):
+        assert _href(text) == escape("file://" + quote_from_bytes(os.fsencode(os.path.abspath(text))))

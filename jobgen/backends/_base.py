@@ -208,6 +208,10 @@ def _name(path: Path) -> str:
 
 def _names_in_order(folder: str, names: list[str], marks: dict[str, os.stat_result | None] | None = None) -> list[str]:
     """_in_order of the logs of these names in `folder`."""
+    if len(names) == 2:  # most jobs of a sweep: one Slurm job's .out and .err, in name order
+        first, second = names
+        if (first.rpartition(".")[0] or first) == (second.rpartition(".")[0] or second):
+            return [first, second] if first <= second else [second, first]
     return _ordered(names, str, lambda name: os.path.join(folder, name), marks)
 
 

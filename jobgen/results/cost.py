@@ -11,9 +11,9 @@ several times without accounting, a job on the local backend (it holds no alloca
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
+import itertools
 import json
 import math
 import re
@@ -69,6 +69,12 @@ def answer(asking: Question) -> dict[str, list[Attempt]]:
     return answer_later(asking)()
 
 
+def _values(a: Attempt) -> list[Any]:
+    """An attempt's fields in order, as dataclasses.astuple gives them (which copies each value deeply:
+    a fifth of a 10,000-job summary's digest of its answer)."""
+    return [a.started, a.elapsed_s, a.limit_s, a.cpus, a.gpus, a.energy_j, a.final]
+
+
 def answer_later(asking: Question) -> Callable[[], dict[str, list[Attempt]]]:
     """answer, each backend's accounting asked now where it can be without a thread (Slurm's sacct
     starts at once); the function returned gives the answer."""
@@ -85,7 +91,7 @@ def answer_later(asking: Question) -> Callable[[], dict[str, list[Attempt]]]:
 
 def digest(found: Accounting) -> str:
     """What tells two answers of the accounting apart (jobgen.results.kept asks again and compares)."""
-    text = json.dumps(sorted((jid, [dataclasses.astuple(a) for a in found[jid]]) for jid in found))
+    text = json.dumps(sorted((jid, [_values(a) for a in found[jid]]) for jid in found))
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
@@ -100,6 +106,11 @@ def digest(found: Accounting) -> str:
 
 USAGE = "usage"  # the manifest entry's field
 _ATTEMPT_KINDS = (bool, int, int, int, int, int, bool)  # Attempt's fields; None allowed for limit..energy
+# The types a kept attempt's values may have, each combination (a tuple of types is one set lookup).
+_ATTEMPT_TYPES = frozenset(
+    tuple(type(None) if n in nones else kind for n, kind in enumerate(_ATTEMPT_KINDS))
+    for nones in itertools.chain.from_iterable(itertools.combinations(range(2, 6), k) for k in range(5))
+)
 
 
 def usage_key(job: RunJob, restarts: int) -> list[Any]:
@@ -122,11 +133,8 @@ def kept_attempts(job: RunJob, restarts: int) -> dict[str, list[Attempt]] | None
         if type(values) is not list or not values:
             return None
         for value in values:
-            if type(value) is not list or len(value) != len(_ATTEMPT_KINDS):
+            if type(value) is not list or tuple(map(type, value)) not in _ATTEMPT_TYPES:
                 return None  # damaged: ask again (a bad cache costs time, never a wrong number)
-            for n, (v, kind) in enumerate(zip(value, _ATTEMPT_KINDS, strict=True)):
-                if type(v) is not kind and not (v is None and 2 <= n <= 5):
-                    return None
         out[jid] = [Attempt(*value) for value in values]
     return out
 
@@ -138,10 +146,7 @@ def attempts_to_keep(job: RunJob, accounting: Accounting, restarts: int) -> dict
     ids = job_ids(job)
     if job.state not in SETTLED or not ids or not all(accounting.get(i) and accounting[i][-1].final for i in ids):
         return None
-    attempts = {
-        i: [[a.started, a.elapsed_s, a.limit_s, a.cpus, a.gpus, a.energy_j, a.final] for a in accounting[i]]
-        for i in ids
-    }
+    attempts = {i: [_values(a) for a in accounting[i]] for i in ids}
     return {"key": usage_key(job, restarts), "attempts": attempts}
 
 
@@ -169,6 +174,16 @@ def usage_of(job: RunJob, accounting: Accounting | None, requeues: int = 0) -> U
 def from_attempts(attempts: list[Attempt], asked_gpus: int | None = None) -> Usage:
     """Sums over the attempts that started (none did: a Usage that says so). `asked_gpus`: the GPUs of
     an attempt whose accounting does not list them (None: unknown)."""
+    if len(attempts) == 1 and attempts[0].started:  # most jobs: the same sums of one term, without lists
+        a = attempts[0]
+        held = a.gpus if a.gpus is not None else asked_gpus
+        return Usage(
+            gpu_hours=None if held is None else float(held * a.elapsed_s) / 3600,
+            cpu_hours=None if a.cpus is None else float(a.cpus * a.elapsed_s) / 3600,
+            energy_kwh=None if a.energy_j is None else float(a.energy_j) / 3.6e6,
+            time_used=_fraction(a.elapsed_s, a.limit_s),
+            source="sacct",
+        )
     ran = [a for a in attempts if a.started]
     if not ran:
         return Usage(None, None, None, None, "sacct", ran=False)

@@ -290,7 +290,7 @@ def _href(path: Path | str) -> str:
     # Path.as_uri() of the absolute path, without a Path per log: not resolve() (a syscall per folder).
     # A path of the characters neither the URL nor the HTML escapes (most: a run's folders and Slurm's
     # log names) is its own link text: 20,000 logs in a report of 10,000 jobs.
-    text = os.path.abspath(path)
+    text = path if type(path) is str and _PLAIN_ABSOLUTE(path) else os.path.abspath(path)
     if _PLAIN_PATH(text):
         return "file://" + text
     return escape("file://" + quote_from_bytes(os.fsencode(text)))
@@ -299,6 +299,8 @@ def _href(path: Path | str) -> str:
 # Letters, digits and "/_.-~": what quote_from_bytes leaves as it is (its safe "/" and the characters
 # always safe) and html.escape does too.
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9/_.~-]*").fullmatch
+# Such a path that abspath leaves as it is: absolute, no empty part, none "." or "..".
+_PLAIN_ABSOLUTE = re.compile(r"(?:/(?!\.\.?(?:/|$))[A-Za-z0-9_.~-]+)+").fullmatch
 
 
 def _tradeoff(lines: list[Line], colors: dict[int, str]) -> str:

@@ -328,7 +328,9 @@ def unchanged(run_dir: Path | str, digest: str, journal: str) -> bool:
 
 
 def _digest(raw: bytes) -> str:
-    return hashlib.blake2b(raw, digest_size=16).hexdigest()
+    """What tells two versions of a record apart: SHA-256 (in hardware on most x86 and Arm CPUs: half
+    of BLAKE2b's time on a 6 MB manifest, hashed up to five times by a command), its first 128 bits."""
+    return hashlib.sha256(raw).hexdigest()[:32]
 
 
 PROBE = "probe"  # manifest "kind" of a run made by `jobgen probe`

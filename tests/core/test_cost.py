@@ -154,6 +154,28 @@ def test_gpu_hours_take_the_requests_gpus_where_the_accounting_lists_none(attemp
     assert (usage.gpu_hours, usage.cpu_hours) == (want_gpu, want_cpu)
 
 
+@given(
+    st.builds(Attempt, st.just(True), st.integers(0, 10**6), _COUNT, _COUNT, _COUNT, st.none() | st.integers(0, 10**9)),
+    _COUNT,
+)
+def test_one_attempt_sums_as_any_other_number_of_them(attempt, asked) -> None:
+    """A job that ran once (most) is summed by a shorter way: every number is the one the sums over
+    several attempts give when the others never started."""
+    never = Attempt(False, 0, None, None, None, None)
+    assert cost.from_attempts([attempt], asked) == cost.from_attempts([attempt, never], asked)
+
+
+@given(st.lists(st.sampled_from([True, False, 0, 7, None, 1.5, "7"]), min_size=6, max_size=8))
+def test_a_kept_attempt_is_taken_only_with_the_types_of_its_fields(values: list) -> None:
+    """Kept attempts are told from damaged ones by the type of each value: bool, int, four ints or
+    None, bool; a yes/no is no number here and a number no yes/no."""
+    kinds = (bool, int, int, int, int, int, bool)
+    valid = len(values) == 7 and all(
+        type(v) is kind or (v is None and 2 <= n <= 5) for n, (v, kind) in enumerate(zip(values, kinds, strict=False))
+    )
+    assert (tuple(map(type, values)) in cost._ATTEMPT_TYPES) == valid
+
+
 def test_without_accounting_usage_is_empty(bin_dir: Path) -> None:
     stub_tool(bin_dir, "sacct", "echo 'sacct: error: Slurm accounting storage is disabled' >&2; exit 1\n")
     assert track.usage(["1", "2"]) == {}
@@ -507,6 +529,11 @@ def test_a_later_attempt_is_counted_not_the_kept_one(tmp_path: Path, bin_dir: Pa
         {"key": "junk"},
         {"key": None, "attempts": {"4000": [[True, "1800", 7200, 32, 8, None, True]]}},
         {"key": None, "attempts": {"4000": [[True, 1800, 7200, 32, 8, None]]}},
+        {"key": None, "attempts": {"4000": [[1, 1800, 7200, 32, 8, None, True]]}},  # a number for a yes/no
+        {"key": None, "attempts": {"4000": [[True, True, 7200, 32, 8, None, True]]}},  # a yes/no for a number
+        {"key": None, "attempts": {"4000": [[True, None, 7200, 32, 8, None, True]]}},  # elapsed is never unknown
+        {"key": None, "attempts": {"4000": [[True, 1800, 7200.0, 32, 8, None, True]]}},
+        {"key": None, "attempts": {"4000": [[True, 1800, 7200, 32, 8, None, None]]}},
         {"key": None, "attempts": {"4000": []}},
         {"key": None, "attempts": []},
     ],
