@@ -6,6 +6,7 @@ import what they need inside their own bodies.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import sys
@@ -95,6 +96,8 @@ class _Group(click.Group):
             raise
         except KeyboardInterrupt:
             raise click.Abort() from None
+        except BrokenPipeError:
+            raise  # its reader went away (`jobgen status | head`): click ends the command quietly, status 1
         except Exception as exc:
             if _debug(ctx):
                 raise
@@ -817,5 +820,37 @@ def schema(fmt: str) -> None:
         click.echo(f"{key:<{width}}  {tp}  = {default}{f'  ({valid})' if valid else ''}\n{'':<{width}}  {doc}")
 
 
+def entry() -> None:
+    """The `jobgen` command: main(), then the process ends at once, its output flushed. Python's own
+    teardown frees every object still alive and collects cycles first: 10 ms for `jobgen --version`,
+    25 ms after a summary of 10,000 jobs, spent after the command has said everything. jobgen leaves
+    no work to it (no atexit handler, no thread but daemon ones it has joined or given up on), and
+    callers in-process (tests, notebooks) call main() and keep the usual exit."""
+    try:
+        main()
+        code: Any = 0
+    except SystemExit as exc:
+        code = exc.code
+    os._exit(_flushed(code))
+
+
+def _flushed(code: Any) -> int:
+    """The exit status for SystemExit's code (as Python's own exit makes it), once stdout and stderr
+    are flushed; a stdout that can no longer be written (its reader went away) fails a command that
+    would have succeeded, as click's own handling of a broken pipe does."""
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    try:
+        sys.stdout.flush()
+    except OSError:
+        code = code or 1
+    with contextlib.suppress(OSError):
+        sys.stderr.flush()
+    return int(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    entry()

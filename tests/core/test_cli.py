@@ -209,6 +209,47 @@ def test_installed_script_runs(tmp_path: Path):
     assert bad.returncode == 1 and bad.stderr.strip().startswith("Error:") and "Traceback" not in bad.stderr
 
 
+def test_installed_script_ends_as_python_would(runner, tmp_path: Path):
+    """The console script leaves without Python's teardown (jobgen.cli.entry): every byte of its output
+    still arrives, and its statuses are click's: 0, 1 for an error, 2 for a usage error."""
+    script = str(Path(sys.executable).parent / "jobgen")
+    assert "entry()" in Path(script).read_text(), "reinstall jobgen (pip install -e .): the script predates entry()"
+    out = tmp_path / "schema.txt"
+    with out.open("w") as fh:  # a file: fully buffered, all of it flushed at the end
+        done = subprocess.run([script, "schema", "--format", "markdown"], stdout=fh, stderr=subprocess.PIPE, text=True)
+    assert done.returncode == 0 and done.stderr == ""
+    assert out.read_text() == runner.invoke(main, ["schema", "--format", "markdown"]).output
+    assert len(out.read_text()) > 8192  # more than one buffer's worth
+    usage = subprocess.run([script, "status", "--no-such-flag"], capture_output=True, text=True)
+    assert usage.returncode == 2 and "No such option" in usage.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """`jobgen schema | head -1`: the first line, then status 1 and nothing on stderr (no one-line error
+    about a broken pipe, no traceback)."""
+    import fcntl
+
+    script = str(Path(sys.executable).parent / "jobgen")
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, 1031, 4096)  # F_SETPIPE_SZ: one page, less than the schema's 13 KB
+    proc = subprocess.Popen([script, "schema"], stdout=write_end, stderr=subprocess.PIPE)
+    os.close(write_end)
+    assert proc.stderr is not None
+    with os.fdopen(read_end, "rb") as reader:
+        first = reader.readline()  # the reader goes away with most of the output unread
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 1 and first.startswith(b"experiment.name"), (first, err)
+    assert err == b""
+
+
+@pytest.mark.parametrize(("code", "status", "said"), [(None, 0, ""), (0, 0, ""), (3, 3, ""), ("bad", 1, "bad\n")])
+def test_an_exit_code_becomes_the_status_python_would_give(capsys, code, status: int, said: str):
+    from jobgen.cli import _flushed
+
+    assert _flushed(code) == status
+    assert capsys.readouterr().err == said
+
+
 def test_templates_ship_in_the_wheel(tmp_path: Path):
     done = subprocess.run(
         [
