@@ -37,13 +37,13 @@ def _stdlib(raw: bytes | str) -> Any:
     return json.loads(raw)
 
 
-def _pick() -> Callable[[bytes | str], Any]:
+def _pick() -> tuple[Callable[[bytes | str], Any], Callable[[bytes | str], tuple[Any, bool]]]:
     if os.environ.get("JOBGEN_STDLIB_JSON") == "1":
-        return _stdlib
+        return _stdlib, _stdlib_exact
     try:
         from orjson import loads as fast
     except ImportError:  # a platform without its wheel: the standard library alone
-        return _stdlib
+        return _stdlib, _stdlib_exact
 
     def loads(raw: bytes | str) -> Any:
         data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
@@ -55,10 +55,27 @@ def _pick() -> Callable[[bytes | str], Any]:
                 pass
         return json.loads(raw)
 
-    return loads
+    def loads_exact(raw: bytes | str) -> tuple[Any, bool]:
+        data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
+        digits = data.translate(_DIGITS_ONLY)
+        if _LONG_RUN not in digits and _LONG_NEGATIVE not in digits:
+            try:
+                return fast(data), True
+            except ValueError:
+                pass
+        return json.loads(raw), False
+
+    return loads, loads_exact
 
 
-loads = _pick()
+def _stdlib_exact(raw: bytes | str) -> tuple[Any, bool]:
+    return json.loads(raw), False
+
+
+# loads_exact: loads, and whether orjson read the text. Then nothing in the value is a float NaN or
+# infinity (orjson refuses NaN, Infinity and numbers beyond a double): what jobgen.run.store needs to
+# know to write a manifest it read back with orjson (dumps_exact).
+loads, loads_exact = _pick()
 
 
 def _dumps_stdlib(value: Any) -> bytes:
@@ -86,5 +103,34 @@ def _pick_dumps() -> Callable[[Any], bytes]:
 # jobs, in a tenth of the standard library's time. orjson writes what `json.dumps(value, separators=(",",
 # ":"))` writes, read back as the same values, but for one thing the caches never hold: a NaN or an
 # infinity, which it writes as null (their floats are a result's numbers, each finite or None:
-# jobgen.results.collect._num). Not for the manifest: a record's bytes are what the standard library writes.
+# jobgen.results.collect._num). The manifest's entries only through dumps_exact, below.
 dumps = _pick_dumps()
+
+
+def _pick_dumps_exact() -> Callable[[Any], bytes | None]:
+    if os.environ.get("JOBGEN_STDLIB_JSON") == "1":
+        return lambda value: None
+    try:
+        import orjson
+    except ImportError:
+        return lambda value: None
+    # What the standard library refuses to write, orjson is told to refuse too (the default below):
+    # dataclasses and datetimes, which it would otherwise write.
+    option = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+
+    def refuse(value: Any) -> Any:
+        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+    def dumps_exact(value: Any) -> bytes | None:
+        try:
+            return orjson.dumps(value, default=refuse, option=option)
+        except TypeError:  # a key that is not a string, an integer beyond 64 bits, text with a lone surrogate
+            return None
+
+    return dumps_exact
+
+
+# dumps_exact: compact UTF-8 JSON by orjson, read back as the same value, or None where orjson cannot
+# write the value or is not installed: then the standard library writes it. The caller makes sure no
+# float in it is a NaN or an infinity: orjson writes those as null.
+dumps_exact = _pick_dumps_exact()

@@ -559,6 +559,8 @@ class Run:
     # when a journal was replayed.
     digest: str | None = field(default=None, repr=False)
     journal: str = field(default="", repr=False)
+    # No float in the manifest read is a NaN or an infinity (jobgen.run.store.ManifestRead.exact).
+    exact: bool = field(default=False, repr=False)
     # When it was loaded (time.time_ns()): a file changed since is not taken for the version read.
     loaded_ns: int = field(default=0, repr=False)
     # What summary and report asked the accounting about this run's jobs (backend -> ids) and the digest
@@ -579,7 +581,16 @@ class Run:
         folder = Path(run_dir)
         verdicts = Verdicts(folder)
         jobs = [RunJob.from_entry(folder, e, verdicts) for e in manifest["jobs"]]
-        return cls(folder, manifest, jobs, verdicts, digest=read.digest, journal=read.journal, loaded_ns=started)
+        return cls(
+            folder,
+            manifest,
+            jobs,
+            verdicts,
+            digest=read.digest,
+            journal=read.journal,
+            exact=read.exact,
+            loaded_ns=started,
+        )
 
     def record(self, updates: dict[str, dict[str, Any]]) -> None:
         """Write these fields of the named jobs to the run's record and to their entries here, each only
@@ -587,9 +598,11 @@ class Run:
         is written whole when it is still the one on disk (jobgen.run.store.update_read); the run then
         stands for the record as written (its digest), so what a command keeps of it holds."""
         ids = {job.name: job.job_id for job in self.jobs}
-        written = store.update_read(self.run_dir, self.manifest, self.digest, updates, if_job_id=ids)
+        self.exact = self.exact and store.finite(updates)
+        written = store.update_read(self.run_dir, self.manifest, self.digest, updates, if_job_id=ids, exact=self.exact)
         if written is None:
             self.digest = None  # the record changed since it was read: nothing kept of this read holds
+            self.exact = False
             for job in self.jobs:
                 job.entry.update(updates.get(job.name, {}))
         else:

@@ -62,6 +62,25 @@ def test_every_document_reads_as_the_standard_library_reads_it(doc, ascii_only: 
     assert _outcome(jsonread.loads, raw) == _outcome(json.loads, raw)
 
 
+@settings(max_examples=300, deadline=None)
+@given(DOCS, st.booleans())
+def test_a_text_read_exactly_holds_no_nan_and_writes_back_the_same(doc, ascii_only: bool) -> None:
+    """loads_exact reads what loads reads; when it says orjson read the text, no float in the value is a
+    NaN or an infinity, and dumps_exact writes a text that reads back as the same value (or declines)."""
+    from jobgen.run.store import finite
+
+    raw = json.dumps(doc, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+    try:
+        value, exact = jsonread.loads_exact(raw)
+    except ValueError:
+        return  # lone surrogates: loads raises the same (the test above)
+    assert _comparable(value) == _comparable(json.loads(raw))
+    assert finite(value) or not exact  # a NaN or an infinity is only ever read by the standard library
+    if exact:
+        written = jsonread.dumps_exact(value)
+        assert written is None or _comparable(json.loads(written)) == _comparable(value)
+
+
 @settings(max_examples=400, deadline=None)
 @given(DOCS, st.data())
 def test_damaged_text_fails_or_reads_as_the_standard_library_says(doc, data) -> None:
