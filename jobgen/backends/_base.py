@@ -171,6 +171,10 @@ class Scheduler:
     def logs_in_job_folder(self) -> bool:
         """Whether every log is in the job's folder itself, not below it: the folder's stat stamp then
         changes when one is made or removed (jobgen.results.kept relies on it)."""
+        return self._logs_in_job_folder
+
+    @functools.cached_property
+    def _logs_in_job_folder(self) -> bool:  # asked for each job of a 10,000-job report
         return all("/" not in pattern for pattern in self._log_patterns)
 
     @functools.cached_property

@@ -164,7 +164,8 @@ def _stat(stat: Stat, show: Callable[[float], str]) -> str:
 
 
 def _metric(name: str, show: Callable[[float], str]) -> Callable[[Line], str]:
-    return lambda line: _stat(line.metrics[name], show)
+    # Most lines of a big sweep have no value in most columns: those cost no call of _stat.
+    return lambda line: "" if (stat := line.metrics[name]).mean is None else _stat(stat, show)
 
 
 def _shape(line: Line) -> str:

@@ -113,22 +113,30 @@ _ATTEMPT_TYPES = frozenset(
 )
 
 
-def usage_key(job: RunJob, restarts: int) -> list[Any]:
-    """What kept attempts must still match to be the job's: a later attempt changes it."""
-    return [job_ids(job), int(job.entry.get("requeues") or 0), restarts, job.entry.get("ended_at")]
+def usage_key(job: RunJob, restarts: int, ids: list[str] | None = None) -> list[Any]:
+    """What kept attempts must still match to be the job's: a later attempt changes it. `ids`: job_ids(job)."""
+    return [
+        job_ids(job) if ids is None else ids,
+        int(job.entry.get("requeues") or 0),
+        restarts,
+        job.entry.get("ended_at"),
+    ]
 
 
 def kept_attempts(job: RunJob, restarts: int) -> dict[str, list[Attempt]] | None:
     """The attempts kept in the job's manifest entry (id -> attempts), when they are still its own: the job
     has ended for good and nothing ran it again since. None: ask the accounting."""
     kept = job.entry.get(USAGE)
-    if job.state not in SETTLED or type(kept) is not dict or kept.get("key") != usage_key(job, restarts):
+    if job.state not in SETTLED or type(kept) is not dict:
+        return None
+    ids = job_ids(job)
+    if kept.get("key") != usage_key(job, restarts, ids):
         return None
     attempts = kept.get("attempts")
     if type(attempts) is not dict:
         return None
     out: dict[str, list[Attempt]] = {}
-    for jid in job_ids(job):
+    for jid in ids:
         values = attempts.get(jid)
         if type(values) is not list or not values:
             return None
@@ -147,7 +155,7 @@ def attempts_to_keep(job: RunJob, accounting: Accounting, restarts: int) -> dict
     if job.state not in SETTLED or not ids or not all(accounting.get(i) and accounting[i][-1].final for i in ids):
         return None
     attempts = {i: [_values(a) for a in accounting[i]] for i in ids}
-    return {"key": usage_key(job, restarts), "attempts": attempts}
+    return {"key": usage_key(job, restarts, ids), "attempts": attempts}
 
 
 def job_ids(job: RunJob) -> list[str]:
@@ -256,7 +264,11 @@ ASKED_FACT = "asked"  # the key of _asked's answer among the facts kept of a spe
 
 
 def _is_asked(kept: Any) -> bool:
-    return type(kept) is list and len(kept) == 3 and all(v is None or type(v) is int for v in kept)
+    return type(kept) is list and tuple(map(type, kept)) in _ASKED_TYPES
+
+
+# The types _read_asked's three values may have (each an int or None): one set lookup per job.
+_ASKED_TYPES = frozenset(itertools.product((int, type(None)), repeat=3))
 
 
 def _read_asked(job: RunJob) -> list[int | None]:

@@ -290,7 +290,9 @@ def _href(path: Path | str) -> str:
     # Path.as_uri() of the absolute path, without a Path per log: not resolve() (a syscall per folder).
     # A path of the characters neither the URL nor the HTML escapes (most: a run's folders and Slurm's
     # log names) is its own link text: 20,000 logs in a report of 10,000 jobs.
-    text = path if type(path) is str and _PLAIN_ABSOLUTE(path) else os.path.abspath(path)
+    if type(path) is str and _PLAIN_ABSOLUTE(path):
+        return "file://" + path
+    text = os.path.abspath(path)
     if _PLAIN_PATH(text):
         return "file://" + text
     return escape("file://" + quote_from_bytes(os.fsencode(text)))

@@ -176,6 +176,14 @@ def test_a_kept_attempt_is_taken_only_with_the_types_of_its_fields(values: list)
     assert (tuple(map(type, values)) in cost._ATTEMPT_TYPES) == valid
 
 
+@given(st.lists(st.sampled_from([None, 0, 5, True, 1.5, "3"]), max_size=4))
+def test_a_kept_request_is_taken_only_as_three_whole_numbers_or_none(values: list) -> None:
+    """What a spec.json asked for, kept in the run's verdicts: GPUs, CPUs and seconds, each an int or
+    None (a yes/no is no count); anything else is a damaged cache, read again."""
+    assert cost._is_asked(values) == (len(values) == 3 and all(v is None or type(v) is int for v in values))
+    assert not cost._is_asked(tuple(values))
+
+
 def test_without_accounting_usage_is_empty(bin_dir: Path) -> None:
     stub_tool(bin_dir, "sacct", "echo 'sacct: error: Slurm accounting storage is disabled' >&2; exit 1\n")
     assert track.usage(["1", "2"]) == {}
