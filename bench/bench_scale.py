@@ -21,6 +21,10 @@ vary less than wall times on a busy machine. The columns, in order: status while
 the first status once they ended, the next one, runs, summary, report, summary again, and two statuses
 after them (the first reads the manifest that summary's kept usage changed, the second shows the rows
 the first kept). `--how arrays` measures arrays alone (10,000 jobs one by one take long).
+
+Leave the code alone while it runs (or run it from a checkout of its own, with an environment of its
+own: an editable install finds its package ahead of PYTHONPATH): what a command keeps is keyed by the
+code's stamp (jobgen.run.rows.code_stamp), so after an edit the next reads read the run again.
 """
 
 from __future__ import annotations
