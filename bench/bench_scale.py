@@ -1,13 +1,14 @@
 """jobgen at scale on the real test cluster: submission, status and summary of 100 to 10,000 jobs.
 
 Each figure is printed next to its floor measured in the same run (a bare `sbatch --parsable --wrap true`
-loop for submission, right before it and as many calls, whose jobs run as jobgen's will and have ended
-before jobgen's submission starts; for status, the one `squeue -t all -u <you> -O <fields>` it asks),
-as a ratio: these machines are noisy, so only
-ratios measured side by side mean anything. The jobs' launch is `true` (bench/true.sbatch.j2): Slurm
-does all the work there is, and jobgen's own cost is what is left. The test cluster's daemons run on
-this machine: the status of the queued jobs is measured with the partition held (State=DOWN: the jobs
-stay queued, no slurmstepd starts one on these cores meanwhile), and once the jobs ended the reads
+loop for submission, right before it and as many calls, its jobs cancelled before jobgen's submission
+starts; for status, the one `squeue -t all -u <you> -O <fields>` it asks), as a ratio: these machines
+are noisy, so only ratios measured side by side mean anything. The jobs' launch is `true`
+(bench/true.sbatch.j2): Slurm does all the work there is, and jobgen's own cost is what is left. The
+test cluster's daemons and jobs run on this machine: the floor's sbatch loop, jobgen's submission and
+the status of the queued jobs are measured with the partition held (State=DOWN: the jobs stay queued,
+no slurmstepd starts one on these cores meanwhile: jobgen's jobs, which run its whole batch script,
+took the cores from its own later sbatch calls, the floor's `true` far less), and once the jobs ended the reads
 wait until the CPUs are idle again (the accounting stores every ended job for a while), each read
 after the last, as a login node's are while the controller, the database and the jobs run elsewhere;
 the table says how long that took and how many tasks were pending.
@@ -101,7 +102,19 @@ def jobgen(args: list[str], env: dict[str, str]) -> float:
 
 def bare_sbatch(n: int, counter: Path) -> tuple[float, float]:
     """(wall, CPU) seconds of n bare sbatch calls from this process, one after the other, through the
-    same counting shim as jobgen's (a shell that logs a line, then runs the real sbatch)."""
+    same counting shim as jobgen's (a shell that logs a line, then runs the real sbatch), with the
+    partition held as jobgen's submission will be; its jobs are cancelled after."""
+    partition = default_partition()
+    set_partition(partition, "DOWN")
+    try:
+        return _bare_sbatch(n, counter)
+    finally:
+        subprocess.run(["scancel", "--name", FLOOR_NAME], capture_output=True)
+        wait_ended(FLOOR_NAME, timeout=max(600, n / 5), exact=True)  # jobgen's submission meets an empty queue
+        set_partition(partition, "UP")
+
+
+def _bare_sbatch(n: int, counter: Path) -> tuple[float, float]:
     env = {**os.environ, "PATH": f"{counter}:{os.environ['PATH']}"}
     command = ["sbatch", "--parsable", "--job-name", FLOOR_NAME, "--wrap", "true", "-o", "/dev/null"]
     for _attempt in range(3):
@@ -112,12 +125,11 @@ def bare_sbatch(n: int, counter: Path) -> tuple[float, float]:
             if done.returncode != 0:
                 break
         else:
-            took = time.perf_counter() - started, _children_cpu() - before
-            wait_ended(FLOOR_NAME, timeout=max(600, n / 5), exact=True)  # jobgen's submission meets an idle queue
-            return took
-        # A controller busy saving the state of thousands of ended jobs may time a call out: the floor is
-        # measured again from the start, after its jobs ended, rather than with a retry's wait in it.
+            return time.perf_counter() - started, _children_cpu() - before
+        # A controller busy saving the state of thousands of jobs may time a call out: the floor is
+        # measured again from the start, after its jobs are gone, rather than with a retry's wait in it.
         print(f"bare sbatch failed ({done.stderr.strip()}); measuring the floor again", file=sys.stderr)
+        subprocess.run(["scancel", "--name", FLOOR_NAME], capture_output=True)
         wait_ended(FLOOR_NAME, timeout=max(600, n / 5), exact=True)
         time.sleep(5)
     raise SystemExit(f"bare sbatch failed three times: {done.stderr.strip()}")
@@ -200,11 +212,12 @@ def measure(n: int, array: bool, root: Path, counter: Path) -> dict[str, float]:
         out[f"{key}_calls"] = calls(counter)
 
     partition = default_partition()
-    measure_one("submit", ["submit", str(exp)])
-    # The jobs' starts (slurmstepd per job) would take this machine's cores from the status: the
-    # partition stops starting jobs (DOWN: jobs stay queued) while the queued jobs are read.
+    # The jobs' starts (slurmstepd per job) would take this machine's cores from the submission and the
+    # status: the partition stops starting jobs (DOWN: jobs stay queued) while jobgen submits them and
+    # reads them queued, as it did for the floor's sbatch loop.
     set_partition(partition, "DOWN")
     try:
+        measure_one("submit", ["submit", str(exp)])
         out["queued_wait_s"], out["queued_idle"] = wait_idle()
         out["queued"] = queued(exp.stem)
         out["floor_queued_s"] = squeue_floor()
