@@ -46,9 +46,8 @@ def _pick() -> tuple[Callable[[bytes | str], Any], Callable[[bytes | str], tuple
         return _stdlib, _stdlib_exact
 
     def loads(raw: bytes | str) -> Any:
-        data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
-        digits = data.translate(_DIGITS_ONLY)
-        if _LONG_RUN not in digits and _LONG_NEGATIVE not in digits:
+        data = _for_orjson(raw)
+        if data is not None:
             try:
                 return fast(data)
             except ValueError:  # orjson.JSONDecodeError: refused, so the standard library decides
@@ -56,9 +55,8 @@ def _pick() -> tuple[Callable[[bytes | str], Any], Callable[[bytes | str], tuple
         return json.loads(raw)
 
     def loads_exact(raw: bytes | str) -> tuple[Any, bool]:
-        data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
-        digits = data.translate(_DIGITS_ONLY)
-        if _LONG_RUN not in digits and _LONG_NEGATIVE not in digits:
+        data = _for_orjson(raw)
+        if data is not None:
             try:
                 return fast(data), True
             except ValueError:
@@ -66,6 +64,14 @@ def _pick() -> tuple[Callable[[bytes | str], Any], Callable[[bytes | str], tuple
         return json.loads(raw), False
 
     return loads, loads_exact
+
+
+def _for_orjson(raw: bytes | str) -> bytes | None:
+    """The text as bytes for orjson, None where it would read an integer otherwise than the standard
+    library (a run of digits too long: see _DIGITS_ONLY)."""
+    data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
+    digits = data.translate(_DIGITS_ONLY)
+    return data if _LONG_RUN not in digits and _LONG_NEGATIVE not in digits else None
 
 
 def _stdlib_exact(raw: bytes | str) -> tuple[Any, bool]:
