@@ -123,7 +123,7 @@ class Answer(dict[str, "JobInfo"]):
     silent: str = ""
 
 
-@dataclass
+@dataclass(slots=True)
 class JobInfo:
     """What a scheduler (or the run's files) says about one job: the one shape every backend answers in."""
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from jobgen.experiment.config import Experiment
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Attempt:
     """One time a job ran, as the scheduler's accounting recorded it (a requeue runs a job again)."""
 

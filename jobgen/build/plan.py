@@ -27,7 +27,7 @@ from training import contract
 _UNSAFE = re.compile(r"[^A-Za-z0-9.-]+")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Job:
     """One job: its experiment with the sweep point applied and derived values resolved."""
 

@@ -50,7 +50,7 @@ NO_RESULT = "no result.json"
 # Result and JobRow are values nobody changes once made (dataclasses.replace makes another), but not
 # frozen dataclasses: a summary of 10,000 jobs makes 20,000 of them, and a frozen dataclass's __init__
 # (one object.__setattr__ per field) costs six times a plain one's, 0.05 s of such a summary.
-@dataclass
+@dataclass(slots=True)
 class Result:
     """The fields of result.json (schema 1) that the summary shows; None where absent or malformed."""
 
@@ -80,7 +80,7 @@ class Result:
     gpus: tuple[str, ...] = ()  # the GPUs rank 0 saw (ran_on.gpus); () on CPU
 
 
-@dataclass
+@dataclass(slots=True)
 class JobRow:
     """One job of one run, as the summary sees it."""
 

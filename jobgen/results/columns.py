@@ -40,7 +40,7 @@ class Stat(NamedTuple):
 NO_VALUE = Stat(None, None, 0)  # shared: a Stat is frozen, and most lines of a big sweep have many of these
 
 
-@dataclass
+@dataclass(slots=True)
 class Line:
     """One row of the summary: a configuration (its runs combined) or a single job."""
 

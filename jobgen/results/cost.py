@@ -33,7 +33,7 @@ Accounting = Mapping[str, list[Attempt]]  # job id -> its attempts, as the sched
 NEVER_SUBMITTED = frozenset({State.DRY_RUN, State.NOT_SUBMITTED})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Usage:
     """What one job held and used, all its attempts together; None where it cannot be known."""
 
