@@ -480,3 +480,23 @@ def test_job_folders_changed_since_an_earlier_look_weigh_as_unread(tmp_path: Pat
     for i in range(jobs // 2):  # the first half of the sweep wrote a log since
         (run_dir / "jobs" / f"j{i}" / "slurm-9.out").write_text("ran\n")
     assert readers._weight([Run.load(run_dir)]) == (jobs // 2 + 4 * (jobs // 2)) // 4
+
+
+def test_per_job_objects_hold_no_instance_dict(tmp_path: Path) -> None:
+    """A command makes one of each per job (10,000 in a big sweep): slotted, so none carries a dict of
+    its own (16 MB of them at 10,000 RunJobs, and their page faults), and what they cached still is."""
+    import dataclasses
+
+    from jobgen.backends._base import Attempt
+    from jobgen.build.plan import Job
+    from jobgen.results.collect import JobRow, Result
+    from jobgen.results.columns import Line
+    from jobgen.results.cost import Usage
+
+    job = RunJob.from_entry(tmp_path, {"name": "a", "state": "COMPLETED", "job_id": "7"})
+    assert job.job_dir == tmp_path / "jobs" / "a" and job.job_dir is job.job_dir
+    for cls in (RunJob, JobRow, Result, Line, Usage, Attempt, JobInfo, Job):
+        assert dataclasses.is_dataclass(cls) and "__slots__" in vars(cls), cls.__name__
+    assert not hasattr(job, "__dict__") and not hasattr(JobInfo(State.COMPLETED), "__dict__")
+    with pytest.raises(AttributeError):
+        job.not_a_field = 1  # type: ignore[attr-defined]
