@@ -54,9 +54,10 @@ class Retries:
         return text + (f": {self.stopped}" if self.stopped else "")
 
 
-# slots: a command makes one per job (10,000), and an instance dict each held 16 MB of a 10,000-job read: the
-# page faults and lookups cost a first status, summary and report about a tenth of their time (so JobRow,
-# Result, Line, Usage, Attempt, JobInfo and the plan's Job, of which a command also makes one per job).
+# slots: a command makes one per job (10,000), and an instance dict each held 16 MB of a 10,000-job read;
+# their page faults (a forked reader copies each page either process writes) and lookups cost a first
+# status of 10,000 ended jobs a seventh of its time and CPU. So JobRow, Result, Line, Usage, Attempt,
+# JobInfo and the plan's Job too, of which a command also makes one per job.
 @dataclass(slots=True)
 class RunJob:
     """One job of a run: its manifest entry as typed fields, its records read at most once each."""
