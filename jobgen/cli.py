@@ -270,8 +270,6 @@ def _test_only(run_dir: Path, manifest: dict[str, Any]) -> None:
 
 def _submit_and_report(run_dir: Path) -> None:
     from jobgen.commands import submit as sub
-    from jobgen.results.state import read_runs
-    from jobgen.results.summary import summarize
 
     def report(job: dict[str, Any]) -> None:
         if job.get("tasks"):
@@ -288,6 +286,9 @@ def _submit_and_report(run_dir: Path) -> None:
 
     manifest = sub.submit_pending(run_dir, on_submit=report)
     if backends.get(manifest["backend"]).runs_here:
+        from jobgen.results.state import read_runs  # the local backend's summary: sbatch's submission imports neither
+        from jobgen.results.summary import summarize
+
         (run,) = read_runs([run_dir])  # the one state rule: exit 0 without a result is not COMPLETED
         click.echo(summarize([run], baseline=None, fmt="table", plot=None))
         failed = [job.name for job in run.jobs if job.state is not State.COMPLETED]
