@@ -176,10 +176,12 @@ echo finished"""
 def test_signal_before_time_limit_reaches_the_steps_then_requeue(tmp_path: Path, slurm_env: dict[str, str]) -> None:
     # The requeue path jobgen renders: `--signal=USR2@N` (no "B:") goes to the job's srun steps, where
     # the training's handler checkpoints and rank 0 requeues the job; the batch shell is not signalled.
-    # The second run finishes.
-    step = """on_signal() { echo "step $SLURM_PROCID got USR2"; scontrol requeue "$SLURM_JOB_ID"; exit 75; }
+    # The second run finishes. The handler writes its mark to a file of its own: a line on the step's
+    # stdout travels through srun, which the requeue kills, and can be lost on the way.
+    marks = tmp_path / "marks"
+    step = f"""on_signal() {{ echo "step $SLURM_PROCID got USR2" >> {shlex.quote(str(marks))}; scontrol requeue "$SLURM_JOB_ID"; exit 75; }}
 trap on_signal USR2
-if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then for _ in $(seq 120); do sleep 1; done; fi"""
+if [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ]; then for _ in $(seq 120); do sleep 1; done; fi"""
     body = f"""trap 'echo "batch shell got USR2"' USR2
 echo "run restarts=${{SLURM_RESTART_COUNT:-0}}"
 srun bash -c {shlex.quote(step)}
@@ -191,5 +193,6 @@ echo finished"""
     job_id = cluster.submit([str(script)], env=slurm_env)
     assert cluster.wait_job(job_id, timeout=180, env=slurm_env) == "COMPLETED", out.read_text()
     text = out.read_text()
-    assert "step 0 got USR2" in text and "run restarts=1" in text and "finished" in text, text
+    assert "run restarts=1" in text and "finished" in text, text
+    assert marks.exists() and marks.read_text() == "step 0 got USR2\n", text
     assert "batch shell got USR2" not in text, text
