@@ -23,6 +23,14 @@ the first status once they ended, the next one, runs, summary, report, summary a
 after them (the first reads the manifest that summary's kept usage changed, the second shows the rows
 the first kept). `--how arrays` measures arrays alone (10,000 jobs one by one take long).
 
+Each read runs `--repeat` times (3) from the same start, and the table shows the median with the
+fastest and slowest: a single run on these machines is now and then a quarter slower than the next
+(a first status of 10,000 ended jobs took 1.03 s and 0.80 s in two runs of the same code). Between two runs of a read the run folder's own files (the manifest, its journal, the kind,
+the verdicts and the kept rows: everything at its top level) are put back as they were before the
+first, and the CPUs must be idle again; the reads only read the job folders, so each run of a read
+starts where the first did and does the same work, and the next read starts where the first run
+left. The status floor (the one squeue) is the median of three calls likewise.
+
 Leave the code alone while it runs (or run it from a checkout of its own, with an environment of its
 own: an editable install finds its package ahead of PYTHONPATH): what a command keeps is keyed by the
 code's stamp (jobgen.run.rows.code_stamp), so after an edit the next reads read the run again.
@@ -35,6 +43,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -186,7 +195,7 @@ def wait_idle(least: float = 0.8, window: float = 3.0, timeout: float = 300.0) -
             return time.monotonic() - started, idle
 
 
-def measure(n: int, array: bool, root: Path, counter: Path) -> dict[str, float]:
+def measure(n: int, array: bool, root: Path, counter: Path, repeat: int = 3) -> dict[str, float]:
     kind = "a" if array else "s"
     exp = root / f"scale{n}{kind}.toml"
     exp.write_text(
@@ -200,16 +209,25 @@ def measure(n: int, array: bool, root: Path, counter: Path) -> dict[str, float]:
     )
     env = {**USER_ENV, "PATH": f"{counter}:{os.environ['PATH']}"}
     runs = ["--output-root", str(root / "runs")]
-    out: dict[str, Any] = {"jobs": n}
+    out: dict[str, Any] = {"jobs": n, "repeat": repeat}
 
-    def measure_one(key: str, args: list[str], settle: bool = False) -> None:
-        if settle:  # the controller and the database store what the last command changed for a while
-            waited, idle = wait_idle(window=2.0)
-            out["reads_wait_s"] = out.get("reads_wait_s", 0.0) + waited
-            out["reads_idle"] = min(out.get("reads_idle", 1.0), idle)
-        out[f"{key}_s"] = jobgen([*runs, *args], env)
-        out[f"{key}_cpu"] = LAST_CPU[0]
-        out[f"{key}_calls"] = calls(counter)
+    def measure_one(key: str, args: list[str], settle: bool = False, times: int = 1) -> None:
+        start = top_files(run_folder(root, exp.stem)) if times > 1 else {}
+        walls, cpus, counted = [], [], []
+        for attempt in range(times):
+            if attempt:
+                put_back(run_folder(root, exp.stem), start)
+            if settle or attempt:  # the controller and the database store what the last command changed for a while
+                waited, idle = wait_idle(window=2.0)
+                out["reads_wait_s"] = out.get("reads_wait_s", 0.0) + waited
+                out["reads_idle"] = min(out.get("reads_idle", 1.0), idle)
+            walls.append(jobgen([*runs, *args], env))
+            cpus.append(LAST_CPU[0])
+            counted.append(calls(counter))
+        out[f"{key}_s"] = statistics.median(walls)
+        out[f"{key}_range"] = [min(walls), max(walls)]
+        out[f"{key}_cpu"] = statistics.median(cpus)
+        out[f"{key}_calls"] = max(counted)
 
     partition = default_partition()
     # The jobs' starts (slurmstepd per job) would take this machine's cores from the submission and the
@@ -221,7 +239,7 @@ def measure(n: int, array: bool, root: Path, counter: Path) -> dict[str, float]:
         out["queued_wait_s"], out["queued_idle"] = wait_idle()
         out["queued"] = queued(exp.stem)
         out["floor_queued_s"] = squeue_floor()
-        measure_one("status_queued", ["status", exp.stem])
+        measure_one("status_queued", ["status", exp.stem], times=repeat)
     finally:
         set_partition(partition, "UP")
     wait_ended(exp.stem, 300 + n * 0.2)
@@ -230,18 +248,43 @@ def measure(n: int, array: bool, root: Path, counter: Path) -> dict[str, float]:
     # whose controller and database run elsewhere is.
     out["idle_wait_s"], out["idle"] = wait_idle()
     out["floor_ended_s"] = squeue_floor()
-    measure_one("status_ended", ["status", exp.stem])
+    measure_one("status_ended", ["status", exp.stem], times=repeat)
     # Each read after it waits for the CPUs to be idle again too (2 s windows).
-    measure_one("status_again", ["status", exp.stem], settle=True)
-    measure_one("runs", ["runs", exp.stem], settle=True)
-    measure_one("summary", ["summary", exp.stem, "--format", "json"], settle=True)
-    measure_one("report", ["report", exp.stem, "-o", str(root / f"{exp.stem}.html")], settle=True)
+    measure_one("status_again", ["status", exp.stem], settle=True, times=repeat)
+    measure_one("runs", ["runs", exp.stem], settle=True, times=repeat)
+    measure_one("summary", ["summary", exp.stem, "--format", "json"], settle=True, times=repeat)
+    page = str(root / f"{exp.stem}.html")
+    measure_one("report", ["report", exp.stem, "-o", page], settle=True, times=repeat)
     # The jobs' usage, final in the accounting, was kept by the first summary: sacct is not asked again.
-    measure_one("summary_again", ["summary", exp.stem, "--format", "json"], settle=True)
+    measure_one("summary_again", ["summary", exp.stem, "--format", "json"], settle=True, times=repeat)
     # The usage kept changed the manifest: this status reads the run and keeps its rows, the next shows them.
-    measure_one("status_last", ["status", exp.stem], settle=True)
-    measure_one("status_kept", ["status", exp.stem], settle=True)
+    measure_one("status_last", ["status", exp.stem], settle=True, times=repeat)
+    measure_one("status_kept", ["status", exp.stem], settle=True, times=repeat)
     return out
+
+
+def run_folder(root: Path, name: str) -> Path:
+    """The one run of experiment `name` under the bench's output root."""
+    (found,) = (root / "runs" / name).iterdir()
+    return found
+
+
+def top_files(folder: Path) -> dict[str, bytes]:
+    """The bytes of every file at the top of a run folder: what a read writes (manifest, journal, kind,
+    verdicts, kept rows)."""
+    return {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()}
+
+
+def put_back(folder: Path, files: dict[str, bytes]) -> None:
+    """The run folder's top as top_files saw it: a file made since removed, each file written back whole
+    (replaced, as jobgen replaces them)."""
+    for path in folder.iterdir():
+        if path.is_file() and path.name not in files:
+            path.unlink()
+    for name, data in files.items():
+        tmp = folder / f"{name}.bench-tmp"
+        tmp.write_bytes(data)
+        os.replace(tmp, folder / name)
 
 
 def default_partition() -> str:
@@ -269,9 +312,12 @@ def squeue_floor() -> float:
     from jobgen.backends._slurm import SQUEUE_FIELDS, _own_jobs
 
     fmt = ",".join(f"{field}:|" for field in SQUEUE_FIELDS)
-    started = time.perf_counter()
-    subprocess.run(["squeue", "-h", "-r", "-t", "all", *_own_jobs(), "-O", fmt], check=True, capture_output=True)
-    return time.perf_counter() - started
+    walls = []
+    for _ in range(3):
+        started = time.perf_counter()
+        subprocess.run(["squeue", "-h", "-r", "-t", "all", *_own_jobs(), "-O", fmt], check=True, capture_output=True)
+        walls.append(time.perf_counter() - started)
+    return statistics.median(walls)
 
 
 COLUMNS = (
@@ -302,8 +348,9 @@ def _wall(row: dict[str, Any]) -> list[str]:
     cells = [f"{per_job:.1f} ms ({per_job / row['floor_sbatch_ms']:.2f}×; {row['submit_calls']} calls)"]
     for column in COLUMNS:
         floor = row["floor_queued_s"] if column == "status_queued" else row["floor_ended_s"]
-        seconds = row[f"{column}_s"]
-        cells.append(f"{seconds:.2f} s ({seconds / floor:.1f}×; {row[f'{column}_calls']} calls)")
+        seconds, (low, high) = row[f"{column}_s"], row[f"{column}_range"]
+        spread = f"{low:.2f}–{high:.2f}; " if high > low else ""
+        cells.append(f"{seconds:.2f} s ({spread}{seconds / floor:.1f}×; {row[f'{column}_calls']} calls)")
     return cells
 
 
@@ -326,13 +373,18 @@ def table(rows: list[dict[str, Any]]) -> str:
         f"{row['reads_idle']:.0%} idle)"
         for row in rows
     ]
+    runs = ", ".join(sorted({str(row["repeat"]) for row in rows}))
     return "\n".join(
         [
+            f"Wall seconds: each read's median of {runs} runs from the same start (fastest–slowest where they"
+            " differ), and its ratio to the floor:",
+            "",
             *_markdown(rows, _wall),
             "",
             "floors (same run): " + "; ".join(floors),
             "",
-            "CPU seconds (user + system, the command's Slurm tools included; bare sbatch the same way):",
+            "CPU seconds (user + system, the command's Slurm tools included; bare sbatch the same way;"
+            " each read's median):",
             "",
             *_markdown(rows, _cpu),
         ]
@@ -353,6 +405,7 @@ def main() -> None:
         help="bare sbatch calls for the floor (default: as many as the submission it is compared with, "
         "which then meets a queue as long as the floor's did)",
     )
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each read from the same start (median shown)")
     args = parser.parse_args()
     rows = []
     kinds = {"both": (False, True), "one-by-one": (False,), "arrays": (True,)}[args.how]
@@ -365,10 +418,10 @@ def main() -> None:
                 # Right before the submission it is compared with: the load of a shared machine changes.
                 floors = min(n, args.floor_jobs or n)
                 floor, floor_cpu = (x / floors for x in bare_sbatch(floors, counter))
-                row = measure(n, array, root, counter)
+                row = measure(n, array, root, counter, max(1, args.repeat))
                 row.update(array=array, floor_sbatch_ms=1000 * floor, floor_sbatch_cpu_ms=1000 * floor_cpu)
                 rows.append(row)
-                print(table([row]).splitlines()[2], f"(load {os.getloadavg()[0]:.1f})", flush=True)
+                print(_markdown([row], _wall)[2], f"(load {os.getloadavg()[0]:.1f})", flush=True)
                 if args.json:
                     args.json.write_text(json.dumps(rows, indent=2))
     print(table(rows))
