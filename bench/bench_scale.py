@@ -226,6 +226,7 @@ def measure(n: int, array: bool, root: Path, counter: Path, repeat: int = 3) -> 
             counted.append(calls(counter))
         out[f"{key}_s"] = statistics.median(walls)
         out[f"{key}_range"] = [min(walls), max(walls)]
+        out[f"{key}_runs"] = walls  # in the order run (--json)
         out[f"{key}_cpu"] = statistics.median(cpus)
         out[f"{key}_calls"] = max(counted)
 
@@ -366,9 +367,9 @@ def table(rows: list[dict[str, Any]]) -> str:
     then the same in CPU seconds."""
     floors = [
         f"{row['jobs']:,} {'arrays' if row['array'] else 'one by one'}: sbatch {row['floor_sbatch_ms']:.1f} ms, "
-        f"squeue {row['floor_queued_s']:.2f} s queued ({row['queued']:,} tasks pending, the partition held, "
+        f"squeue {1000 * row['floor_queued_s']:.0f} ms queued ({row['queued']:,} tasks pending, the partition held, "
         f"after {row['queued_wait_s']:.0f} s for the CPUs to settle: {row['queued_idle']:.0%} idle) / "
-        f"{row['floor_ended_s']:.2f} s ended (after {row['idle_wait_s']:.0f} s: {row['idle']:.0%} idle); "
+        f"{1000 * row['floor_ended_s']:.0f} ms ended (after {row['idle_wait_s']:.0f} s: {row['idle']:.0%} idle); "
         f"the reads after it waited {row['reads_wait_s']:.0f} s in all for the CPUs (each at least "
         f"{row['reads_idle']:.0%} idle)"
         for row in rows
