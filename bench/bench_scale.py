@@ -25,11 +25,12 @@ the first kept). `--how arrays` measures arrays alone (10,000 jobs one by one ta
 
 Each read runs `--repeat` times (3) from the same start, and the table shows the median with the
 fastest and slowest: a single run on these machines is now and then a quarter slower than the next
-(a first status of 10,000 ended jobs took 1.03 s and 0.80 s in two runs of the same code). Between two runs of a read the run folder's own files (the manifest, its journal, the kind,
-the verdicts and the kept rows: everything at its top level) are put back as they were before the
-first, and the CPUs must be idle again; the reads only read the job folders, so each run of a read
-starts where the first did and does the same work, and the next read starts where the first run
-left. The status floor (the one squeue) is the median of three calls likewise.
+(a first status of 10,000 ended jobs took 1.03 s and 0.80 s in two runs of the same code). Between
+two runs of a read the run folder's own files (the manifest, its journal, the kind, the verdicts and
+the kept rows: everything at its top level) are put back as they were before the first, and the CPUs
+must be idle again; the reads only read the job folders, so each run of a read starts where the
+first did and does the same work, and the next read starts where the first run left. The status
+floor (the one squeue) is the median of three calls likewise.
 
 Leave the code alone while it runs (or run it from a checkout of its own, with an environment of its
 own: an editable install finds its package ahead of PYTHONPATH): what a command keeps is keyed by the
@@ -43,6 +44,7 @@ import json
 import os
 import resource
 import shutil
+import stat
 import statistics
 import subprocess
 import sys
@@ -270,21 +272,22 @@ def run_folder(root: Path, name: str) -> Path:
     return found
 
 
-def top_files(folder: Path) -> dict[str, bytes]:
-    """The bytes of every file at the top of a run folder: what a read writes (manifest, journal, kind,
-    verdicts, kept rows)."""
-    return {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()}
+def top_files(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """The bytes and mode of every file at the top of a run folder: what a read writes (manifest,
+    journal, kind, verdicts, kept rows)."""
+    return {path.name: (path.read_bytes(), path.stat().st_mode) for path in folder.iterdir() if path.is_file()}
 
 
-def put_back(folder: Path, files: dict[str, bytes]) -> None:
+def put_back(folder: Path, files: dict[str, tuple[bytes, int]]) -> None:
     """The run folder's top as top_files saw it: a file made since removed, each file written back whole
-    (replaced, as jobgen replaces them)."""
+    with its mode (replaced, as jobgen replaces them)."""
     for path in folder.iterdir():
         if path.is_file() and path.name not in files:
             path.unlink()
-    for name, data in files.items():
+    for name, (data, mode) in files.items():
         tmp = folder / f"{name}.bench-tmp"
         tmp.write_bytes(data)
+        os.chmod(tmp, stat.S_IMODE(mode))
         os.replace(tmp, folder / name)
 
 
