@@ -87,11 +87,17 @@ def leave_for_requeue(rank: int, checkpoint_dir: Path, wait_s: float = 120.0) ->
             print("training: not in a Slurm job; checkpoint written, exiting for a manual restart", file=sys.stderr)
         raise SystemExit(EXIT_REQUEUE)
     if rank == 0:
-        by_shell = os.environ.get("JOBGEN_REQUEUE_BY") == BY_BATCH_SHELL
-        asked = "the batch script requeues the job" if by_shell else _ask_slurm()
+        if os.environ.get("JOBGEN_REQUEUE_BY") == BY_BATCH_SHELL:
+            asked = "the batch script requeues the job"
+            print(f"training: checkpoint complete; {asked}", file=sys.stderr, flush=True)
+        else:
+            # Said before Slurm is asked: a requeue ends the job's steps at once, and a line printed after
+            # it may never leave srun (the step's output goes through it).
+            print("training: checkpoint complete; asking Slurm to requeue the job", file=sys.stderr, flush=True)
+            asked = _ask_slurm()
+            print(f"training: {asked}", file=sys.stderr, flush=True)
         done.parent.mkdir(parents=True, exist_ok=True)
         done.write_text(f"{asked}\n")
-        print(f"training: checkpoint complete; {asked}", file=sys.stderr, flush=True)
     else:
         deadline = time.monotonic() + wait_s
         while not done.exists() and time.monotonic() < deadline:

@@ -76,6 +76,22 @@ def test_rank0_requeues_itself_under_another_script(tmp_path: Path, monkeypatch:
     assert "scontrol requeue 40_2 -> rc 0" in (tmp_path / "ckpt" / ".requeue-40-0").read_text()
 
 
+def test_rank0_says_the_checkpoint_is_complete_before_it_asks_slurm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The requeue ends the job's steps at once: what rank 0 prints after asking may never leave srun."""
+    _slurm_env(monkeypatch, SLURM_JOB_ID="40")
+    monkeypatch.delenv("JOBGEN_REQUEUE_BY", raising=False)
+
+    def ended_by_the_requeue() -> str:
+        raise KeyboardInterrupt  # what the step's end is to this process: nothing after it runs
+
+    monkeypatch.setattr(requeue, "_ask_slurm", ended_by_the_requeue)
+    with pytest.raises(KeyboardInterrupt):
+        requeue.leave_for_requeue(0, tmp_path / "ckpt")
+    assert "training: checkpoint complete; asking Slurm to requeue the job" in capsys.readouterr().err
+
+
 def test_rank0_leaves_a_cancelled_job_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """scancel sends SIGTERM too: the ranks checkpoint, but a job Slurm is ending is not requeued."""
     state = install_stubs(tmp_path, monkeypatch, {"scontrol": SCONTROL})
