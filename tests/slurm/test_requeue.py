@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -71,6 +72,32 @@ def test_signal_checkpoint_requeue_resume(slurm, root: Path, tmp_path: Path, eng
     assert "restarts 0" in out and "restarts 1" in out  # one log, appended across the requeue
     summary = json.loads(jobgen("summary", str(run_dir), "--format", "json", root=root).stdout)["rows"][0]
     assert summary["requeues"] >= 1 and summary["state"] == "COMPLETED"
+
+
+def test_rank0_requeues_the_job_itself_under_a_users_own_launch(slurm, root: Path, tmp_path: Path):
+    """A user's template without jobgen's batch-shell requeue (submitit's case too): on the signal the
+    ranks checkpoint and rank 0 runs `scontrol requeue` itself; the requeue ends the step at once, and
+    its line saying the checkpoint is complete is out before that. The job resumes and completes."""
+    shutil.copy(Path(__file__).parent / "self_requeue.sbatch.j2", tmp_path / "self_requeue.sbatch.j2")
+    exp = write_experiment(tmp_path, "selfrq", '[launch]\ntemplate = "self_requeue.sbatch.j2"\n' + BODY)
+    jobgen("submit", str(exp), root=root)
+    run_dir = only_run(root, "selfrq")
+    job = manifest(run_dir)["jobs"][0]
+    job_dir = run_dir / job["dir"]
+    deadline = time.monotonic() + 300
+    while not _first_epoch_done(job_dir):
+        assert time.monotonic() < deadline, "the first epoch never ended"
+        assert not all_final(wait_states(run_dir, lambda s: True, timeout=1)), "the job ended before the signal"
+        time.sleep(1)
+    subprocess.run(["scancel", "--signal=USR2", job["job_id"]], check=True)  # what --signal=USR2@60 sends
+    states = wait_states(run_dir, all_final, timeout=420, poll=3)
+    err = jobgen("logs", str(run_dir), "--err", root=root).stdout
+    assert states[job["name"]] is State.COMPLETED, err
+    result = json.loads((job_dir / "result.json").read_text())
+    assert result["resumed"] is True and result["requeue_count"] == 1
+    assert result["epochs_done"] == 3 and len(result["val_acc_per_epoch"]) == 3
+    assert "training: checkpoint complete; asking Slurm to requeue the job" in err, err
+    assert "jobgen: the ranks checkpointed and left" not in err + jobgen("logs", str(run_dir), root=root).stdout
 
 
 def test_two_nodes_two_ranks_requeue_mid_epoch_trains_each_sample_once(slurm, root: Path, tmp_path: Path):
