@@ -108,3 +108,15 @@ dataset = "builtin:synthetic"
 partition = [400, 100, 100]
 max_length = 32
 """
+
+
+def signal_after_first_epoch(run_dir: Path, job: dict, first_epoch_done, timeout: float) -> None:
+    """Wait until `first_epoch_done(job_dir)` while the job still runs (the test fails if it ends first),
+    then send SIGUSR2 to the job's steps: what Slurm's --signal=USR2@N sends before the time limit."""
+    job_dir = run_dir / job["dir"]
+    deadline = time.monotonic() + timeout
+    while not first_epoch_done(job_dir):
+        assert time.monotonic() < deadline, "the first epoch never ended"
+        assert not all_final(wait_states(run_dir, lambda s: True, timeout=1)), "the job ended before the signal"
+        time.sleep(1)
+    subprocess.run(["scancel", "--signal=USR2", job["job_id"]], check=True)

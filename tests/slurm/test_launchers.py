@@ -6,14 +6,21 @@ torchrun and accelerate, where the warning signal must reach the ranks through t
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from jobgen.states import State
-from tests.slurm.helpers import TINY_TRAIN, all_final, jobgen, manifest, only_run, wait_states, write_experiment
+from tests.slurm.helpers import (
+    TINY_TRAIN,
+    all_final,
+    jobgen,
+    manifest,
+    only_run,
+    signal_after_first_epoch,
+    wait_states,
+    write_experiment,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training]
 
@@ -108,12 +115,7 @@ def test_requeue_resumes_under_a_launcher(slurm, root: Path, tmp_path: Path, lau
     run_dir = only_run(root, name)
     job = manifest(run_dir)["jobs"][0]
     job_dir = run_dir / job["dir"]
-    deadline = time.monotonic() + 600
-    while not _first_epoch_done(job_dir):
-        assert time.monotonic() < deadline, "the first epoch never ended"
-        assert not all_final(wait_states(run_dir, lambda s: True, timeout=1)), "the job ended before the signal"
-        time.sleep(1)
-    subprocess.run(["scancel", "--signal=USR2", job["job_id"]], check=True)
+    signal_after_first_epoch(run_dir, job, _first_epoch_done, timeout=600)
     states = wait_states(run_dir, all_final, timeout=600, poll=3)
     out = "".join(p.read_text() for p in job_dir.glob("slurm-*.out"))
     err = "".join(p.read_text() for p in job_dir.glob("slurm-*.err"))

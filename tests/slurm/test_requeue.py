@@ -14,7 +14,17 @@ from pathlib import Path
 import pytest
 
 from jobgen.states import State
-from tests.slurm.helpers import PYTHON, TINY_TRAIN, all_final, jobgen, manifest, only_run, wait_states, write_experiment
+from tests.slurm.helpers import (
+    PYTHON,
+    TINY_TRAIN,
+    all_final,
+    jobgen,
+    manifest,
+    only_run,
+    signal_after_first_epoch,
+    wait_states,
+    write_experiment,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training, pytest.mark.timeout(600)]
 
@@ -84,12 +94,7 @@ def test_rank0_requeues_the_job_itself_under_a_users_own_launch(slurm, root: Pat
     run_dir = only_run(root, "selfrq")
     job = manifest(run_dir)["jobs"][0]
     job_dir = run_dir / job["dir"]
-    deadline = time.monotonic() + 300
-    while not _first_epoch_done(job_dir):
-        assert time.monotonic() < deadline, "the first epoch never ended"
-        assert not all_final(wait_states(run_dir, lambda s: True, timeout=1)), "the job ended before the signal"
-        time.sleep(1)
-    subprocess.run(["scancel", "--signal=USR2", job["job_id"]], check=True)  # what --signal=USR2@60 sends
+    signal_after_first_epoch(run_dir, job, _first_epoch_done, timeout=300)
     states = wait_states(run_dir, all_final, timeout=420, poll=3)
     err = jobgen("logs", str(run_dir), "--err", root=root).stdout
     assert states[job["name"]] is State.COMPLETED, err
