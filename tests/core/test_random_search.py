@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobgen.build.plan import plan, sweep_points
 from jobgen.cli import main
 from jobgen.experiment import config, random_search
+from jobgen.plan.plan import plan, sweep_points
 
 BASE = """
 [experiment]

@@ -79,7 +79,7 @@ def _stdlib_exact(raw: bytes | str) -> tuple[Any, bool]:
 
 
 # loads_exact: loads, and whether orjson read the text. Then nothing in the value is a float NaN or
-# infinity (orjson refuses NaN, Infinity and numbers beyond a double): what jobgen.run.store needs to
+# infinity (orjson refuses NaN, Infinity and numbers beyond a double): what jobgen.record.store needs to
 # know to write a manifest it read back with orjson (dumps_exact).
 loads, loads_exact = _pick()
 

@@ -31,8 +31,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from jobgen.errors import JobgenError
-from jobgen.run.damage import Verdicts, stamp
-from jobgen.run.model import Run, RunJob
+from jobgen.record.damage import Verdicts, stamp
+from jobgen.record.model import Run, RunJob
 
 READERS_ENV = "JOBGEN_READERS"
 THREAD = "jobgen-"  # the name of every thread jobgen starts begins so (see _may_fork)
@@ -185,7 +185,7 @@ def _readers(items: int, weight: Callable[[], int]) -> int:
 
 def _may_fork() -> bool:
     """Whether readers may be forked now: where there is fork, and not while one of jobgen's own threads
-    runs (one asking Slurm, jobgen.results.state.in_background: a fork copies no thread, and a lock one
+    runs (one asking Slurm, jobgen.results.state_rule.in_background: a fork copies no thread, and a lock one
     held stays held in the copy). Another program's threads (jobgen.api in a notebook's kernel) leave
     the reading to this process unless JOBGEN_READERS asks for readers."""
     if not hasattr(os, "fork"):

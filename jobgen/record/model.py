@@ -3,7 +3,7 @@
 Every reading command (status, runs, logs, summary, report, requeue, clean, sync, cancel) takes a
 `Run` instead of reading manifest.json itself: the manifest is parsed and checked once, each job's
 records are read once (`RunJob.raw`), and the scheduler is asked once for all live jobs of all the
-runs a command reads (`jobgen.results.state.read_runs`). Writes still go through `jobgen.run.store`.
+runs a command reads (`jobgen.results.state_rule.read_runs`). Writes still go through `jobgen.record.store`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 from jobgen.errors import JobgenError
 from jobgen.facts import RETRIES_SCHEMA
-from jobgen.run import store
-from jobgen.run.damage import (
+from jobgen.record import store
+from jobgen.record.damage import (
     JOB_FILES,
     OTHERS,
     PRESENT,
@@ -72,7 +72,7 @@ class RunJob:
     previous_job_ids: tuple[str, ...] = ()
     array: str | None = None
     array_index: int | None = None
-    # Filled in by jobgen.results.state.read_runs: what the scheduler says, and the one state rule's verdict.
+    # Filled in by jobgen.results.state_rule.read_runs: what the scheduler says, and the one state rule's verdict.
     live: JobInfo | None = None
     state: State = State.UNKNOWN
     cause: Any = None  # jobgen.results.diagnose.Cause, when the logs were asked why the job stopped
@@ -421,7 +421,7 @@ class RunJob:
 
     def seen(self) -> tuple[Any, ...]:
         """What this command learnt of the job's folder and records (listing, stamps, problems), without
-        their bytes: what a reader process hands back (jobgen.run.readers). A record it read is read
+        their bytes: what a reader process hands back (jobgen.record.readers). A record it read is read
         again if a later question needs more than the facts its run's verdicts keep."""
         return tuple(getattr(self, name) for name in _SEEN)
 
@@ -442,7 +442,7 @@ class RunJob:
     def stamps(self) -> tuple[Stamp, list[list[Any]]] | None:
         """The stamps of the job's folder and of each of its records, as this command first saw them
         (before reading any), once every record was asked about (`problems` and `look` ask them all): what tells a
-        later command that none of them changed (jobgen.run.rows). None when one could not be read."""
+        later command that none of them changed (jobgen.record.rows). None when one could not be read."""
         marks = self._marks
         if self._folder_mark is None or any(name not in marks for name in JOB_FILES):
             return None
@@ -558,14 +558,14 @@ class Run:
     manifest: dict[str, Any]
     jobs: list[RunJob]
     verdicts: Verdicts | None = field(default=None, repr=False)
-    # Set by `--refresh` (jobgen.results.state.settle): Slurm is asked again about every job, its usage
+    # Set by `--refresh` (jobgen.results.state_rule.settle): Slurm is asked again about every job, its usage
     # too, and what the manifest kept of it is not taken.
     refresh: bool = False
-    # What says later whether the record is still the one read (jobgen.run.store.unchanged); no digest
+    # What says later whether the record is still the one read (jobgen.record.store.unchanged); no digest
     # when a journal was replayed.
     digest: str | None = field(default=None, repr=False)
     journal: str = field(default="", repr=False)
-    # No float in the manifest read is a NaN or an infinity (jobgen.run.store.ManifestRead.exact).
+    # No float in the manifest read is a NaN or an infinity (jobgen.record.store.ManifestRead.exact).
     exact: bool = field(default=False, repr=False)
     # When it was loaded (time.time_ns()): a file changed since is not taken for the version read.
     loaded_ns: int = field(default=0, repr=False)
@@ -601,7 +601,7 @@ class Run:
     def record(self, updates: dict[str, dict[str, Any]]) -> None:
         """Write these fields of the named jobs to the run's record and to their entries here, each only
         where the job's id is still the one read (a requeue meanwhile gave it another). The manifest read
-        is written whole when it is still the one on disk (jobgen.run.store.update_read); the run then
+        is written whole when it is still the one on disk (jobgen.record.store.update_read); the run then
         stands for the record as written (its digest), so what a command keeps of it holds."""
         ids = {job.name: job.job_id for job in self.jobs}
         self.exact = self.exact and store.finite(updates)
@@ -643,7 +643,7 @@ class Run:
 
     @property
     def kind(self) -> str:
-        """ "probe" for a run of `jobgen probe`, else "" (see jobgen.run.store.run_kind)."""
+        """ "probe" for a run of `jobgen probe`, else "" (see jobgen.record.store.run_kind)."""
         return str(self.manifest.get("kind") or "")
 
     @property

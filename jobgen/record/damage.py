@@ -20,7 +20,7 @@ from typing import Any
 from jobgen import __version__
 from jobgen.errors import one_line
 from jobgen.facts import SCHEMAS
-from jobgen.run.jsonread import dumps, loads
+from jobgen.record.jsonread import dumps, loads
 from training.progress import PROGRESS_KEYS
 
 METRICS_FIELDS = ("epoch", "step", "split")  # the columns every metrics.csv starts with
@@ -160,7 +160,7 @@ class Verdicts:
 
     def changed(self) -> dict[str, list[Any]]:
         """What was kept of each file keep() changed a fact of since `track`: what a reader process hands
-        back (jobgen.run.readers)."""
+        back (jobgen.record.readers)."""
         known = self._known
         return {rel: known[rel] for rel in self._kept or ()}
 

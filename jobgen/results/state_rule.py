@@ -26,11 +26,11 @@ from typing import Any, TypeVar
 
 from jobgen import backends
 from jobgen.errors import JobgenError
+from jobgen.record import readers
+from jobgen.record.model import Run, RunJob
+from jobgen.record.store import redactor
 from jobgen.results import logs
 from jobgen.results.diagnose import CAUSE_STATES, LAST_LINE, Cause, find_cause
-from jobgen.run import readers
-from jobgen.run.model import Run, RunJob
-from jobgen.run.store import redactor
 from jobgen.states import FINAL_STATES, Answer, JobInfo, State
 from training.progress import where as progress_where
 
@@ -85,7 +85,7 @@ def _on(runs: Sequence[Run], meanwhile: Meanwhile | None) -> Callable[[], Callab
 def look_at_records(runs: Sequence[Run], also: Callable[[RunJob], object] | None = None) -> Callable[[], None]:
     """Start reading and checking every job's records (RunJob.problems, which keeps what it learns; then
     `also`), the reading a status, summary or report does anyway, in several processes when there are
-    many jobs (jobgen.run.readers). Call it before Slurm is asked (it forks), and what it returns while
+    many jobs (jobgen.record.readers). Call it before Slurm is asked (it forks), and what it returns while
     Slurm is asked: that finishes the reading."""
 
     def work(job: RunJob) -> None:
@@ -134,7 +134,7 @@ def _said(job: RunJob) -> State | None:
 
 def _read_causes(jobs: list[tuple[Run, RunJob]]) -> None:
     """What the logs of these jobs say of why each stopped (find_cause): 10,000 jobs' log tails, matched
-    against every rule, are shared among reader processes (jobgen.run.readers)."""
+    against every rule, are shared among reader processes (jobgen.record.readers)."""
     causes = readers.gather(jobs, lambda pair: find_cause(logs.of(pair[1], pair[0].backend), pair[0].run_dir))
     for (_, job), cause in zip(jobs, causes, strict=True):
         job.cause, job.cause_read = cause, True
@@ -257,7 +257,7 @@ def is_asked(job: RunJob, refresh: bool = False) -> bool:
 def from_record(job: RunJob) -> bool:
     """Whether the job's state came from its record and files alone and is the one recorded: it was not
     asked about, and needed no log to decide. What is shown of such a job changes only with its files
-    or its record (jobgen.run.rows keeps it until then)."""
+    or its record (jobgen.record.rows keeps it until then)."""
     return job.live is None and job.cause is None and job.state is job.recorded and not is_asked(job)
 
 

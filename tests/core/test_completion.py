@@ -11,7 +11,7 @@ from pathlib import Path
 from jobgen.cli import main
 from tests.data.summary.synth import FakeJob, write_run
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _complete(words: str, cwd: Path, root: Path | None = None) -> list[tuple[str, str]]:

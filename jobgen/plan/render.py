@@ -18,12 +18,12 @@ import jinja2
 
 from jobgen import __version__, backends
 from jobgen.backends._slurm import extra_options, resource_options
-from jobgen.build import container
-from jobgen.build.container import DEFAULT_HF_HOME
-from jobgen.build.plan import Job, cache_dir_for
 from jobgen.errors import TemplateError, one_line
 from jobgen.experiment.config import ENV_NAME_RE, as_dict, control_char
 from jobgen.facts import signal_name, submit_tag
+from jobgen.plan import container
+from jobgen.plan.container import DEFAULT_HF_HOME
+from jobgen.plan.plan import Job, cache_dir_for
 from training import contract
 
 _SBATCH_PLAIN = re.compile(r"[A-Za-z0-9_./:@%,=+-]+")

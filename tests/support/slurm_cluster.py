@@ -10,7 +10,7 @@ so that no test waits for another's jobs, switches a cluster's mode or stops a c
 another test: ``cluster_spec()`` names them after the base name, net and directory this process was
 started with (``JOBGEN_CLUSTER_NAME``/``_NET``/``_DIR``, defaults ``jobgen``, ``10.77.77``,
 ``/tmp/jobgen-cluster``). Worker 0's accounting cluster is the base cluster itself, so a plain
-``pytest`` run uses the cluster tests/cluster/up.sh starts by default. ``python -m tests.slurm_cluster
+``pytest`` run uses the cluster tests/cluster/up.sh starts by default. ``python -m tests.support.slurm_cluster
 up|down --workers N`` starts or stops every cluster of N workers (scripts/test.sh).
 """
 
@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 UP = REPO / "tests" / "cluster" / "up.sh"
 DOWN = REPO / "tests" / "cluster" / "down.sh"
 
@@ -312,7 +312,7 @@ def suite_specs(workers: int) -> list[ClusterSpec]:
 def main(argv: list[str] | None = None) -> int:
     """``up``: start (or keep) every cluster of the suite, the first alone (it may install packages),
     then the others side by side; ``down``: stop them all."""
-    parser = argparse.ArgumentParser(prog="python -m tests.slurm_cluster", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tests.support.slurm_cluster", description=main.__doc__)
     parser.add_argument("action", choices=["up", "down"])
     parser.add_argument("--workers", type=int, default=1, help="pytest-xdist workers (-n) the suite runs with")
     args = parser.parse_args(argv)

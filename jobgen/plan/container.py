@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from jobgen.experiment import container as checks
 
 if TYPE_CHECKING:
-    from jobgen.build.plan import Job
+    from jobgen.plan.plan import Job
 
 # The Hugging Face cache when the submitting shell sets no HF_HOME; ~ is the node's $HOME.
 DEFAULT_HF_HOME = "~/.cache/huggingface"

@@ -1,6 +1,6 @@
 """Golden scripts: every shipped experiment rendered with every concrete template.
 
-Regenerate on purpose, after reading the diff:   .venv/bin/python -m tests.golden --update
+Regenerate on purpose, after reading the diff:   .venv/bin/python -m tests.support.golden --update
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 GOLDEN_DIR = REPO / "tests" / "golden"
 TEMPLATES = ("srun.sbatch.j2", "local.sh.j2", "setup.sh.j2", "array.sbatch.j2")
 SEPARATOR = "\n# ---------------------------------------------------------------- next job\n"
@@ -41,9 +41,9 @@ def golden_path(experiment: Path, template: str) -> Path:
 
 def render_all(experiment: Path, template: str, sets: list[str] | None = None) -> str:
     """All jobs of an experiment in one text, with machine-specific paths replaced by placeholders."""
-    from jobgen.build.plan import plan
-    from jobgen.build.render import RunInfo, render_job
     from jobgen.commands.submit import load_experiment
+    from jobgen.plan.plan import plan
+    from jobgen.plan.render import RunInfo, render_job
 
     exp = load_experiment(experiment, sets=sets)
     run = RunInfo(run_id="RUNID", run_dir=Path("/RUNS") / exp.name / "RUNID", git_sha="GITSHA", version="VERSION")
@@ -58,8 +58,8 @@ def render_all(experiment: Path, template: str, sets: list[str] | None = None) -
 def _render_arrays(exp, jobs, run) -> str:  # noqa: ANN001 - test helper
     """The experiment's sweep as job array script(s), as `launch.array = true` submits it; a sweep an
     array cannot hold gives the refusal instead."""
-    from jobgen.build.arrays import DEFAULT_MAX_ARRAY_SIZE, render_arrays
     from jobgen.errors import PlanError
+    from jobgen.plan.arrays import DEFAULT_MAX_ARRAY_SIZE, render_arrays
 
     scripts = [f"jobs/{job.name}/job.sbatch" for job in jobs]
     try:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import slurm_cluster as cluster
+from tests.support import slurm_cluster as cluster
 
 # Each wait below is bounded; this is the backstop (it includes starting the cluster, apt included).
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]

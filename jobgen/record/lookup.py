@@ -1,6 +1,6 @@
 """Which run folders a user means: a run path, a run id, an experiment name, folder or .toml file.
 
-Commands that read runs resolve what was typed here, then load each run once (jobgen.run.model.Run).
+Commands that read runs resolve what was typed here, then load each run once (jobgen.record.model.Run).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from jobgen.errors import RunNotFound
 from jobgen.facts import RUN_ID_RE
-from jobgen.run.store import MANIFEST, run_kind
+from jobgen.record.store import MANIFEST, run_kind
 
 
 def is_run_dir(path: Path) -> bool:

@@ -20,7 +20,7 @@ from jobgen.results.columns import duration, whole_seconds
 from jobgen.results.summary import FIELDS, HEADERS, TERMINAL_HEADERS, config_key, summarize
 from tests.data.summary.synth import FAULTS, FakeJob, write_run
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # Three configurations with different numbers everywhere, so a value shown in the wrong row is caught.
 CONFIGS = [
@@ -501,9 +501,9 @@ def test_one_configuration_is_one_set_of_swept_values_told_apart_by_type(a: obje
 def test_a_line_of_one_job_says_what_a_line_of_its_copies_says(tmp_path: Path) -> None:
     """A line of one job is made the short way (nothing to combine): it says what the general way says
     of two copies of that job, but for their count and spread."""
+    from jobgen.record.model import Run
     from jobgen.results.collect import collect
     from jobgen.results.summary import _line
-    from jobgen.run.model import Run
 
     jobs = [
         FakeJob("on-gpu", {"train.lr": 1}, state="COMPLETED"),

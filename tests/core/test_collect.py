@@ -324,8 +324,8 @@ def test_a_results_numbers_kept_read_back_as_the_result_read_fresh(doc) -> None:
     and texts, whatever types the fields hold."""
     import math
 
+    from jobgen.record import jsonread
     from jobgen.results import collect as c
-    from jobgen.run import jsonread
 
     fresh = c.parse_result(doc)
     kept = jsonread.loads(jsonread.dumps(c.result_fields(doc)))

@@ -21,7 +21,7 @@ from jobgen import backends
 from jobgen.errors import PlanError
 from jobgen.experiment import random_search
 from jobgen.experiment.config import Experiment, with_overrides
-from jobgen.facts import MAX_NAME
+from jobgen.facts import MAX_NAME, JobShape
 from training import contract
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9.-]+")
@@ -166,11 +166,22 @@ def _check_pairs(exp: Experiment, devices: int, num_nodes: int, where: str) -> N
         )
 
 
+def job_shape(exp: Experiment) -> JobShape:
+    """What a scheduler's shape rules read of an experiment."""
+    return JobShape(
+        nodes=exp.slurm.nodes,
+        gpus_per_node=exp.slurm.gpus_per_node,
+        accelerator=exp.train.accelerator,
+        launcher=exp.launch.launcher,
+        requeue=exp.slurm.requeue,
+    )
+
+
 def check_shape(exp: Experiment, where: str = "") -> None:
     """Refuse job shapes that cannot work, with the fix in the message."""
     slurm, train, launch = exp.slurm, exp.train, exp.launch
     # The backend's own rules first: a job it cannot start at all needs no finer advice.
-    problems = backends.get(launch.backend).shape_problems(exp) + _launcher_problems(exp)
+    problems = backends.get(launch.backend).shape_problems(job_shape(exp)) + _launcher_problems(exp)
     if launch.launcher == "srun" and slurm.ntasks_per_node != train.devices:
         problems.append(
             f"slurm.ntasks_per_node = {slurm.ntasks_per_node} but train.devices = {train.devices}: srun-launched "

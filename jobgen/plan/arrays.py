@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from jobgen.backends._slurm import DEFAULT_MAX_ARRAY_SIZE
-from jobgen.build.plan import Job
-from jobgen.build.render import RunInfo, environment, sbatch_options, with_tag
 from jobgen.errors import PlanError
 from jobgen.facts import submit_tag
+from jobgen.plan.plan import Job
+from jobgen.plan.render import RunInfo, environment, sbatch_options, with_tag
 
 __all__ = ["DEFAULT_MAX_ARRAY_SIZE", "render_arrays"]
 _PER_JOB_FLAGS = {"job-name", "output", "error"}

@@ -8,11 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from jobgen.build import container
-from jobgen.build.plan import Job
-from jobgen.build.render import RunInfo
 from jobgen.experiment.config import as_dict, model_path
 from jobgen.facts import SPEC_SCHEMA, signal_name
+from jobgen.plan import container
+from jobgen.plan.plan import Job
+from jobgen.plan.render import RunInfo
 
 
 def build_spec(job: Job, run: RunInfo, cache_dir: Path) -> dict[str, Any]:

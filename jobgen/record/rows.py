@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from jobgen import __version__
-from jobgen.run import store
-from jobgen.run.damage import SETTLED_NS, Stamp
-from jobgen.run.jsonread import dumps, loads
-from jobgen.run.model import Run
+from jobgen.record import store
+from jobgen.record.damage import SETTLED_NS, Stamp
+from jobgen.record.jsonread import dumps, loads
+from jobgen.record.model import Run
 
 ROWS_SCHEMA = 1
 

@@ -4,7 +4,7 @@ $TORCH_EXTENSIONS_DIR. scripts/test.sh runs it in the background while lint, Chr
 clusters start, which leave a core idle; the ranks then load the build (torch's extension loader
 takes a lock, so a rank that starts meanwhile waits for this build instead of starting another).
 
-    .venv/bin/python -m tests.warm_builds
+    .venv/bin/python -m tests.support.warm_builds
 """
 
 from __future__ import annotations

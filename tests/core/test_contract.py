@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from jobgen.build import plan
-from jobgen.build.render import RunInfo
-from jobgen.build.spec import build_spec
 from jobgen.errors import ConfigError, PlanError
 from jobgen.experiment import config, schema
+from jobgen.plan import plan
+from jobgen.plan.render import RunInfo
+from jobgen.plan.spec import build_spec
 from training import contract
 from training import spec as training_spec
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _default(f: dataclasses.Field[Any]) -> Any:

@@ -7,7 +7,7 @@
   started when first needed: no mode switch, nothing restarted under other tests); returns the client
   environment.
 
-Each xdist worker has its own pair of clusters (tests/slurm_cluster.py ``cluster_spec``).
+Each xdist worker has its own pair of clusters (tests/support/slurm_cluster.py ``cluster_spec``).
 
 Where the cluster cannot run (not root, or JOBGEN_SKIP_SLURM=1) the tests skip with the reason. With
 CI=true they fail instead: CI must never pass by skipping the cluster.
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import slurm_cluster as cluster  # not "slurm_cluster": that is the fixture's name
+from tests.support import slurm_cluster as cluster  # not "slurm_cluster": that is the fixture's name
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from jobgen.results.charts import PALETTE, nice_ticks, time_unit, zoomed_range
 from tests.data.summary.synth import FakeJob, log, write_run
 
 if TYPE_CHECKING:
-    from tests.browser import Browser
+    from tests.support.browser import Browser
 
 # What the jobs asked Slurm for; with the start and end jobgen recorded, their GPU-hours (no accounting here).
 REQUEST = {"nodes": 1, "gpus_per_node": 2, "ntasks_per_node": 2, "cpus_per_task": 4, "time": "01:00:00"}
@@ -250,7 +250,7 @@ def test_chart_scales() -> None:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     """One headless Chromium for this file's tests (starting one costs seconds); each load sets its width."""
-    from tests.browser import Browser
+    from tests.support.browser import Browser
 
     with Browser(width=1280, height=2400) as started:
         yield started

@@ -27,7 +27,7 @@ from typing import Any
 from jobgen import __version__
 from jobgen.errors import JobgenError, RunNotFound
 from jobgen.facts import MANIFEST_SCHEMA, RUN_ID_RE, SECRET_RE, now_iso
-from jobgen.run.jsonread import dumps_exact, loads, loads_exact
+from jobgen.record.jsonread import dumps_exact, loads, loads_exact
 
 MANIFEST = "manifest.json"
 
@@ -452,7 +452,7 @@ def _keep_kind(run_dir: Path, digest: str, kind: str) -> None:
 
 def _kind(raw: bytes) -> str:
     """run_kind of a manifest's bytes."""
-    from jobgen.run.damage import parse_json
+    from jobgen.record.damage import parse_json
 
     doc, problem = parse_json(raw)
     if problem or manifest_problem(doc):
@@ -468,7 +468,7 @@ def _kind_of(doc: dict[str, Any]) -> str:
 def _read_manifest(path: Path) -> tuple[dict[str, Any], tuple[int, int], str, bool]:
     """The checked document, the file's identity (inode, mtime), the digest of the bytes read and whether
     orjson read them (ManifestRead.exact)."""
-    from jobgen.run.damage import parse_json
+    from jobgen.record.damage import parse_json
 
     try:
         with open(path, "rb") as fh:
@@ -615,7 +615,7 @@ def update_read(
     exact: bool = False,
 ) -> tuple[str, str] | None:
     """update_jobs and compact for a command that holds the manifest as it read it (`doc`, and the
-    `digest` of its bytes, jobgen.run.model.Run): while the file's bytes are still those and no journal
+    `digest` of its bytes, jobgen.record.model.Run): while the file's bytes are still those and no journal
     holds a change made since, the updates are applied to `doc` and it is written whole, under the
     manifest lock and the next journal generation, as a fold writes it: one rename, no journal line and
     no second read of the manifest (at 10,000 jobs, the fold's read and replay cost as much as the write).
