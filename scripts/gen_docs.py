@@ -49,15 +49,20 @@ def keys_page() -> str:
     return "".join(out)
 
 
+def _context(command: click.Command, name: str, parent: click.Context | None) -> click.Context:
+    """The context a command runs in (its own settings: `-h` beside `--help`), at the page's width."""
+    settings = {**command.context_settings, "terminal_width": WIDTH, "max_content_width": WIDTH}
+    return click.Context(command, info_name=name, parent=parent, **settings)
+
+
 def _help(command: click.Command, name: str, parent: click.Context | None) -> str:
-    ctx = click.Context(command, info_name=name, parent=parent, terminal_width=WIDTH, max_content_width=WIDTH)
-    return command.get_help(ctx)
+    return command.get_help(_context(command, name, parent))
 
 
 def commands_page() -> str:
     from jobgen.cli import main
 
-    root = click.Context(main, info_name="jobgen", terminal_width=WIDTH, max_content_width=WIDTH)
+    root = _context(main, "jobgen", None)
     out = [
         HEADER,
         "# Commands\n\n",

@@ -23,7 +23,7 @@ def test_the_site_builds_and_its_getting_started_page_renders(tmp_path: Path):
     fails)."""
     site = tmp_path / "site"
     built = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(site)],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -5,9 +5,12 @@ without a cluster prints what the page shows."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -198,3 +201,31 @@ def test_the_example_check_fails_when_a_page_is_wrong(tmp_path: Path, runner, mo
     (tmp_path / "page.md").write_text(page)
     with pytest.raises(AssertionError):
         test_the_getting_started_examples_print_what_the_page_shows(tmp_path / "t", runner, monkeypatch)
+
+
+def _build(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(root / "site")],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        timeout=300,
+    )
+
+
+def test_the_strict_build_refuses_a_broken_link_and_a_page_outside_the_navigation(tmp_path: Path):
+    """scripts/test.sh counts on `mkdocs build --strict` (without --quiet, which hides the warnings it
+    counts) to fail on these; the site as committed builds."""
+    shutil.copytree(REPO / "docs", tmp_path / "docs")
+    shutil.copy(REPO / "mkdocs.yml", tmp_path / "mkdocs.yml")
+    assert _build(tmp_path).returncode == 0
+    (tmp_path / "docs" / "stray.md").write_text("# A page nobody links to\n")
+    page = tmp_path / "docs" / "getting-started.md"
+    page.write_text(page.read_text().replace("(guides/sites.md)", "(guides/site.md)", 1))
+    anchor = tmp_path / "docs" / "guides" / "sweeps.md"
+    anchor.write_text(anchor.read_text() + "\n[gone](../contracts.md#no-such-heading)\n")
+    built = _build(tmp_path)
+    assert built.returncode == 1
+    for named in ("stray.md", "guides/site.md", "#no-such-heading"):
+        assert named in built.stderr, (named, built.stderr)
