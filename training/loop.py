@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from training import console, requeue
+from training import console, halving, requeue
 from training.engines.common import parameter_shards
 from training.loaders import model_inputs
 from training.metrics import Scores
@@ -229,6 +229,10 @@ def fit(job: Job) -> None:
     for epoch in range(len(stats.val_acc_per_epoch), t.epochs):
         if t.max_steps and job.progress["global_step"] >= t.max_steps:
             break
+        if not _goes_on(job, epoch):
+            stats.paused_at = epoch
+            stats.interrupted = True
+            return
         outcome = train_epoch(job, epoch)
         if outcome == "interrupted":
             console.phase("checkpointing for the requeue")
@@ -253,6 +257,22 @@ def fit(job: Job) -> None:
     stats.parameters = parameter_shards(job.model, job.rt.rank, job.rt.world, job.rt.reduce_sum)
     stats.epochs_done = len(stats.val_acc_per_epoch)
     stats.optimizer_steps = job.progress["global_step"]
+
+
+def _goes_on(job: Job, done: int) -> bool:
+    """After `done` epochs: at a halving rung, rank 0 reports and applies the rule, and every rank
+    follows its answer (a resumed job passes again here, keeping the decision it had)."""
+    spec = job.spec
+    if not spec.halving or spec.probe or done not in spec.halving["rungs"]:
+        return True
+    go = 1.0
+    if job.rt.rank == 0:
+        settings = halving.Settings.from_record(spec.halving)
+        metric = halving.epoch_metric(settings.metric, job.stats.val_acc_per_epoch, done)
+        go = float(halving.at_rung(halving.root(spec.run_dir), settings, spec.job, done, metric, spec.checkpoint_dir))
+        if not go:
+            halving.say_pause(spec.job, done, metric)
+    return job.rt.reduce_sum([go])[0] > 0
 
 
 def test(job: Job) -> None:

@@ -52,6 +52,7 @@ class Stats:
     optimizer_steps: int = 0
     resumed: bool = False
     interrupted: bool = False
+    paused_at: int = 0  # the halving rung (epochs) this attempt stopped at; 0 = not paused
     attempt_started: float = field(default_factory=time.perf_counter)
 
     def state(self) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from training import console, probe, progress, ranks, requeue, trackers
+from training import console, halving, probe, progress, ranks, requeue, trackers
 from training.data import Prepared
 from training.results import Clock, Stats, build_result, write_result
 from training.spec import Spec, to_dict
@@ -93,6 +93,8 @@ def _run(spec: Spec) -> int:
     finally:
         common.end_process_group()  # the other ranks wait in its barrier, even if writing failed
     trackers.finish("KILLED" if stats.interrupted else "FINISHED")
+    if stats.paused_at:
+        raise SystemExit(halving.EXIT_PAUSED)  # rank 0 wrote the pause marker: the batch script ends with 0
     if stats.interrupted:
         requeue.leave_for_requeue(rank, spec.checkpoint_dir)
     return 0

@@ -66,6 +66,7 @@ class Spec:
     env: dict[str, Any] = field(default_factory=dict)
     container: dict[str, Any] = field(default_factory=dict)  # runtime and image, when the job ran in one
     probe: dict[str, Any] = field(default_factory=dict)  # a probe's step budget (training/probe.py); {} = the job
+    halving: dict[str, Any] = field(default_factory=dict)  # rungs, eta, metric, mode (training/halving.py); {} = off
 
     @property
     def checkpoint_dir(self) -> Path:

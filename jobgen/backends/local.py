@@ -13,6 +13,7 @@ from typing import Any
 from jobgen.backends._base import Scheduler
 from jobgen.facts import JobShape, now_iso
 from jobgen.states import State
+from training.halving import EXIT_PAUSED
 
 LOG_NAME = "local.out"
 # Whether a job's output is copied to our stdout as it runs (the CLI) or only to its log (jobgen.api).
@@ -50,7 +51,9 @@ class Local(Scheduler):
             code = _run_teed(job["submit_command"], log_path)
         except KeyboardInterrupt:
             return {"state": State.CANCELLED.value, "submitted_at": started, "ended_at": now_iso(), "exit_code": None}
-        state = State.COMPLETED if code == 0 else State.FAILED
+        # A job paused at a halving rung ended as planned, without a result (the state rule then shows it
+        # as paused, jobgen.results.halving): not a failure.
+        state = State.COMPLETED if code in (0, EXIT_PAUSED) else State.FAILED
         return {"state": state.value, "submitted_at": started, "ended_at": now_iso(), "exit_code": code}
 
     def requeue_refusal(self, run_dir: Path) -> str | None:

@@ -27,6 +27,7 @@ from jobgen.plan.container import DEFAULT_HF_HOME
 from jobgen.plan.plan import Job, cache_dir_for, plan
 from jobgen.plan.render import RunInfo, container_words, render_job
 from jobgen.plan.spec import build_spec
+from jobgen.experiment import halving as halving_config
 from jobgen.record import store as record
 from jobgen.record.model import Run, RunJob
 from jobgen.states import State
@@ -150,6 +151,7 @@ def _render(
     if missing:
         raise ConfigError(f"{exp.label}: container.image: {missing[0]}")
     entries = []
+    halved = halving_config.settings(exp.sweep.halving, exp.train.epochs)
     for job in jobs:
         rel = f"jobs/{job.name}"
         script_rel = f"{rel}/{scheduler.script_name}"
@@ -157,6 +159,8 @@ def _render(
         spec = build_spec(job, run, cache_dir_for(job, root))
         if probe is not None:
             spec["probe"] = dict(probe)
+        elif halved is not None:
+            spec["halving"] = halved.record()
         files[f"{rel}/spec.json"] = record.dumps(spec)
         entries.append(_entry(job, rel, script_rel, scheduler.submit_command(run.run_dir / script_rel), dry_run))
         words = container_words(job, run)
@@ -169,6 +173,8 @@ def _render(
     )
     if probe is not None:
         manifest["kind"] = record.PROBE
+    elif halved is not None:
+        manifest["halving"] = halved.record()
     if sets:
         manifest["overrides"] = list(sets)
     if exp.site:
@@ -274,6 +280,8 @@ def submit_pending(run_dir: Path, on_submit: Callable[[dict[str, Any]], None] | 
         found = backend.find(run_dir, tried, min(e["submit_tried_at"] for e in tried)) if tried else {}
         try:
             _submit_all(run_dir, backend, manifest, key, pending, found, on_submit)
+            if backend.runs_here and manifest.get("halving"):
+                _resume_promoted(run_dir, backend, manifest)
         except JobgenError as exc:
             if isinstance(exc, SubmitError):
                 raise
@@ -284,6 +292,17 @@ def submit_pending(run_dir: Path, on_submit: Callable[[dict[str, Any]], None] | 
         finally:
             record.compact(run_dir)  # the journal of this submission, folded into manifest.json once
         return record.load_manifest(run_dir)
+
+
+def _resume_promoted(run_dir: Path, backend: Scheduler, manifest: dict[str, Any]) -> None:
+    """Local halving: run again, in order, each paused job that a later report promoted."""
+    from jobgen.results import halving as halving_view
+    from training.halving import Settings
+
+    def run_one(entry: dict[str, Any]) -> None:
+        record.update_jobs(run_dir, {entry["name"]: backend.submit(run_dir, entry)})
+
+    halving_view.resume_local(run_dir, Settings.from_record(manifest["halving"]), manifest["jobs"], run_one)
 
 
 def _submit_all(

@@ -21,6 +21,7 @@ from typing import Any
 from jobgen import backends
 from jobgen.errors import BadUsage, ConfigError, is_control
 from jobgen.experiment import container, random_search, schema
+from jobgen.experiment import halving as halving_config
 from jobgen.experiment.schema import Experiment as Experiment
 from jobgen.facts import MAX_NAME, SECRET_RE, signal_name, time_seconds
 from training import contract
@@ -142,6 +143,7 @@ def build(
     _check_retries(exp, ctx)
     _check_extra_clashes(exp, ctx)
     _check_random(exp, ctx)
+    _check_halving(exp, ctx)
     for key, problem in container.problems(exp):
         ctx.fail(key, problem)
     return exp
@@ -164,6 +166,17 @@ def _check_random(exp: Experiment, ctx: _Context) -> None:
         problem = _random_value_problem(key, table[key])
         if problem:
             ctx.fail(_random_name(key), problem, line=locate_random(ctx.text, key))
+
+
+def _check_halving(exp: Experiment, ctx: _Context) -> None:
+    """[sweep.halving]: its keys, its rungs against train.epochs, and a sweep to halve."""
+    swept = _swept_keys({"grid": exp.sweep.grid, "points": exp.sweep.points, "random": exp.sweep.random})
+    has_sweep = bool(exp.sweep.grid or exp.sweep.points or exp.sweep.random)
+    problems = halving_config.problems(
+        exp.sweep.halving, exp.train.epochs, has_sweep=has_sweep, swept=swept, engine=exp.train.engine
+    )
+    for key, problem in problems[:1]:
+        ctx.fail(f"sweep.halving.{key}" if key else "sweep.halving", problem)
 
 
 def _random_value_problem(key: str, spec: dict[str, Any]) -> str | None:

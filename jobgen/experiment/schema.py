@@ -180,6 +180,12 @@ class SweepSection:
         "{uniform = [low, high]}, {loguniform = [low, high]} (low > 0), {int = [low, high]} (inclusive) "
         "or {choice = [values]}; points x random x grid.",
     )
+    halving: dict[str, Any] = opt(
+        {},
+        "Successive halving: stop the losers at rungs. rungs = [epochs, ...] (each below train.epochs) or "
+        "min_epochs (rungs min_epochs * eta**k; default 1), eta (keep the top 1/eta, default 3), metric "
+        "(default val_acc), mode (max or min); docs/guides/halving.md.",
+    )
     max_jobs: int = opt(
         10000, "Refuse sweeps larger than this (raise it on purpose for huge sweeps).", min=1, max=10_000_000
     )

@@ -16,6 +16,7 @@ from typing import Any
 from jobgen.errors import JobgenError
 from jobgen.record import rows as kept_rows
 from jobgen.record.model import Run
+from jobgen.results import halving as halving_view
 from jobgen.results.state_rule import from_record, progress, read_runs, settle
 
 HEADER = ["job", "sweep", "job id", "state", "elapsed", "nodes", "exit", "retries", "progress", "source"]
@@ -41,14 +42,20 @@ def read_status(run_dir: Path, refresh: bool = False) -> StatusView:
     shows what its record and files say, and nothing else: its rows are kept (jobgen.record.rows) and shown
     again while none of those files changed; else the run is read, Slurm asked once about the jobs that
     may still change, and the states that changed recorded. `refresh` asks Slurm about every job."""
-    if not refresh:
+    halved = halving_view.settings(Path(run_dir))
+    if not refresh and halved is None:  # a halving run may have promotions to make: never from kept rows
         found = kept_rows.load(run_dir, STATUS)
         if found is not None and all(_is_kept_row(value) for value in found[1]):
             table = [value[0] for value in found[1]]
             warnings = [line for value in found[1] for line in value[1]]
             return StatusView(Path(run_dir), HEADER, table, True, warnings, kept=True)
     run = status_of(run_dir, refresh)
-    header, table, all_final = status_table(run)
+    said: list[str] = []
+    if halved is not None:
+        said = halving_view.promote(run, halved)
+        if any(" requeued " in line for line in said):
+            run = status_of(run_dir, True)
+    header, table, all_final = status_table(run, halving_view.labels(run, halved) if halved else None)
     problems = [job.problems() for job in run.jobs]
     run.keep_facts()
     if (
@@ -58,7 +65,7 @@ def read_status(run_dir: Path, refresh: bool = False) -> StatusView:
     ):
         kept_rows.forget(run_dir, STATUS)  # what is kept no longer holds (or was never kept): not read next time
     warnings = [line for lines in problems for line in lines]
-    return StatusView(Path(run_dir), header, table, all_final, warnings, notes=tuple(run.notes))
+    return StatusView(Path(run_dir), header, table, all_final, warnings, notes=(*run.notes, *said))
 
 
 def _is_kept_row(value: Any) -> bool:
@@ -74,8 +81,11 @@ def _is_kept_row(value: Any) -> bool:
     )
 
 
-def status_table(run: Run) -> tuple[list[str], list[list[str]], bool]:
-    """(header, rows, all_final) for `jobgen status` of a run whose states are settled."""
+def status_table(
+    run: Run, rungs: dict[str, halving_view.JobRungs] | None = None
+) -> tuple[list[str], list[list[str]], bool]:
+    """(header, rows, all_final) for `jobgen status` of a run whose states are settled; `rungs`: a
+    halving run's jobs (their state shows PAUSED@r or STOPPED@r, their progress the metric per rung)."""
     header = list(HEADER)
     table = []
     for job in run.jobs:
@@ -88,12 +98,15 @@ def status_table(run: Run) -> tuple[list[str], list[list[str]], bool]:
                 f"({' '.join(info.extra['segments'])}): {where}"
             )
         source = info.source if info else ("result.json" if job.finished else "manifest")
+        halved = rungs.get(job.name) if rungs else None
+        if halved is not None and halved.rung_metrics:
+            where = "; ".join(part for part in (f"rungs {halving_view.rung_text(halved)}", where) if part)
         table.append(
             [
                 job.name,
                 sweep,
                 ",".join(job.ids) or "-",
-                job.state.value,
+                (halved.label() if halved else "") or job.state.value,
                 (info.elapsed if info else "") or _recorded_elapsed(job.entry),
                 (info.nodelist or info.nodes if info else "") or str(job.entry.get("nodelist") or "-"),
                 (info.exit_code if info else "") or _recorded_exit(job.entry.get("exit_code")),

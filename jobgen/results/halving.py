@@ -1,0 +1,164 @@
+"""A halving run as `status`, `summary` and the report show it, and the promotions a login node makes.
+
+The rule and the files are training/halving.py's; this module reads them per job (rung reached, the
+metric at each rung, the outcome) and settles what the jobs left undecided: `jobgen status` applies
+the rule at every rung and requeues a paused job that a decision promoted (the same decision twice is
+harmless: the decision files are created once, a pending job is not requeued again).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from training import halving
+
+FINISHED, PAUSED, STOPPED, RUNNING = "finished", "paused", "stopped", "running"
+
+
+@dataclass(frozen=True)
+class JobRungs:
+    """One job of a halving run: the metric at each rung it reached (in rung order) and its outcome."""
+
+    rung: int | None  # the last rung reached, in epochs
+    reached: tuple[int, ...]  # the rungs it reported at
+    rung_metrics: tuple[float, ...]
+    outcome: str  # finished, paused, stopped, running
+    promoted: tuple[int, ...]  # the rungs it was promoted past
+
+    def label(self) -> str:
+        """How the state column shows a job that halving ended: 'PAUSED@3', 'STOPPED@1'; '' otherwise."""
+        return f"{self.outcome.upper()}@{self.rung}" if self.outcome in (PAUSED, STOPPED) else ""
+
+
+def settings(run_dir: Path) -> halving.Settings | None:
+    """The run's halving settings (its manifest's "halving"), None for a run without halving."""
+    try:
+        raw = json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8")).get("halving")
+    except (OSError, ValueError, AttributeError):
+        return None
+    try:
+        return halving.Settings.from_record(raw) if raw else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class Board:
+    """Every rung's reports and decisions of one run, read once."""
+
+    settings: halving.Settings
+    reports: dict[int, dict[str, dict[str, Any]]]
+    promoted: dict[int, set[str]]
+
+    @classmethod
+    def read(cls, run_dir: Path, found: halving.Settings) -> Board:
+        base = halving.root(run_dir)
+        return cls(
+            found,
+            {r: halving.read_reports(base, r) for r in found.rungs},
+            {r: halving.promoted(base, r) for r in found.rungs},
+        )
+
+    def job(self, name: str, finished: bool, ended: bool, sweep_ended: bool) -> JobRungs:
+        """`finished`: it wrote its result; `ended`: it is neither queued nor running; `sweep_ended`:
+        no job of the run is (no report can come that would promote it)."""
+        reached = [r for r in self.settings.rungs if name in self.reports[r]]
+        metrics = tuple(float(self.reports[r][name]["metric"]) for r in reached)
+        passed = tuple(r for r in reached if name in self.promoted[r])
+        last = reached[-1] if reached else None
+        if finished:
+            outcome = FINISHED
+        elif ended and last is not None and last not in passed:
+            outcome = STOPPED if sweep_ended else PAUSED
+        else:
+            outcome = RUNNING
+        return JobRungs(last, tuple(reached), metrics, outcome, passed)
+
+    def waiting(self, names: Iterable[str]) -> list[tuple[str, int]]:
+        """(job, rung) for each job promoted past its last rung reached: it must run again to go on."""
+        out = []
+        for name in names:
+            reached = [r for r in self.settings.rungs if name in self.reports[r]]
+            if reached and name in self.promoted[reached[-1]]:
+                out.append((name, reached[-1]))
+        return out
+
+
+def settle(run_dir: Path, found: halving.Settings) -> list[tuple[int, str]]:
+    """Apply the rule at every rung to the reports on disk; the (rung, job) promotions this call made."""
+    base = halving.root(run_dir)
+    return [(rung, job) for rung in found.rungs for job in halving.settle(base, rung, found)]
+
+
+def requeue_id(run_dir: Path, found: halving.Settings, name: str, rung: int) -> str | None:
+    """The id `scontrol requeue` takes for a job, as it reported it at `rung` (`<array>_<task>`)."""
+    report = halving.read_reports(halving.root(run_dir), rung).get(name) or {}
+    value = report.get("requeue_id")
+    return str(value) if value else None
+
+
+def labels(run: Any, found: halving.Settings) -> dict[str, JobRungs]:
+    """Each job of a read run (jobgen.record.model.Run, states settled) as halving sees it."""
+    board = Board.read(run.run_dir, found)
+    sweep_ended = all(job.state.is_final for job in run.jobs)
+    return {job.name: board.job(job.name, job.finished, job.state.is_final, sweep_ended) for job in run.jobs}
+
+
+def promote(run: Any, found: halving.Settings) -> list[str]:
+    """What a `jobgen status` does for a halving run: apply the rule at every rung, then requeue each
+    ended job that a decision promoted past its last rung (a local run's runner resumes its own). Lines
+    saying what it did; a requeue Slurm refuses is said, not raised (the next status tries again)."""
+    from jobgen import backends
+    from jobgen.errors import JobgenError
+
+    said = [f"halving: promoted {job} past rung {rung}" for rung, job in settle(run.run_dir, found)]
+    backend = backends.get(run.manifest.get("backend", ""))
+    if backend.runs_here:
+        return said
+    jobs = {job.name: job for job in run.jobs}
+    for name, rung in Board.read(run.run_dir, found).waiting(jobs):
+        job = jobs[name]
+        if job.finished or not job.state.is_final:
+            continue  # finished, or already queued or running again
+        target = requeue_id(run.run_dir, found, name, rung) or job.job_id
+        if not target:
+            continue
+        try:
+            backend.requeue(target, what=f"requeueing {name}, promoted past rung {rung}")
+            said.append(f"halving: requeued {name} ({target}): promoted past rung {rung}")
+        except JobgenError as exc:
+            said.append(f"halving: could not requeue {name} ({target}): {exc}")
+    return said
+
+
+def rung_text(job: JobRungs) -> str:
+    """'1:0.612 3:0.701' (epochs:metric at each rung reached, promotions marked with '>')."""
+    pairs = zip(job.reached, job.rung_metrics, strict=True)
+    return " ".join(f"{r}:{m:.4f}" + (">" if r in job.promoted else "") for r, m in pairs)
+
+
+def resume_local(run_dir: Path, found: halving.Settings, jobs: list[dict[str, Any]], run_one: Any) -> list[str]:
+    """The local backend's halving: after every job has run once, in order, each job a decision promoted
+    past the rung it paused at runs again (`run_one(entry)`: it resumes from its checkpoint), until no
+    promoted job waits; the names, in the order they resumed. A job resumes at most once per rung."""
+    done: set[tuple[str, int]] = set()
+    order: list[str] = []
+    by_name = {entry["name"]: entry for entry in jobs}
+    while True:
+        settle(run_dir, found)
+        board = Board.read(run_dir, found)
+        waiting = [
+            (name, rung)
+            for name, rung in board.waiting(by_name)
+            if (name, rung) not in done and not (run_dir / by_name[name]["dir"] / "result.json").exists()
+        ]
+        if not waiting:
+            return order
+        name, rung = waiting[0]
+        done.add((name, rung))
+        order.append(name)
+        run_one(by_name[name])

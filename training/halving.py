@@ -1,0 +1,249 @@
+"""Successive halving across jobs (ASHA) with the run folder as the only shared state.
+
+Layout under RUN/halving/ (every file created once, never appended to or rewritten):
+    rungs/<rung>/<job>.json     a job's metric at that rung (written to a temporary name, then hard-linked
+                                into place: a reader sees the whole report or none, a second writer is a no-op)
+    slots/<rung>/<i>            promotion slot i of that rung, i < floor(n / eta) (O_CREAT|O_EXCL)
+    decisions/<rung>/<job>      the job goes on past that rung (O_CREAT|O_EXCL, only by a slot's holder)
+
+A promotion claims a free slot, then the job's decision file; a participant that loses the race for
+the decision gives its slot back. So the decisions at a rung never outnumber the slots, and the slots
+never outnumber floor(n / eta) for the n reports seen: two participants racing on NFS cannot promote
+past the rule. Standard library only: jobgen reads and settles the same files on a login node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Exit status of every rank of a job that paused at a rung: neither success (no result) nor failure.
+EXIT_PAUSED = 76
+DIR = "halving"
+# The metric a rung compares, and the direction that is better, for each name a job records per epoch.
+METRICS = {"val_acc": "max"}
+DEFAULT_METRIC = "val_acc"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A sweep's [sweep.halving], resolved: rungs in epochs (increasing, each below train.epochs)."""
+
+    rungs: tuple[int, ...]
+    eta: int
+    metric: str
+    mode: str
+
+    def record(self) -> dict[str, Any]:
+        return {"rungs": list(self.rungs), "eta": self.eta, "metric": self.metric, "mode": self.mode}
+
+    @classmethod
+    def from_record(cls, raw: Mapping[str, Any]) -> Settings:
+        return cls(tuple(int(r) for r in raw["rungs"]), int(raw["eta"]), str(raw["metric"]), str(raw["mode"]))
+
+
+def epoch_metric(name: str, val_acc_per_epoch: list[float], rung: int) -> float:
+    """The metric `name` after `rung` epochs: the one place that says where a rung's metric comes from."""
+    if name != "val_acc":
+        raise ValueError(f"halving metric {name!r} is not recorded per epoch; use one of {', '.join(METRICS)}")
+    return float(val_acc_per_epoch[rung - 1])
+
+
+def keep(n: int, eta: int) -> int:
+    """How many of n reports at a rung may go on: floor(n / eta)."""
+    return n // eta
+
+
+def ranked(reports: Mapping[str, float], mode: str) -> list[str]:
+    """Job names best first: by metric (mode max or min), NaN last, ties by name."""
+
+    def key(job: str) -> tuple[bool, float, str]:
+        value = reports[job]
+        bad = math.isnan(value)
+        return bad, 0.0 if bad else (-value if mode == "max" else value), job
+
+    return sorted(reports, key=key)
+
+
+def promotable(reports: Mapping[str, float], promoted: Collection[str], eta: int, mode: str) -> list[str]:
+    """ASHA's rule at one rung, as a pure function: the jobs to promote now, best first.
+
+    `reports` maps each job that reached the rung to its metric there; `promoted` holds the jobs
+    already past it. A job may go on when its rank among the reports is < floor(n / eta) (ASHA:
+    the top 1/eta of the jobs that have reached the rung so far), and the promotions at the rung,
+    earlier ones included, never exceed floor(n / eta): a job promoted early that a later report
+    pushes out of the top still counts, so the candidates are the top jobs not yet promoted, cut to
+    the slots left.
+    """
+    k = keep(len(reports), eta)
+    done = [j for j in promoted if j in reports]
+    free = k - len(done)
+    if free <= 0:
+        return []
+    return [j for j in ranked(reports, mode)[:k] if j not in promoted][:free]
+
+
+def root(run_dir: str | Path) -> Path:
+    return Path(run_dir) / DIR
+
+
+def _dir(base: Path, kind: str, rung: int) -> Path:
+    return base / kind / str(rung)
+
+
+def report(base: Path, rung: int, job: str, metric: float, **extra: Any) -> bool:
+    """Record `job`'s metric at `rung` once; False when it was recorded already (the first report stays)."""
+    folder = _dir(base, "rungs", rung)
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / f"{job}.json"
+    if final.exists():
+        return False
+    body = json.dumps({"schema": 1, "job": job, "rung": rung, "metric": metric, "time": time.time(), **extra})
+    tmp = folder / f".tmp-{job}-{uuid.uuid4().hex}"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(body + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    try:
+        os.link(tmp, final)  # never replaces: the first report wins
+        return True
+    except FileExistsError:
+        return False
+    except OSError:  # a file system without hard links: exclusive create, then the whole text at once
+        return _create(final, body + "\n")
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def _create(path: Path, text: str) -> bool:
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return True
+
+
+def read_reports(base: Path, rung: int) -> dict[str, dict[str, Any]]:
+    """Every complete report at `rung`, by job (temporary and unreadable files are skipped)."""
+    found: dict[str, dict[str, Any]] = {}
+    folder = _dir(base, "rungs", rung)
+    if not folder.is_dir():
+        return found
+    for path in folder.iterdir():
+        if path.name.startswith(".") or path.suffix != ".json":
+            continue
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            found[path.stem] = {**raw, "metric": float(raw["metric"])}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # an exclusive create still being written (no hard links): seen next time
+    return found
+
+
+def promoted(base: Path, rung: int) -> set[str]:
+    folder = _dir(base, "decisions", rung)
+    if not folder.is_dir():
+        return set()
+    return {p.name for p in folder.iterdir() if not p.name.startswith(".")}
+
+
+def is_promoted(base: Path, rung: int, job: str) -> bool:
+    return (_dir(base, "decisions", rung) / job).exists()
+
+
+def claim(base: Path, rung: int, job: str, k: int) -> bool:
+    """Promote `job` past `rung` if one of slots 0..k-1 is free and nobody promoted it yet; True when this
+    call made the decision. Exclusive creates only: safe against any number of racing participants."""
+    decisions, slots = _dir(base, "decisions", rung), _dir(base, "slots", rung)
+    if (decisions / job).exists():
+        return False
+    slots.mkdir(parents=True, exist_ok=True)
+    decisions.mkdir(parents=True, exist_ok=True)
+    for i in range(k):
+        if not _create(slots / str(i), job + "\n"):
+            continue
+        if _create(decisions / job, f"slot {i}\n"):
+            return True
+        (slots / str(i)).unlink()  # another participant promoted the same job: the slot goes back
+        return False
+    return False
+
+
+def settle(base: Path, rung: int, settings: Settings) -> list[str]:
+    """Apply the rule at `rung` to the reports on disk now; the jobs this call promoted."""
+    reports = {job: r["metric"] for job, r in read_reports(base, rung).items()}
+    done = promoted(base, rung)
+    k = keep(len(reports), settings.eta)
+    return [job for job in promotable(reports, done, settings.eta, settings.mode) if claim(base, rung, job, k)]
+
+
+def requeue_paused(report_: Mapping[str, Any]) -> str:
+    """Ask Slurm to start a promoted job again (it resumes from its rung's checkpoint); what happened.
+    A job still pending needs nothing; one still running is requeued too (it may be on its way out)."""
+    target, scontrol = report_.get("requeue_id"), shutil.which("scontrol")
+    if not target:
+        return "not a Slurm job: its runner resumes it"
+    if not scontrol:
+        return f"no scontrol here: `jobgen status` requeues {target}"
+    shown = subprocess.run([scontrol, "show", "job", "-o", str(target)], check=False, capture_output=True, text=True)
+    state = shown.stdout.split("JobState=", 1)[1].split()[0] if "JobState=" in shown.stdout else "unknown"
+    if state in ("PENDING", "REQUEUED"):
+        return f"{target} is {state} already"
+    asked = subprocess.run([scontrol, "requeue", str(target)], check=False, capture_output=True, text=True)
+    return f"scontrol requeue {target} -> rc {asked.returncode} {asked.stderr.strip()}".strip()
+
+
+def pause_marker(checkpoint_dir: Path, env: Mapping[str, str] | None = None) -> Path:
+    """What rank 0 writes before a paused job leaves: the batch script then ends it with status 0
+    (its allocation freed; neither a failure to retry nor a requeue). One per job id and attempt."""
+    env = os.environ if env is None else env
+    return checkpoint_dir / f".paused-{env.get('SLURM_JOB_ID', 'local')}-{env.get('SLURM_RESTART_COUNT', '0') or 0}"
+
+
+def at_rung(base: Path, settings: Settings, job: str, rung: int, metric: float, checkpoint_dir: Path) -> bool:
+    """Rank 0 of `job` after `rung` epochs, its checkpoint written: report, apply the rule (promoting
+    others too), and say whether this job goes on. A job that stops writes its pause marker first,
+    then looks once more: a promotion made in between is not lost."""
+    from training.requeue import requeue_target
+
+    report(base, rung, job, metric, requeue_id=requeue_target())
+    if is_promoted(base, rung, job):
+        return True  # decided before a requeue or retry: the decision stands
+    reports = read_reports(base, rung)
+    for other in settle(base, rung, settings):
+        if other != job:
+            print(f"training: halving: promoted {other} at rung {rung}: {requeue_paused(reports[other])}", flush=True)
+    if is_promoted(base, rung, job):
+        return True
+    marker = pause_marker(checkpoint_dir)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(f"{rung}\n")
+    if is_promoted(base, rung, job):
+        marker.unlink()
+        return True
+    return False
+
+
+def say_pause(job: str, rung: int, metric: float) -> None:
+    print(
+        f"training: halving: {job} pauses at rung {rung} ({metric:.4f} is not in the top of its rung); "
+        "it resumes here if a later report promotes it",
+        file=sys.stderr,
+        flush=True,
+    )
