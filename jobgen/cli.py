@@ -286,10 +286,10 @@ def _submit_and_report(run_dir: Path) -> None:
 
     manifest = sub.submit_pending(run_dir, on_submit=report)
     if backends.get(manifest["backend"]).runs_here:
+        from jobgen.results import halving as halving_view
         from jobgen.results.state_rule import (
             read_runs,  # the local backend's summary: sbatch's submission imports neither
         )
-        from jobgen.results import halving as halving_view
         from jobgen.results.summary import summarize
 
         (run,) = read_runs([run_dir])  # the one state rule: exit 0 without a result is not COMPLETED

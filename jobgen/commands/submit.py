@@ -21,13 +21,13 @@ from jobgen.backends import Scheduler
 from jobgen.commands import limits
 from jobgen.errors import ConfigError, JobgenError, SubmitError
 from jobgen.experiment import config, sites
+from jobgen.experiment import halving as halving_config
 from jobgen.facts import now_iso
 from jobgen.plan import container
 from jobgen.plan.container import DEFAULT_HF_HOME
 from jobgen.plan.plan import Job, cache_dir_for, plan
 from jobgen.plan.render import RunInfo, container_words, render_job
 from jobgen.plan.spec import build_spec
-from jobgen.experiment import halving as halving_config
 from jobgen.record import store as record
 from jobgen.record.model import Run, RunJob
 from jobgen.states import State

@@ -1,15 +1,16 @@
 """[sweep.halving]: stop a sweep's losers at rungs (asynchronous successive halving, docs/guides/halving.md).
 
-    [sweep.halving]
-    metric = "val_acc"      # default: the primary validation metric
-    mode = "max"            # default: the metric's own direction
-    rungs = [1, 3]          # epochs at which jobs are compared, each below train.epochs
-    # or: min_epochs = 1    # rungs = min_epochs * eta**k below train.epochs (the default, with 1)
-    eta = 3                 # keep the top 1/eta at each rung (at least 2)
+[sweep.halving]
+metric = "val_acc"      # default: the primary validation metric
+mode = "max"            # default: the metric's own direction
+rungs = [1, 3]          # epochs at which jobs are compared, each below train.epochs
+# or: min_epochs = 1    # rungs = min_epochs * eta**k below train.epochs (the default, with 1)
+eta = 3                 # keep the top 1/eta at each rung (at least 2)
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from training import halving
@@ -70,7 +71,7 @@ def _rung_problems(rungs: Any, epochs: int) -> list[str]:
         return [f"must be a non-empty list of epochs (integers), e.g. [1, 3], got {show(rungs)}"]
     if rungs[0] < 1:
         return [f"{rungs[0]} is not an epoch count; rungs start at 1 or more"]
-    for a, b in zip(rungs, rungs[1:]):
+    for a, b in itertools.pairwise(rungs):
         if b <= a:
             return [f"must increase: {b} follows {a}"]
     if rungs[-1] >= epochs:

@@ -162,3 +162,106 @@ def resume_local(run_dir: Path, found: halving.Settings, jobs: list[dict[str, An
         done.add((name, rung))
         order.append(name)
         run_one(by_name[name])
+
+
+# --- summary ---------------------------------------------------------------------------------------------
+
+_BOARDS: dict[Path, tuple[tuple[int, ...], Board, bool] | None] = {}
+
+
+def _stamp(run_dir: Path, found: halving.Settings) -> tuple[int, ...]:
+    base = halving.root(run_dir)
+    out = []
+    for kind in ("rungs", "decisions"):
+        for rung in found.rungs:
+            try:
+                out.append((base / kind / str(rung)).stat().st_mtime_ns)
+            except OSError:
+                out.append(0)
+    try:
+        out.append((run_dir / "manifest.json").stat().st_mtime_ns)
+    except OSError:
+        out.append(0)
+    return tuple(out)
+
+
+def _board(run_dir: Path) -> tuple[Board, bool] | None:
+    """The run's board and whether its sweep has ended (every recorded state final), read again only
+    when a rung's folder or the manifest changed: a summary asks once per job."""
+    found = settings(run_dir)
+    if found is None:
+        return None
+    stamp = _stamp(run_dir, found)
+    kept = _BOARDS.get(run_dir)
+    if kept is not None and kept[0] == stamp:
+        return kept[1], kept[2]
+    from jobgen.states import State
+
+    try:
+        jobs = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")).get("jobs") or []
+        ended = all(State(j.get("state", "UNKNOWN")).is_final for j in jobs)
+    except (OSError, ValueError, AttributeError):
+        ended = False
+    board = Board.read(run_dir, found)
+    _BOARDS[run_dir] = (stamp, board, ended)
+    return board, ended
+
+
+def row_of(job: Any) -> JobRungs | None:
+    """A summary row's job (jobgen.results.collect.JobRow) as halving sees it; None outside halving."""
+    found = _board(Path(job.run_dir))
+    if found is None:
+        return None
+    board, sweep_ended = found
+    return board.job(job.name, job.result is not None, job.state.is_final, sweep_ended)
+
+
+FIELDS = ("outcome", "rung", "rung_metrics")
+
+
+def fields(jobs: list[Any]) -> dict[str, Any]:
+    """`summary --format json` row fields: outcome, rung (last reached, epochs), rung_metrics (in rung
+    order); None for a line of several jobs (seeds) or a run without halving."""
+    view = row_of(jobs[0]) if len(jobs) == 1 else None
+    if view is None:
+        return dict.fromkeys(FIELDS)
+    return {"outcome": view.outcome, "rung": view.rung, "rung_metrics": [round(m, 6) for m in view.rung_metrics]}
+
+
+def totals(jobs: list[Any], kind: str) -> dict[str, Any]:
+    """For a summary with halving runs: the hours used (`kind`: gpu_hours or cpu_hours, as the jobs held)
+    and full_sweep_hours, each job's hours scaled to train.epochs by the epochs it trained (its last
+    rung, or all of them once finished); None when a job that ran has no hours or no epoch count. {}
+    without halving."""
+    views = [(job, row_of(job)) for job in jobs]
+    if not any(view is not None for _, view in views):
+        return {}
+    used, full, known = 0.0, 0.0, True
+    for job, view in views:
+        hours = None if job.usage is None else getattr(job.usage, kind)
+        ran = job.usage.ran if job.usage is not None else job.started_at is not None
+        if not ran:
+            continue
+        if hours is None:
+            known = False
+            continue
+        used += hours
+        if view is None or view.outcome == FINISHED:
+            full += hours  # it trained every epoch
+            continue
+        epochs, trained = job.train.get("epochs"), view.rung
+        if not isinstance(epochs, int) or not trained:
+            known = False
+            continue
+        full += hours * epochs / trained
+    return {
+        "hours_kind": kind.split("_")[0],
+        "hours_used": round(used, 6) if known else None,
+        "full_sweep_hours": round(full, 6) if known else None,
+    }
+
+
+def state_label(job: Any) -> str:
+    """The state a summary shows for a job halving ended ('PAUSED@1'); '' for any other job."""
+    view = row_of(job)
+    return view.label() if view is not None else ""

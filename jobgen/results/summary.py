@@ -18,8 +18,9 @@ from typing import Any
 
 from jobgen.errors import JobgenError
 from jobgen.record.model import Run
+from jobgen.results import halving as halving_view
 from jobgen.results.collect import JobRow, LiveStates, collect
-from jobgen.results.columns import COLUMNS, METRICS, NO_VALUE, SUMMED, Line, Stat, amount
+from jobgen.results.columns import COLUMNS, METRICS, NO_VALUE, SUMMED, Line, Stat, amount, cost_metric
 from jobgen.results.diagnose import LAST_LINE
 from jobgen.states import State
 
@@ -109,7 +110,7 @@ def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
             value = of(first)
             # Stat(value, None, 1) without the named tuple's own __new__ (150,000 calls at 10,000 jobs).
             metrics[name] = combine([value]) if combine else NO_VALUE if value is None else _new(Stat, (value, None, 1))
-        label, run_ids, state = first.name, [first.run_id], first.state.value
+        label, run_ids, state = first.name, [first.run_id], halving_view.state_label(first) or first.state.value
         excluded = tuple(sorted(set(first.retries.excluded))) if first.retries else ()
         gpu = first.result is not None and first.result.peak_gpu_mb is not None
     else:
@@ -273,6 +274,7 @@ FIELDS = (
     + ["devices_per_node", "accelerator", "state", "n"]
     + [name for metric in METRICS for name in (metric.name, f"{metric.name}_std")]
     + ["peak_mem_kind", "speedup", "scaling_efficiency", "usage_from", "baseline", "excluded_nodes", "problem", "hint"]
+    + list(halving_view.FIELDS)
 )
 
 
@@ -302,6 +304,7 @@ def record(line: Line) -> dict[str, Any]:
         problem=line.problem or None,
         hint=line.hint or None,
     )
+    out.update(halving_view.fields(line.jobs))
     return out
 
 
@@ -329,6 +332,7 @@ def totals(lines: list[Line]) -> dict[str, Any]:
         values = [by_name[name].of(job) for job in jobs]
         missing = any(v is None and did for v, did in zip(values, ran, strict=True))
         out[name] = None if missing else _round(math.fsum(v for v in values if v is not None))
+    out.update(halving_view.totals(jobs, cost_metric(lines)[0]))
     return out
 
 
@@ -368,6 +372,8 @@ def render_csv(lines: list[Line], **_: Any) -> str:
 
 
 def _csv_value(value: Any) -> Any:
+    if isinstance(value, list):  # rung_metrics: one cell
+        return " ".join(str(v) for v in value)
     return ("true" if value else "false") if isinstance(value, bool) else value
 
 
