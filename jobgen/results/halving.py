@@ -265,3 +265,19 @@ def state_label(job: Any) -> str:
     """The state a summary shows for a job halving ended ('PAUSED@1'); '' for any other job."""
     view = row_of(job)
     return view.label() if view is not None else ""
+
+
+def rung_chart(lines: list[Any], colors: dict[int, str]) -> str:
+    """The report's rung chart: the metric at each rung reached (x: epochs), one line per job of a
+    halving run; '' when no job of the report has rungs."""
+    from jobgen.results.charts import Series, line_chart
+
+    series = []
+    for line in lines:
+        view = row_of(line.jobs[0]) if len(line.jobs) == 1 else None
+        if view is not None and view.reached:
+            points = [(float(r), 100 * m) for r, m in zip(view.reached, view.rung_metrics, strict=True)]
+            series.append(Series(f"{line.label} ({view.outcome})", points, colors[id(line)]))
+    if not series:
+        return ""
+    return line_chart("Halving: metric at each rung", "rung (epochs)", "metric (%)", series)

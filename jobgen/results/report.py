@@ -99,6 +99,7 @@ def build_report(
         "<h2>Curves</h2>",
         _legend(lines, colors),
         _curves(lines, colors),
+        *_rungs(lines, colors),
         *_problems(lines),
     ]
     return (
@@ -107,6 +108,14 @@ def build_report(
         + "\n".join(body)
         + "\n</body></html>\n"
     )
+
+
+def _rungs(lines: list[Line], colors: dict[int, str]) -> list[str]:
+    """A halving run's rungs: the metric by rung, one line per job (jobgen.results.halving)."""
+    from jobgen.results.halving import rung_chart
+
+    chart = rung_chart(lines, colors)
+    return ["<h2>Rungs</h2>", f'<div class="charts">{chart}</div>'] if chart else []
 
 
 def made_at() -> str:
