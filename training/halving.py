@@ -163,13 +163,23 @@ def promoted(base: Path, rung: int) -> set[str]:
     return {p.name for p in folder.iterdir() if not p.name.startswith(".")}
 
 
+def decision(base: Path, rung: int, job: str) -> dict[str, Any] | None:
+    """What a decision file says: {"slot": i, "seen": [jobs whose reports its maker read]}."""
+    try:
+        found: dict[str, Any] = json.loads((_dir(base, "decisions", rung) / job).read_text(encoding="utf-8"))
+        return found
+    except (OSError, ValueError):
+        return None
+
+
 def is_promoted(base: Path, rung: int, job: str) -> bool:
     return (_dir(base, "decisions", rung) / job).exists()
 
 
-def claim(base: Path, rung: int, job: str, k: int) -> bool:
+def claim(base: Path, rung: int, job: str, k: int, seen: Collection[str] = ()) -> bool:
     """Promote `job` past `rung` if one of slots 0..k-1 is free and nobody promoted it yet; True when this
-    call made the decision. Exclusive creates only: safe against any number of racing participants."""
+    call made the decision. Exclusive creates only: safe against any number of racing participants. The
+    decision file records its slot and the reports its maker `seen`, so the rule can be checked later."""
     decisions, slots = _dir(base, "decisions", rung), _dir(base, "slots", rung)
     if (decisions / job).exists():
         return False
@@ -178,7 +188,7 @@ def claim(base: Path, rung: int, job: str, k: int) -> bool:
     for i in range(k):
         if not _create(slots / str(i), job + "\n"):
             continue
-        if _create(decisions / job, f"slot {i}\n"):
+        if _create(decisions / job, json.dumps({"slot": i, "seen": sorted(seen)}) + "\n"):
             return True
         (slots / str(i)).unlink()  # another participant promoted the same job: the slot goes back
         return False
@@ -190,7 +200,8 @@ def settle(base: Path, rung: int, settings: Settings) -> list[str]:
     reports = {job: r["metric"] for job, r in read_reports(base, rung).items()}
     done = promoted(base, rung)
     k = keep(len(reports), settings.eta)
-    return [job for job in promotable(reports, done, settings.eta, settings.mode) if claim(base, rung, job, k)]
+    chosen = promotable(reports, done, settings.eta, settings.mode)
+    return [job for job in chosen if claim(base, rung, job, k, reports)]
 
 
 def requeue_paused(report_: Mapping[str, Any]) -> str:

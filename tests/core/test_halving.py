@@ -74,6 +74,11 @@ def _check_board(base: Path, rung: int, jobs: dict[str, float], eta: int) -> Non
     assert len(done) <= len(jobs) // eta  # never past the rule, whatever the interleaving
     slots = sorted(p.name for p in (base / "slots" / str(rung)).iterdir()) if done else []
     assert len(slots) == len(done)  # every decision holds one slot, and no slot is left without one
+    for job in done:  # each decision follows the rule on the reports its maker read
+        made = halving.decision(base, rung, job)
+        assert made is not None
+        k = len(made["seen"]) // eta
+        assert job in halving.ranked({j: jobs[j] for j in made["seen"]}, "max")[:k] and made["slot"] < k
     # After everyone settled once more (a `jobgen status`), the top jobs fill what the rule allows.
     found = halving.Settings(rungs=(rung,), eta=eta, metric="val_acc", mode="max")
     halving.settle(base, rung, found)
