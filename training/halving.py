@@ -204,6 +204,21 @@ def settle(base: Path, rung: int, settings: Settings) -> list[str]:
     return [job for job in chosen if claim(base, rung, job, k, reports)]
 
 
+def first_requeue(base: Path, rung: int, job: str) -> bool:
+    """True for the one participant that gets to requeue `job` for its promotion past `rung`
+    (`requeued/<rung>/<job>`, created once): a promoted job that later fails is not requeued again and
+    again by every `jobgen status`; its retries are slurm.retries' business."""
+    folder = _dir(base, "requeued", rung)
+    folder.mkdir(parents=True, exist_ok=True)
+    return _create(folder / job, f"{time.time()}\n")
+
+
+def forget_requeue(base: Path, rung: int, job: str) -> None:
+    """A requeue that Slurm refused: the next participant tries again."""
+    with contextlib.suppress(OSError):
+        (_dir(base, "requeued", rung) / job).unlink()
+
+
 def requeue_paused(report_: Mapping[str, Any]) -> str:
     """Ask Slurm to start a promoted job again (it resumes from its rung's checkpoint); what happened.
     A job still pending needs nothing; one still running is requeued too (it may be on its way out)."""
@@ -238,7 +253,7 @@ def at_rung(base: Path, settings: Settings, job: str, rung: int, metric: float, 
         return True  # decided before a requeue or retry: the decision stands
     reports = read_reports(base, rung)
     for other in settle(base, rung, settings):
-        if other != job:
+        if other != job and reports[other].get("requeue_id") and first_requeue(base, rung, other):
             print(f"training: halving: promoted {other} at rung {rung}: {requeue_paused(reports[other])}", flush=True)
     if is_promoted(base, rung, job):
         return True

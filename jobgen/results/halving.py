@@ -125,12 +125,14 @@ def promote(run: Any, found: halving.Settings) -> list[str]:
         if job.finished or not job.state.is_final:
             continue  # finished, or already queued or running again
         target = requeue_id(run.run_dir, found, name, rung) or job.job_id
-        if not target:
-            continue
+        base = halving.root(run.run_dir)
+        if not target or not halving.first_requeue(base, rung, name):
+            continue  # requeued once for this promotion already (by a job or an earlier status)
         try:
             backend.requeue(target, what=f"requeueing {name}, promoted past rung {rung}")
             said.append(f"halving: requeued {name} ({target}): promoted past rung {rung}")
         except JobgenError as exc:
+            halving.forget_requeue(base, rung, name)
             said.append(f"halving: could not requeue {name} ({target}): {exc}")
     return said
 

@@ -137,6 +137,11 @@ def test_a_decision_is_made_once(tmp_path: Path) -> None:
     assert halving.report(tmp_path, 1, "a", 0.5)
     assert not halving.report(tmp_path, 1, "a", 0.9)  # the first report stays
     assert halving.read_reports(tmp_path, 1)["a"]["metric"] == 0.5
+    # One requeue per promotion, whoever asks first; a refused one may be tried again.
+    assert halving.first_requeue(tmp_path, 1, "a")
+    assert not halving.first_requeue(tmp_path, 1, "a")
+    halving.forget_requeue(tmp_path, 1, "a")
+    assert halving.first_requeue(tmp_path, 1, "a")
 
 
 def test_rungs_from_min_epochs() -> None:
