@@ -4,7 +4,9 @@ Layout under RUN/halving/ (every file created once, never appended to or rewritt
     rungs/<rung>/<job>.json     a job's metric at that rung (written to a temporary name, then hard-linked
                                 into place: a reader sees the whole report or none, a second writer is a no-op)
     slots/<rung>/<i>            promotion slot i of that rung, i < floor(n / eta) (O_CREAT|O_EXCL)
-    decisions/<rung>/<job>      the job goes on past that rung (O_CREAT|O_EXCL, only by a slot's holder)
+    decisions/<rung>/<job>      the job goes on past that rung (O_CREAT|O_EXCL, only by a slot's holder);
+                                it names its slot and the reports its maker read
+    requeued/<rung>/<job>       who requeues a paused job for that promotion (O_CREAT|O_EXCL: once)
 
 A promotion claims a free slot, then the job's decision file; a participant that loses the race for
 the decision gives its slot back. So the decisions at a rung never outnumber the slots, and the slots
