@@ -14,6 +14,7 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import difflib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -42,6 +43,9 @@ WandbMode = Literal["offline", "online", "disabled"]  # as wandb.init types it
 WANDB_MODES: tuple[WandbMode, ...] = ("offline", "online", "disabled")
 SPLITS = ("train", "validation", "test")
 TINY_MODEL = "builtin:tiny"  # built on the fly by training/model.py
+TINY_DECODER = "builtin:tiny-decoder"  # a Llama-shaped decoder, built on the fly the same way
+BUILTIN_MODELS = (TINY_MODEL, TINY_DECODER)
+PEFT_METHODS = ("none", "lora")
 # Upper bounds shared by the keys that count the same thing (here and in jobgen's [slurm] section): far
 # above any real job, far below what would overflow a C int in Slurm or a tensor index.
 MAX_NODES = 10_000
@@ -108,7 +112,25 @@ class Train:
     )
     num_nodes: int = opt(0, "Nodes the engine uses; 0 = slurm.nodes (must equal it).", min=0, max=MAX_NODES)
     devices: int = opt(0, "Devices (ranks) per node; 0 = slurm.gpus_per_node, or 1.", min=0, max=MAX_DEVICES)
-    model: str = opt("distilbert-base-uncased", "Hugging Face model name, local path, or builtin:tiny.")
+    model: str = opt(
+        "distilbert-base-uncased", "Hugging Face model name, local path, builtin:tiny or builtin:tiny-decoder."
+    )
+    peft: str = opt(
+        "none",
+        "none = every weight trains; lora = LoRA adapters plus the classification head (docs/lora.md).",
+        choices=PEFT_METHODS,
+    )
+    lora_r: int = opt(8, "LoRA rank (train.peft = 'lora').", min=1, max=4096)
+    lora_alpha: int = opt(16, "LoRA alpha: the adapters' update is scaled by lora_alpha / lora_r.", min=1, max=100_000)
+    lora_dropout: float = opt(0.1, "Dropout on the LoRA adapters' input.", min=0, max=0.9)
+    lora_target_modules: list[str] = opt(
+        [],
+        "Modules LoRA adapts, by name (e.g. ['q_proj', 'v_proj']); empty = peft's for the model type.",
+        kind="modules",
+    )
+    gradient_checkpointing: bool = opt(
+        False, "Recompute activations in the backward pass (non-reentrant): less memory, more compute."
+    )
     epochs: int = opt(3, "Training epochs.", min=1, max=100_000)
     batch_size: int = opt(16, "Per-device training batch size.", min=1, max=1_000_000)
     eval_batch_size: int = opt(64, "Per-device evaluation batch size.", min=1, max=1_000_000)
@@ -187,6 +209,13 @@ def _check_loggers(v: list[str]) -> str | None:
     return f"{v!r} names a logger twice" if len(set(v)) != len(v) else None
 
 
+def _check_modules(v: list[str]) -> str | None:
+    for name in v:
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*", name):
+            return f"{show(name)} is not a module name (letters, digits, _ and dots, e.g. 'q_proj')"
+    return f"{v!r} names a module twice" if len(set(v)) != len(v) else None
+
+
 def _check_encoding(v: str) -> str | None:
     try:
         codecs.lookup(v)
@@ -217,6 +246,7 @@ def _check_files(v: dict[str, str]) -> str | None:
 
 KIND_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "loggers": _check_loggers,
+    "modules": _check_modules,
     "encoding": _check_encoding,
     "partition": _check_partition,
     "files": _check_files,

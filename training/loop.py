@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from training import console, requeue
+from training import adapter, console, requeue
 from training.engines.common import parameter_shards
 from training.loaders import model_inputs
 from training.metrics import Scores
@@ -271,3 +271,4 @@ def test(job: Job) -> None:
         epoch=job.stats.epochs_done, step=job.progress["global_step"], split="test", acc=scores["acc"], f1=scores["f1"]
     )
     job.log.flush()
+    adapter.save(job.model, job.spec.job_dir, job.rt.rank)  # the weights just tested

@@ -139,7 +139,7 @@ def _fmt(value: Any) -> Any:
 
 def _versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {}
-    for name in ("torch", "lightning", "transformers", "datasets", "torchmetrics", "deepspeed", "jobgen"):
+    for name in ("torch", "lightning", "transformers", "datasets", "torchmetrics", "deepspeed", "peft", "jobgen"):
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

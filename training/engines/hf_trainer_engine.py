@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from training import console, ranks, requeue
+from training import adapter, console, ranks, requeue
 from training.data import Prepared
 from training.engines import common
 from training.hardware import effective_precision, resolve_accelerator
@@ -536,6 +536,7 @@ def _fit_and_test(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue
     stats.optimizer_steps = trainer.state.global_step
     if not stats.interrupted:
         _test_best(trainer, stats, steps_per_epoch)
+        adapter.save(trainer.model, spec.job_dir, args.process_index)  # the weights just tested
     trainer.accelerator.wait_for_everyone()
     return cast(int, args.process_index)  # TrainingArguments.process_index is unannotated
 

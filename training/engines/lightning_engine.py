@@ -16,7 +16,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.strategies import DeepSpeedStrategy
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from training import console, requeue
+from training import adapter, console, requeue
 from training.contract import PRECISIONS, one_of
 from training.data import Prepared
 from training.engines import common
@@ -366,4 +366,5 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher |
     stats.optimizer_steps = trainer.global_step
     if not stats.interrupted:
         _test_best(trainer, module, best, spec, stats)
+        adapter.save(module.model, spec.job_dir, trainer.global_rank)  # the weights just tested
     return trainer.global_rank  # training.run writes the result, then tears the group down
