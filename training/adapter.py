@@ -15,24 +15,24 @@ ADAPTER_DIR = "adapter"
 
 
 def unwrap(model: Any) -> Any:
-    """The PeftModel (or plain model) inside the wrappers engines put around it: DDP, DeepSpeed's engine,
-    Fabric's module, torch.compile's OptimizedModule."""
-    seen = 0
-    while seen < 10:
-        seen += 1
-        if type(model).__name__.startswith("PeftModel") or hasattr(model, "peft_config"):
+    """The PeftModel inside the wrappers engines put around it (DDP, DeepSpeed's engine, Fabric's module,
+    torch.compile's OptimizedModule); None when there is none. By class, not by attribute: wrappers such
+    as Fabric's forward attribute look-ups to the module they hold."""
+    for _ in range(10):
+        if any(cls.__name__ == "PeftModel" for cls in type(model).__mro__):
             return model
-        inner = getattr(model, "_orig_mod", None) or getattr(model, "module", None)
+        children = getattr(model, "__dict__", {}).get("_modules", {})
+        inner = next((children[k] for k in ("_orig_mod", "module", "_original_module") if k in children), None)
         if inner is None or inner is model:
-            return model
+            return None
         model = inner
-    return model
+    return None
 
 
 def trainable_state(model: Any) -> dict[str, Any]:
     """Every trainable parameter whole, on the CPU, by its name in the model. A collective: every rank
     calls it (ZeRO-3 partitions and FSDP2 shards are gathered from all ranks)."""
-    named = [(name, p) for name, p in unwrap(model).named_parameters() if p.requires_grad]
+    named = [(name, p) for name, p in (unwrap(model) or model).named_parameters() if p.requires_grad]
     partitioned = [p for _, p in named if hasattr(p, "ds_tensor")]
     if partitioned:
         import deepspeed
@@ -47,7 +47,7 @@ def save(model: Any, job_dir: Path, rank: int) -> Path | None:
     """JOB/adapter/ from the weights the model holds now, when it has LoRA adapters (None otherwise).
     A collective, as `trainable_state`; rank 0 writes."""
     peft_model = unwrap(model)
-    if not hasattr(peft_model, "peft_config"):
+    if peft_model is None:
         return None
     state = trainable_state(model)
     target = job_dir / ADAPTER_DIR

@@ -46,6 +46,8 @@ TINY_MODEL = "builtin:tiny"  # built on the fly by training/model.py
 TINY_DECODER = "builtin:tiny-decoder"  # a Llama-shaped decoder, built on the fly the same way
 BUILTIN_MODELS = (TINY_MODEL, TINY_DECODER)
 PEFT_METHODS = ("none", "lora")
+# The classification heads peft trains in full under LoRA (task SEQ_CLS's modules_to_save), never adapts.
+HEAD_MODULES = ("classifier", "score")
 # Upper bounds shared by the keys that count the same thing (here and in jobgen's [slurm] section): far
 # above any real job, far below what would overflow a C int in Slurm or a tensor index.
 MAX_NODES = 10_000
@@ -305,6 +307,15 @@ def shape_problems(t: Train) -> list[tuple[str, str]]:
                 "train.strategy",
                 f"{t.strategy!r} shards across devices but the job has one; use 'auto', "
                 "more devices, or a *_offload DeepSpeed stage",
+            )
+        )
+    heads = [name for name in t.lora_target_modules if name.rsplit(".", 1)[-1] in HEAD_MODULES]
+    if t.peft == "lora" and heads:
+        out.append(
+            (
+                "train.lora_target_modules",
+                f"{t.lora_target_modules!r} names {heads[0]!r}, the classification head: LoRA never adapts it, "
+                "it trains in full (peft's modules_to_save); leave it out",
             )
         )
     if t.engine == "fabric" and is_deepspeed(t.strategy) and t.grad_accum > 1:
