@@ -183,7 +183,8 @@ def load_model_info(source: str, label_names: list[str]) -> tuple[Any, list[str]
         label2id={n: i for i, n in enumerate(label_names)},
         output_loading_info=True,
     )
-    fresh = sorted({key.rsplit(".", 1)[0] for key in info.get("missing_keys", ()) if "." in key})
+    params = {name for name, _ in model.named_parameters()}  # not buffers a checkpoint need not hold
+    fresh = sorted({key.rsplit(".", 1)[0] for key in info.get("missing_keys", ()) if key in params and "." in key})
     # from_pretrained returns the model in eval mode (dropout off); training code must not inherit that.
     return model.train(), fresh
 

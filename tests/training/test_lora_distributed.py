@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.training.conftest import run_entrypoint, subprocess_env, write_spec
+from tests.training.conftest import run_entrypoint, start, subprocess_env, wait, write_spec
 from tests.training.test_lora import reevaluate
+from training.requeue import EXIT_REQUEUE
 from training.spec import load
 
 pytestmark = [pytest.mark.training, pytest.mark.slow, pytest.mark.timeout(480)]
@@ -45,17 +46,50 @@ def _check_adapter(job: Path, spec_path: Path, result: dict[str, Any]) -> dict[s
 
 @pytest.mark.parametrize(
     ("engine", "strategy"),
-    [("fabric", "fsdp"), ("lightning", "deepspeed_stage_3"), ("hf_trainer", "deepspeed_stage_3")],
+    [("fabric", "fsdp"), ("fabric", "deepspeed_stage_3"), ("hf_trainer", "deepspeed_stage_3")],
 )
 def test_lora_on_two_sharded_ranks(engine: str, strategy: str, tmp_path: Path, cache_dir: Path) -> None:
+    """With gradient checkpointing: activations recomputed inside sharded blocks, the adapters still train."""
     job = tmp_path / "job"
-    spec = write_spec(job, cache_dir, train={**LORA, "engine": engine, "strategy": strategy, "devices": 2})
+    train = {**LORA, "engine": engine, "strategy": strategy, "devices": 2, "gradient_checkpointing": True}
+    spec = write_spec(job, cache_dir, train=train)
     result = run_entrypoint(spec, subprocess_env(), timeout=420)
     assert result["world_size"] == 2 and result["test_acc"] >= 0.8, result
     assert result["scored"] == {"validation": 300, "test": 400}
     params = _check_adapter(job, spec, result)
     # Sharded: each rank holds about half of every parameter.
     assert max(params["per_rank"]) < 0.55 * params["total"], params
+
+
+@pytest.mark.parametrize("engine", ["lightning", "hf_trainer"])
+def test_a_lora_job_resumes_after_a_requeue(engine: str, tmp_path: Path, cache_dir: Path) -> None:
+    """USR2 after the first validation: the checkpoint (Lightning's whole module; the Trainer's adapter
+    and head only) carries the adapters, the restart resumes from it, and the adapter it leaves holds
+    the weights its test scored."""
+    import csv
+    import signal
+    import time
+
+    job = tmp_path / "job"
+    train = {**LORA, "engine": engine, "epochs": 3, "batch_size": 32}
+    spec = write_spec(job, cache_dir, train=train, requeue={"enabled": True, "signal": "USR2"})
+    env = subprocess_env()
+    proc = start(spec, env, job / "first.log")
+
+    def validated() -> bool:
+        metrics = job / "metrics.csv"
+        return metrics.exists() and any(r["split"] == "validation" for r in csv.DictReader(metrics.open()))
+
+    deadline = time.monotonic() + 300
+    while not validated() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGUSR2)
+    assert wait(proc, timeout=180) == EXIT_REQUEUE, (job / "first.log").read_text()[-4000:]
+    assert not (job / "adapter").exists()
+    result = run_entrypoint(spec, env, timeout=300)
+    assert result["resumed"] is True and result["epochs_done"] == 3, result
+    assert result["test_acc"] >= 0.8, result
+    _check_adapter(job, spec, result)
 
 
 def _minilm() -> str:
