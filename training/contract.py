@@ -46,6 +46,11 @@ TINY_MODEL = "builtin:tiny"  # built on the fly by training/model.py
 TINY_DECODER = "builtin:tiny-decoder"  # a Llama-shaped decoder, built on the fly the same way
 BUILTIN_MODELS = (TINY_MODEL, TINY_DECODER)
 PEFT_METHODS = ("none", "lora")
+# The linear layers LoRA can adapt in each built-in model (their blocks' layers), known without loading it.
+BUILTIN_LINEAR = {
+    TINY_MODEL: ("q_lin", "k_lin", "v_lin", "out_lin", "lin1", "lin2"),
+    TINY_DECODER: ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+}
 # The classification heads peft trains in full under LoRA (task SEQ_CLS's modules_to_save), never adapts.
 HEAD_MODULES = ("classifier", "score")
 # Upper bounds shared by the keys that count the same thing (here and in jobgen's [slurm] section): far
@@ -316,6 +321,16 @@ def shape_problems(t: Train) -> list[tuple[str, str]]:
                 "train.lora_target_modules",
                 f"{t.lora_target_modules!r} names {heads[0]!r}, the classification head: LoRA never adapts it, "
                 "it trains in full (peft's modules_to_save); leave it out",
+            )
+        )
+    layers = BUILTIN_LINEAR.get(t.model, ())
+    missing = [name for name in t.lora_target_modules if layers and name.rsplit(".", 1)[-1] not in layers]
+    if t.peft == "lora" and missing and not heads:
+        out.append(
+            (
+                "train.lora_target_modules",
+                f"{t.lora_target_modules!r} names {missing[0]!r}, which {t.model} has not; its layers: "
+                f"{', '.join(layers)}",
             )
         )
     if t.engine == "fabric" and is_deepspeed(t.strategy) and t.grad_accum > 1:

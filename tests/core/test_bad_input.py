@@ -68,6 +68,14 @@ CASES = [
         ["train.lora_target_modules", "'score', the classification head", "leave it out"],
     ),
     (
+        "lora-layer-the-builtin-lacks",
+        BASE.replace('"distilbert-base-uncased"', '"builtin:tiny-decoder"').replace(
+            "[train]\n", '[train]\npeft = "lora"\nlora_target_modules = ["q_lin"]\n'
+        ),
+        1,
+        ["train.lora_target_modules", "'q_lin', which builtin:tiny-decoder has not", "q_proj"],
+    ),
+    (
         "builtin-decoder-typo",
         BASE.replace('"distilbert-base-uncased"', '"builtin:tiny-decodr"'),
         1,

@@ -61,6 +61,10 @@ def deepspeed_config(spec: Spec) -> Path:
         zero["offload_optimizer"] = {"device": "cpu"}
         if stage == 3:
             zero["offload_param"] = {"device": "cpu"}
+    if stage == 3 and t.peft == "lora":
+        # The Trainer saves a LoRA model's checkpoint as its adapter, from the state dict DeepSpeed gathers
+        # for it; without this it hands peft an empty one (peft#2892).
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
     config = {
         "zero_optimization": zero,
         "train_micro_batch_size_per_gpu": "auto",
