@@ -124,7 +124,7 @@ class Train:
     )
     peft: str = opt(
         "none",
-        "none = every weight trains; lora = LoRA adapters plus the classification head (docs/lora.md).",
+        "none = every weight trains; lora = LoRA adapters plus the classification head (docs/guides/lora.md).",
         choices=PEFT_METHODS,
     )
     lora_r: int = opt(8, "LoRA rank (train.peft = 'lora').", min=1, max=4096)
