@@ -67,17 +67,18 @@ def test_lora_on_two_sharded_ranks(engine: str, strategy: str, lr: float, tmp_pa
     assert max(params["per_rank"]) < 0.55 * params["total"], params
 
 
-@pytest.mark.parametrize("engine", ["lightning", "hf_trainer"])
+# The Trainer's checkpoint of a LoRA model is peft's adapter and head, not the whole model as the other
+# engines save (theirs are the same with and without LoRA, and resume in test_resume/test_preemption).
+@pytest.mark.parametrize("engine", ["hf_trainer"])
 def test_a_lora_job_resumes_after_a_requeue(engine: str, tmp_path: Path, cache_dir: Path) -> None:
-    """USR2 after the first validation: the checkpoint (Lightning's whole module; the Trainer's adapter
-    and head only) carries the adapters, the restart resumes from it, and the adapter it leaves holds
-    the weights its test scored."""
+    """USR2 after the first validation: the checkpoint carries the adapters and the head, the restart
+    resumes from it, and the adapter it leaves holds the weights its test scored."""
     import csv
     import signal
     import time
 
     job = tmp_path / "job"
-    train = {**LORA, "engine": engine, "epochs": 3, "batch_size": 32}
+    train = {**LORA, "engine": engine, "batch_size": 32}
     spec = write_spec(job, cache_dir, train=train, requeue={"enabled": True, "signal": "USR2"})
     env = subprocess_env()
     proc = start(spec, env, job / "first.log")
@@ -93,7 +94,7 @@ def test_a_lora_job_resumes_after_a_requeue(engine: str, tmp_path: Path, cache_d
     assert wait(proc, timeout=180) == EXIT_REQUEUE, (job / "first.log").read_text()[-4000:]
     assert not (job / "adapter").exists()
     result = run_entrypoint(spec, env, timeout=300)
-    assert result["resumed"] is True and result["epochs_done"] == 3, result
+    assert result["resumed"] is True and result["epochs_done"] == 2, result
     assert result["test_acc"] >= 0.8, result
     _check_adapter(job, spec, result)
 
