@@ -620,7 +620,7 @@ def diff(ctx: click.Context, a: str, b: str, job: str | None, fmt: str) -> None:
 
     A and B are run folders, run ids or experiment names (its latest run). To compare two jobs, write
     RUN:JOB for each, or give --job NAME for a job both runs have (a job's resolved spec.json is
-    compared instead of the run's experiment.toml).
+    compared instead of the run's resolved experiment, experiment.resolved.toml).
     """
     from jobgen.results.diff import diff as diff_sides
     from jobgen.results.diff import render_json, render_text
@@ -633,6 +633,8 @@ def diff(ctx: click.Context, a: str, b: str, job: str | None, fmt: str) -> None:
     _warn([one.run] if one.run.run_dir == two.run.run_dir else [one.run, two.run])
     for line in doc["warnings"]:
         click.echo(f"warning: {line}", err=True)
+    for line in doc["notes"]:
+        click.echo(f"note: {line}", err=True)
 
 
 @main.command()
