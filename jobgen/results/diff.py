@@ -126,10 +126,13 @@ def _not_run(side: Side, rows: Mapping[str, Mapping[str, Any]]) -> str | None:
     if any(True for _ in _results_of(side)):
         return None
     if side.run.dry_run:
-        return "a dry run: none of its jobs ran"
-    states = sorted({str(row["state"]) for row in rows.values()}) or ["no jobs"]
-    what = f"job {side.job.name}" if side.job else f"{len(side.jobs)} job{'s' if len(side.jobs) != 1 else ''}"
-    return f"no result yet ({what}: {', '.join(states)})"
+        return "a dry run, none of its jobs ran"
+    states = ", ".join(sorted({str(row["state"]) for row in rows.values()})) or "no state"
+    if side.job:
+        return f"job {side.job.name} is {states}, with no result yet"
+    if len(side.jobs) == 1:
+        return f"its one job is {states}, with no result yet"
+    return f"none of its {len(side.jobs)} jobs has a result yet: {states}"
 
 
 # --- code -------------------------------------------------------------------------------------------------
@@ -304,9 +307,9 @@ def render_text(doc: Mapping[str, Any]) -> str:
     out = [f"A: {_name(doc['a'])}", f"B: {_name(doc['b'])}", ""]
     out += _pairs("experiment keys", doc["experiment"], unset="(not set)")
     out += _code_text(doc["code"])
-    not_run = [f"{side.upper()} has not run ({why})" for side, why in doc["not_run"].items() if why]
+    not_run = [f"{side.upper()} has not run: {why}" for side, why in doc["not_run"].items() if why]
     if not_run:
-        out += [f"packages and hosts: not compared: {'; '.join(not_run)}", ""]
+        out += [f"packages and hosts: not compared ({'; '.join(not_run)})", ""]
     else:
         out += _pairs("packages", doc["packages"])
     out += _pairs("cluster and nodes", doc["cluster"])

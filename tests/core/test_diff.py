@@ -302,22 +302,24 @@ def test_a_side_that_has_not_run_says_so_in_one_line(runner, root: Path, tmp_pat
     assert len(packages) > 20  # what the old diff listed as "-> (none)", one line each
 
     text = _diff(runner, root, str(ran), str(dry)).stdout
-    assert "packages and hosts: not compared: B has not run (a dry run: none of its jobs ran)\n" in text
+    assert "packages and hosts: not compared (B has not run: a dry run, none of its jobs ran)\n" in text
     assert "(none)" not in text and "packages:" not in text
     assert "experiment keys: no differences" in text and "cluster and nodes: no differences" in text
     assert "exp: COMPLETED -> DRY_RUN" in text
     doc = _json(runner, root, str(ran), str(dry))
-    assert doc["not_run"] == {"a": None, "b": "a dry run: none of its jobs ran"}
+    assert doc["not_run"] == {"a": None, "b": "a dry run, none of its jobs ran"}
     assert doc["packages"] == {} and doc["cluster"] == {} and doc["experiment"] == {}
 
     # A job Slurm has not started: submitted to a stand-in sbatch, no result yet.
     stub_tool(bin_dir, "sbatch", "echo 4242\n")
     queued = _submit(runner, root, tmp_path, text=LOCAL.replace('backend = "local"', 'backend = "sbatch"'))
     text = _diff(runner, root, f"{ran}:exp", f"{queued}:exp").stdout
-    assert "packages and hosts: not compared: B has not run (no result yet (job exp: SUBMITTED))\n" in text
+    assert "packages and hosts: not compared (B has not run: job exp is SUBMITTED, with no result yet)\n" in text
     assert "(none)" not in text.split("cluster and nodes")[0]
+    doc = _json(runner, root, str(ran), str(queued))
+    assert doc["not_run"] == {"a": None, "b": "its one job is SUBMITTED, with no result yet"}
     doc = _json(runner, root, f"{queued}:exp", f"{ran}:exp")
-    assert doc["not_run"] == {"a": "no result yet (job exp: SUBMITTED)", "b": None}
+    assert doc["not_run"] == {"a": "job exp is SUBMITTED, with no result yet", "b": None}
     assert doc["packages"] == {} and "host" not in doc["cluster"] and "nodelist" not in doc["cluster"]
 
 

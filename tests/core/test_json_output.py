@@ -92,7 +92,7 @@ def test_summary_and_diff_of_real_local_runs(runner, probed: tuple[subprocess.Co
     diff = runner.invoke(main, ["--output-root", str(root), "diff", str(ran), str(dry_run), "--format", "json"])
     assert diff.exit_code == 0, diff.output
     doc = json.loads(diff.stdout)
-    assert doc["not_run"] == {"a": None, "b": "a dry run: none of its jobs ran"}
+    assert doc["not_run"] == {"a": None, "b": "a dry run, none of its jobs ran"}
     assert doc["results"][0]["state"] == ["COMPLETED", "DRY_RUN"]
 
 
