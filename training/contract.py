@@ -381,7 +381,7 @@ def shape_problems(t: Train) -> list[tuple[str, str]]:
 def with_preset(data: Data) -> Data:
     """`data` with its preset's values in the keys it left at their defaults (a key set to anything
     else is the user's and stays)."""
-    if not data.preset:
+    if data.preset not in PRESETS:  # none, or one the checks refuse
         return data
     defaults = Data()
     changes = {k: v for k, v in PRESETS[data.preset].items() if getattr(data, k) == getattr(defaults, k)}

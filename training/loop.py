@@ -145,7 +145,8 @@ def evaluate(job: Job, split: str) -> dict[str, Any]:
     import torch
 
     job.model.eval()
-    scores = Scores(job.prepared.problem_type, job.prepared.num_labels, job.rt.device)
+    truth = job.prepared.splits[split]["labels"]
+    scores = Scores(job.prepared.problem_type, job.prepared.num_labels, job.rt.device, truth)
     with torch.no_grad(), job.rt.autocast():
         for batch in job.loaders[split]:
             batch = job.rt.to_device(batch)

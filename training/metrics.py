@@ -38,8 +38,11 @@ class Predictions:
 
 
 class Scores:
-    def __init__(self, problem_type: str, num_labels: int, device: Any = "cpu") -> None:
-        self.problem_type, self.num_labels, self.device = problem_type, num_labels, device
+    """`truth`: the split's `labels` column, by row. When given, the metrics use it rather than the
+    labels that went through the batches (a float target there is float32: not the source's value)."""
+
+    def __init__(self, problem_type: str, num_labels: int, device: Any = "cpu", truth: Any = None) -> None:
+        self.problem_type, self.num_labels, self.device, self.truth = problem_type, num_labels, device, truth
         self.parts: list[tuple[Any, Any, Any]] = []
 
     def update(self, logits: Any, labels: Any, rows: Any = None) -> None:
@@ -75,7 +78,12 @@ class Scores:
             dist.all_gather_object(every, mine)
         else:
             every = [mine]
-        preds = predictions(self.problem_type, *merge(every))
+        rows, labels, outputs = merge(every)
+        if self.truth is not None:
+            import numpy as np
+
+            labels = np.asarray(self.truth, dtype=np.float64)[rows].reshape(labels.shape)
+        preds = predictions(self.problem_type, rows, labels, outputs)
         values = metrics(preds, self.num_labels)
         return {
             "metrics": values,

@@ -318,7 +318,8 @@ def _trainer_class() -> type:
 
             model = self.model_wrapped if self.is_deepspeed_enabled else self.model
             model.eval()
-            scores = Scores(self.prepared.problem_type, self.prepared.num_labels, self.args.device)
+            truth = self.prepared.splits[split]["labels"]
+            scores = Scores(self.prepared.problem_type, self.prepared.num_labels, self.args.device, truth)
             with torch.no_grad(), self.autocast_smart_context_manager():
                 for batch in self._loader(split):
                     batch = self._prepare_inputs(batch)

@@ -72,16 +72,17 @@ class Classifier(L.LightningModule):
         self.last_loss = loss.detach()  # Lightning hands callbacks the loss divided by grad_accum
         return loss
 
-    def _eval_step(self, batch: dict[str, Any]) -> None:
+    def _eval_step(self, batch: dict[str, Any], split: str) -> None:
         if self.scores is None:
-            self.scores = Scores(self.prepared.problem_type, self.prepared.num_labels, self.device)
+            truth = self.prepared.splits[split]["labels"]
+            self.scores = Scores(self.prepared.problem_type, self.prepared.num_labels, self.device, truth)
         self.scores.update(self.model(**model_inputs(batch)).logits.float(), batch["labels"], batch["row"])
 
     def validation_step(self, batch: dict[str, Any], index: int) -> None:
-        self._eval_step(batch)
+        self._eval_step(batch, "validation")
 
     def test_step(self, batch: dict[str, Any], index: int) -> None:
-        self._eval_step(batch)
+        self._eval_step(batch, self.test_split)
 
     def on_validation_epoch_end(self) -> None:
         assert self.scores is not None  # made by the epoch's first evaluation step
