@@ -225,8 +225,12 @@ def label_names(splits: DatasetDict, label_field: str, problem: str = "single_la
 
 
 def label_ids(splits: DatasetDict, label_field: str, names: list[str], problem: str = "single_label") -> DatasetDict:
-    """The `labels` column the model trains on: class ids, multi-hot floats, or the float target."""
+    """The `labels` column the model trains on: class ids, multi-hot floats, or the float target.
+    Class labels (datasets' ClassLabel, as GLUE's) hold the class id already; other values are names."""
     index = {name: i for i, name in enumerate(names)}
+    feature = splits["train"].features[label_field]
+    if hasattr(feature, "names") or hasattr(getattr(feature, "feature", None), "names"):
+        index |= {str(i): i for i in range(len(names))}
 
     def one(v: Any) -> Any:
         if problem == "regression":

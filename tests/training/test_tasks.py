@@ -139,8 +139,8 @@ def test_predictions_over_ranks_one_row_per_sample(
     spec = write_spec(
         tmp_path / "job",
         cache_dir,
-        train={"engine": engine, "devices": devices, "save_predictions": True, "eval_batch_size": 16, "epochs": 1},
-        data={"partition": [800, 203, 601], "primary_metric": "mcc"},
+        train={"engine": engine, "devices": devices, "save_predictions": True, "eval_batch_size": 16},
+        data={"partition": [1200, 203, 601], "primary_metric": "mcc"},
     )
     result = run_entrypoint(spec, subprocess_env(), timeout=420)
     assert result["world_size"] == devices and result["primary_metric"] == "mcc"
