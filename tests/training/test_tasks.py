@@ -273,3 +273,30 @@ def test_predictions_of_every_kind_name_their_classes_and_scores() -> None:
     assert single.prediction.tolist() == [2] and single.score[0] == pytest.approx(np.exp(3) / (1 + np.e + np.exp(3)))
     multi = predictions("multi_label", np.array([0]), np.array([[1.0, 0.0, 1.0]]), np.array([[2.0, -1.0, 0.0]]))
     assert multi.prediction.tolist() == [[1, 0, 0]]  # 0 is a probability of exactly 0.5: not above it
+
+
+def test_the_problem_type_comes_from_the_labels() -> None:
+    import datasets
+
+    from training import data
+
+    def kind(labels: list[Any]) -> str:
+        return data.problem_type(datasets.DatasetDict({"train": datasets.Dataset.from_dict({"y": labels})}), "y")
+
+    assert kind(["pos", "neg"]) == "single_label"
+    assert kind([0, 3, 2]) == "single_label"
+    assert kind([0.0, 1.0, 1.0]) == "single_label"  # whole floats are class ids
+    assert kind([0.0, 2.5, 1.0]) == "regression"
+    assert kind([["a"], ["a", "b"], []]) == "multi_label"
+
+
+def test_a_primary_metric_the_data_cannot_score_is_refused_when_the_data_is_known() -> None:
+    from training.metrics import resolve_primary
+    from training.spec import SpecError
+
+    assert resolve_primary("single_label", "auto", 3) == "accuracy"
+    assert resolve_primary("regression", "auto", 1) == "pearson"
+    with pytest.raises(SpecError, match="'f1' is the F1 of class 1 of two classes; this data has 3: use macro_f1"):
+        resolve_primary("single_label", "f1", 3)
+    with pytest.raises(SpecError, match="'mcc' is not scored for multi_label"):
+        resolve_primary("multi_label", "mcc", 4)  # problem_type auto: known once the labels are read
