@@ -395,8 +395,8 @@ def data_problems(d: Data) -> list[tuple[str, str]]:
     problem = metric_problem(d.problem_type, d.primary_metric)
     if problem:
         out.append(("data.primary_metric", problem))
-    if d.partition and d.extra_test_splits:
-        out.append(("data.extra_test_splits", "is for a dataset's own splits; data.partition pools them"))
+    if d.extra_test_splits and (d.partition or d.dataset == "builtin:synthetic"):
+        out.append(("data.extra_test_splits", "names a dataset's own splits; a pooled partition has none"))
     return out
 
 
