@@ -100,6 +100,7 @@ def test_regression_is_inferred_scored_by_pearson_and_predictions_recompute(
         assert result["test_metrics"][key] == pytest.approx(value, abs=1e-6), key
 
 
+@pytest.mark.slow
 def test_multi_label_from_list_labels_on_lightning(tmp_path: Path, cache_dir: Path, reference: Any) -> None:
     """Lists of classes: multi-label (BCE), micro- and macro-F1 at 0.5; the head has one output per class."""
     rows = []
