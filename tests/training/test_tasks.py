@@ -301,3 +301,20 @@ def test_a_primary_metric_the_data_cannot_score_is_refused_when_the_data_is_know
         resolve_primary("single_label", "f1", 3)
     with pytest.raises(SpecError, match="'mcc' is not scored for multi_label"):
         resolve_primary("multi_label", "mcc", 4)  # problem_type auto: known once the labels are read
+
+
+def test_the_best_epoch_by_the_primary_metric_survives_a_resume() -> None:
+    """Lower is better for mse; the first of equal epochs wins; an undefined value never does; the
+    epochs' metrics travel in the checkpoint's counters."""
+    from training.loop import best_epoch
+    from training.results import Stats
+
+    stats = Stats(primary_metric="mse")
+    for value in (2.0, 0.5, 0.5, None):
+        stats.add_validation({"metrics": {"mse": value, "pearson": None}, "acc": None, "scored": 3})
+    restored = Stats(primary_metric="mse")
+    restored.restore(json.loads(json.dumps(stats.state())))
+    assert restored.epochs_validated() == 4 and restored.val_acc_per_epoch == []
+    assert best_epoch(restored.val_primary()) == 1
+    restored.primary_metric = "pearson"  # every epoch undefined: the first
+    assert best_epoch(restored.val_primary()) == 0
