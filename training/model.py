@@ -94,15 +94,19 @@ def load_tokenizer(source: str) -> Any:
     return AutoTokenizer.from_pretrained(source)
 
 
-def load_model(source: str, label_names: list[str]) -> Any:
-    """AutoModelForSequenceClassification with a head sized by the data, in training mode."""
+def load_model(source: str, label_names: list[str], problem_type: str = "single_label") -> Any:
+    """AutoModelForSequenceClassification with a head sized by the data, in training mode. The config's
+    problem_type (training.contract.TASKS) picks the loss: cross-entropy, BCE with logits or MSE."""
     from transformers import AutoModelForSequenceClassification
+
+    from training.contract import TASKS
 
     model = AutoModelForSequenceClassification.from_pretrained(
         source,
         num_labels=len(label_names),
         id2label=dict(enumerate(label_names)),
         label2id={n: i for i, n in enumerate(label_names)},
+        problem_type=TASKS[problem_type].hf_problem_type,
     )
     # from_pretrained returns the model in eval mode (dropout off); training code must not inherit that.
     return model.train()

@@ -571,8 +571,11 @@ def _check_paths(exp: Experiment, ctx: _Context) -> None:
             f"{_show(model)}: no such model folder (paths are relative to {exp.base_dir}); "
             "give a folder that exists, a hub name such as 'org/name', or builtin:tiny",
         )
-    if not exp.data.dataset and not exp.data.files:
-        ctx.fail("data.dataset", "no data: set data.dataset (e.g. 'imdb') or data.files")
+    # Data named by the sweep is checked in each job's own tree (`where` names its point).
+    swept = _swept_keys({"grid": exp.sweep.grid, "points": exp.sweep.points, "random": exp.sweep.random})
+    named = exp.data.dataset or exp.data.files or exp.data.preset or {"data.dataset", "data.preset"} & swept
+    if not named:
+        ctx.fail("data.dataset", "no data: set data.dataset (e.g. 'imdb'), data.files or data.preset")
     for name in exp.env.vars:
         if not ENV_NAME_RE.fullmatch(name):
             ctx.fail(f"env.vars.{name}", "not a valid environment variable name")
