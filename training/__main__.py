@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return prepare_only(spec) if args.prepare_only else run(spec, Path(args.spec))
-    except SpecError as exc:  # what only the model can tell (its LoRA targets, checkpointing support)
+    except SpecError as exc:  # what only the data or the model can tell (a split it lacks, its LoRA targets)
         print(f"training: {exc}", file=sys.stderr)
         return 2
 

@@ -57,13 +57,13 @@ def save(model: Any, job_dir: Path, rank: int) -> Path | None:
     return target
 
 
-def load(base: str, label_names: list[str], adapter_dir: Path) -> Any:
+def load(base: str, label_names: list[str], adapter_dir: Path, problem_type: str = "single_label") -> Any:
     """The base model with the saved adapter and head on it, in eval mode: what the job tested."""
     from peft import PeftModel
 
     from training import model as model_lib
 
     tokenizer = model_lib.load_tokenizer(base)
-    model = model_lib.load_model(base, label_names)
+    model = model_lib.load_model(base, label_names, problem_type)
     model.config.pad_token_id = tokenizer.pad_token_id
     return PeftModel.from_pretrained(model, str(adapter_dir)).eval()

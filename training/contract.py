@@ -53,6 +53,79 @@ BUILTIN_LINEAR = {
 }
 # The classification heads peft trains in full under LoRA (task SEQ_CLS's modules_to_save), never adapts.
 HEAD_MODULES = ("classifier", "score")
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a problem type means for every engine: the head's `problem_type` on the Hugging Face config
+    (which picks the loss: cross-entropy, BCE with logits, MSE), the metrics scored and the default
+    primary metric (training/metrics.py computes them)."""
+
+    hf_problem_type: str
+    metrics: tuple[str, ...]
+    primary: str
+
+
+# The one table of problem types. `f1` (F1 of class 1) is scored for two classes only.
+TASKS: dict[str, Task] = {
+    "single_label": Task("single_label_classification", ("accuracy", "macro_f1", "f1", "mcc"), "accuracy"),
+    "multi_label": Task("multi_label_classification", ("micro_f1", "macro_f1"), "micro_f1"),
+    "regression": Task("regression", ("pearson", "spearman", "mse"), "pearson"),
+}
+PROBLEM_TYPES = (AUTO, *TASKS)
+METRICS = ("accuracy", "macro_f1", "f1", "mcc", "pearson", "spearman", "mse", "micro_f1")
+LOWER_IS_BETTER = ("mse",)
+
+
+def primary_metric(problem_type: str, chosen: str = AUTO) -> str:
+    """The metric best-checkpoint selection and `jobgen summary` use: data.primary_metric, or the
+    problem type's default."""
+    return TASKS[problem_type].primary if chosen == AUTO else chosen
+
+
+def metric_problem(problem_type: str, metric: str) -> str | None:
+    """Why `metric` cannot be the primary metric of `problem_type`; None when it can."""
+    if metric == AUTO or problem_type == AUTO or metric in TASKS[problem_type].metrics:
+        return None
+    return f"{metric!r} is not scored for {problem_type}; use one of {', '.join(TASKS[problem_type].metrics)}"
+
+
+# data.preset = "glue/<task>": the GLUE tasks on the hub. GLUE's test labels are hidden, so the
+# validation split is the test split and validation is carved from train (data.val_fraction, seeded).
+GLUE_DATASET = "nyu-mll/glue"
+_GLUE: dict[str, tuple[str, str, str, str]] = {  # task: text field, pair field, problem type, primary metric
+    "cola": ("sentence", "", "single_label", "mcc"),
+    "sst2": ("sentence", "", "single_label", "accuracy"),
+    "mrpc": ("sentence1", "sentence2", "single_label", "f1"),
+    "qqp": ("question1", "question2", "single_label", "f1"),
+    "stsb": ("sentence1", "sentence2", "regression", "pearson"),
+    "mnli": ("premise", "hypothesis", "single_label", "accuracy"),
+    "qnli": ("question", "sentence", "single_label", "accuracy"),
+    "rte": ("sentence1", "sentence2", "single_label", "accuracy"),
+}
+
+
+def _glue(task: str) -> dict[str, Any]:
+    text, pair, problem_type, metric = _GLUE[task]
+    values: dict[str, Any] = {
+        "dataset": GLUE_DATASET,
+        "config": task,
+        "text_field": text,
+        "text_pair_field": pair,
+        "label_field": "label",
+        "train_split": "train",
+        "validation_split": "",
+        "test_split": "validation",
+        "problem_type": problem_type,
+        "primary_metric": metric,
+    }
+    if task == "mnli":  # scored on both: the matched split is the test split, mismatched is also tested
+        values |= {"test_split": "validation_matched", "extra_test_splits": ["validation_mismatched"]}
+    return values
+
+
+PRESETS: dict[str, dict[str, Any]] = {f"glue/{task}": _glue(task) for task in _GLUE}
 # Upper bounds shared by the keys that count the same thing (here and in jobgen's [slurm] section): far
 # above any real job, far below what would overflow a C int in Slurm or a tensor index.
 MAX_NODES = 10_000
@@ -160,6 +233,9 @@ class Train:
     mlflow_uri: str = opt(
         "", "MLflow tracking URI; empty = $MLFLOW_TRACKING_URI on the node, else RUN/mlruns (a file store)."
     )
+    save_predictions: bool = opt(
+        False, "Write jobs/<job>/predictions.csv: row, label, prediction, score of every test sample."
+    )
 
     @property
     def world_size(self) -> int:
@@ -193,6 +269,20 @@ class Data:
         "dynamic", "dynamic = pad each batch to its longest; max_length = pad all to max_length.", choices=PADDINGS
     )
     group_by_length: bool = opt(False, "Batch samples of similar length together (less padding).")
+    preset: str = opt(
+        "",
+        "A known task filling the data keys left at their defaults: glue/<task> (cola, sst2, ...).",
+        choices=("", *PRESETS),
+    )
+    problem_type: str = opt(
+        AUTO, "single_label, multi_label or regression; auto = from the labels.", choices=PROBLEM_TYPES
+    )
+    primary_metric: str = opt(
+        AUTO,
+        "Metric that picks the best epoch and leads the summary; auto = the problem type's.",
+        choices=(AUTO, *METRICS),
+    )
+    extra_test_splits: list[str] = opt([], "Further source splits scored like the test split (MNLI mismatched).")
 
 
 SECTIONS: dict[str, type] = {"train": Train, "data": Data}
@@ -341,6 +431,28 @@ def shape_problems(t: Train) -> list[tuple[str, str]]:
                 "engine 'lightning' or grad_accum = 1",
             )
         )
+    return out
+
+
+def with_preset(data: Data) -> Data:
+    """`data` with its preset's values in the keys it left at their defaults (a key set to anything
+    else is the user's and stays)."""
+    if data.preset not in PRESETS:  # none, or one the checks refuse
+        return data
+    defaults = Data()
+    changes = {k: v for k, v in PRESETS[data.preset].items() if getattr(data, k) == getattr(defaults, k)}
+    return dataclasses.replace(data, **changes)
+
+
+def data_problems(d: Data) -> list[tuple[str, str]]:
+    """(dotted key, problem) for data keys that cannot go together (after the preset is applied)."""
+    d = with_preset(d)
+    out = []
+    problem = metric_problem(d.problem_type, d.primary_metric)
+    if problem:
+        out.append(("data.primary_metric", problem))
+    if d.extra_test_splits and (d.partition or d.dataset == "builtin:synthetic"):
+        out.append(("data.extra_test_splits", "names a dataset's own splits; a pooled partition has none"))
     return out
 
 

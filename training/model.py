@@ -166,21 +166,25 @@ def load_tokenizer(source: str) -> Any:
     return tokenizer
 
 
-def load_model(source: str, label_names: list[str]) -> Any:
-    """AutoModelForSequenceClassification with a head sized by the data, in training mode."""
-    return load_model_info(source, label_names)[0]
+def load_model(source: str, label_names: list[str], problem_type: str = "single_label") -> Any:
+    """AutoModelForSequenceClassification with a head sized by the data, in training mode. The config's
+    problem_type (training.contract.TASKS) picks the loss: cross-entropy, BCE with logits or MSE."""
+    return load_model_info(source, label_names, problem_type)[0]
 
 
-def load_model_info(source: str, label_names: list[str]) -> tuple[Any, list[str]]:
+def load_model_info(source: str, label_names: list[str], problem_type: str = "single_label") -> tuple[Any, list[str]]:
     """The model (as load_model) and the names of its modules whose weights the checkpoint did not hold:
     the freshly initialised head (classifier, score, a BERT pooler a sentence encoder was saved without)."""
     from transformers import AutoModelForSequenceClassification
+
+    from training.contract import TASKS
 
     model, info = AutoModelForSequenceClassification.from_pretrained(
         source,
         num_labels=len(label_names),
         id2label=dict(enumerate(label_names)),
         label2id={n: i for i, n in enumerate(label_names)},
+        problem_type=TASKS[problem_type].hf_problem_type,
         output_loading_info=True,
     )
     params = {name for name, _ in model.named_parameters()}  # not buffers a checkpoint need not hold

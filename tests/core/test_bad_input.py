@@ -250,6 +250,21 @@ CASES = [
         [],
     ),
     (
+        "metric-of-another-problem-type",
+        with_lines(data='problem_type = "regression"\nprimary_metric = "mcc"'),
+        1,
+        ["data.primary_metric", "'mcc' is not scored for regression", "pearson, spearman, mse"],
+    ),
+    (
+        "metric-of-the-preset-s-problem-type",
+        with_lines(data='preset = "glue/stsb"\nprimary_metric = "accuracy"'),
+        1,
+        ["data.primary_metric", "'accuracy' is not scored for regression"],
+    ),
+    ("unknown-preset", with_lines(data='preset = "glue/colaa"'), 1, ["data.preset", "did you mean 'glue/cola'"]),
+    ("unknown-problem-type", with_lines(data='problem_type = "binary"'), 1, ["data.problem_type", "is not one of"]),
+    ("glue-preset", with_lines(data='preset = "glue/mnli"'), 0, []),
+    (
         "accelerate-with-hf-trainer",
         with_lines(launch='launcher = "accelerate"').replace('"lightning"', '"hf_trainer"'),
         0,

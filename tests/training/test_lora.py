@@ -202,7 +202,7 @@ def test_a_lora_job_probes_and_its_adapter_reloads_to_the_tested_score(tmp_path:
     params = result["parameters"]
     assert 0 < params["trainable"] < params["total"]
     assert result["test_acc"] >= 0.8, result  # chance is 0.5
-    assert reevaluate(spec, job) == result["test_acc"]
+    assert reevaluate(spec, job) == result["test_metrics"]
     probe_job = tmp_path / "probe"
     probed = from_dict({**spec_dict(probe_job, cache_dir, train=train), "probe": {"steps": 4, "warmup_steps": 2}})
     assert run(probed) == 0
@@ -211,8 +211,8 @@ def test_a_lora_job_probes_and_its_adapter_reloads_to_the_tested_score(tmp_path:
     assert prediction.predicted_peak_mem_mb is not None and prediction.predicted_peak_mem_mb > 100
 
 
-def reevaluate(spec: Any, job: Path) -> float:
-    """The test accuracy of the job's saved adapter on its base model, scored here on one process."""
+def reevaluate(spec: Any, job: Path) -> dict[str, Any]:
+    """The test metrics of the job's saved adapter on its base model, scored here on one process."""
     import torch
 
     from training import adapter, data
@@ -220,9 +220,10 @@ def reevaluate(spec: Any, job: Path) -> float:
     from training.metrics import Scores
 
     prepared = data.prepare(spec)
-    model = adapter.load(prepared.model_source, prepared.label_names, job / adapter.ADAPTER_DIR)
-    scores = Scores(len(prepared.label_names))
+    model = adapter.load(prepared.model_source, prepared.label_names, job / adapter.ADAPTER_DIR, prepared.problem_type)
+    test = prepared.splits["test"]
+    scores = Scores(prepared.problem_type, prepared.num_labels, "cpu", test["labels"])
     with torch.no_grad():
-        for batch in make_loader(prepared.splits["test"], spec, prepared.tokenizer, False):
+        for batch in make_loader(test, spec, prepared.tokenizer, False):
             scores.update(model(**model_inputs(batch)).logits.float(), batch["labels"], batch["row"])
-    return float(scores.compute()["acc"])
+    return dict(scores.compute()["metrics"])

@@ -39,7 +39,7 @@ def _check_adapter(job: Path, spec_path: Path, result: dict[str, Any]) -> dict[s
     assert 0 < params["trainable"] < params["total"], params
     # What the adapter holds is what trained: LoRA's matrices and the head, counted the same way.
     assert sum(v.numel() for v in weights.values()) == params["trainable"], params
-    assert reevaluate(load(spec_path), job) == result["test_acc"]
+    assert reevaluate(load(spec_path), job) == result["test_metrics"]
     return params
 
 
@@ -141,8 +141,8 @@ def _untrained_accuracy(spec: Any) -> float:
 
     prepared = data.prepare(spec)
     torch.manual_seed(spec.train.seed)
-    model = model_lib.load_model(prepared.model_source, prepared.label_names).eval()
-    scores = Scores(len(prepared.label_names))
+    model = model_lib.load_model(prepared.model_source, prepared.label_names, prepared.problem_type).eval()
+    scores = Scores(prepared.problem_type, prepared.num_labels, "cpu", prepared.splits["test"]["labels"])
     with torch.no_grad():
         for batch in make_loader(prepared.splits["test"], spec, prepared.tokenizer, False):
             scores.update(model(**model_inputs(batch)).logits.float(), batch["labels"], batch["row"])

@@ -21,7 +21,7 @@ def build_model(spec: Spec, prepared: Prepared) -> Any:
 
     console.phase("loading the model")
     # Looked up through the module so tests can wrap the loader (e.g. to watch dropout during fit).
-    model, fresh = model_lib.load_model_info(prepared.model_source, prepared.label_names)
+    model, fresh = model_lib.load_model_info(prepared.model_source, prepared.label_names, prepared.problem_type)
     return model_lib.prepare(model, spec.train, prepared.tokenizer, fresh)
 
 
@@ -34,14 +34,15 @@ def maybe_compile(module: Any, spec: Spec) -> Any:
 
 
 def loaders(spec: Spec, prepared: Prepared, rank: int, world: int) -> dict[str, Any]:
+    """One loader per prepared split (train, validation, test and data.extra_test_splits')."""
     return {
         split: make_loader(prepared.splits[split], spec, prepared.tokenizer, split == "train", rank, world)
-        for split in SPLITS
+        for split in prepared.splits
     }
 
 
 def record_sizes(stats: Any, prepared: Prepared) -> None:
-    stats.samples = {split: len(prepared.splits[split]) for split in SPLITS}
+    stats.samples = {split: len(prepared.splits[split]) for split in prepared.splits}
 
 
 def parameter_shards(module: Any, rank: int, world: int, reduce_sum: Any) -> dict[str, Any]:
