@@ -33,8 +33,10 @@ from typing import Any
 # Exit status of every rank of a job that paused at a rung: neither success (no result) nor failure.
 EXIT_PAUSED = 76
 DIR = "halving"
-# The metric a rung compares, and the direction that is better, for each name a job records per epoch.
+# The metric a rung compares, and the direction that is better, for each name it takes; and the key of
+# that metric in a job's per-epoch validation scores (training.results.Stats.val_metrics_per_epoch).
 METRICS = {"val_acc": "max"}
+_SCORE_KEYS = {"val_acc": "accuracy"}
 DEFAULT_METRIC = "val_acc"
 
 
@@ -55,11 +57,13 @@ class Settings:
         return cls(tuple(int(r) for r in raw["rungs"]), int(raw["eta"]), str(raw["metric"]), str(raw["mode"]))
 
 
-def epoch_metric(name: str, val_acc_per_epoch: list[float], rung: int) -> float:
-    """The metric `name` after `rung` epochs: the one place that says where a rung's metric comes from."""
-    if name != "val_acc":
+def epoch_metric(name: str, val_metrics_per_epoch: list[dict[str, Any]], rung: int) -> float:
+    """The metric `name` after `rung` epochs: the one place that says where a rung's metric comes from.
+    NaN where the job has no such score (it then ranks last)."""
+    if name not in _SCORE_KEYS:
         raise ValueError(f"halving metric {name!r} is not recorded per epoch; use one of {', '.join(METRICS)}")
-    return float(val_acc_per_epoch[rung - 1])
+    value = val_metrics_per_epoch[rung - 1].get(_SCORE_KEYS[name])
+    return math.nan if value is None else float(value)
 
 
 def keep(n: int, eta: int) -> int:
