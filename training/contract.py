@@ -33,6 +33,9 @@ SHARDING_STRATEGIES = ("fsdp", "fsdp_offload", "deepspeed_stage_2", "deepspeed_s
 PLAIN_LOOP_STRATEGIES = ("auto", "ddp")
 Precision = Literal["32-true", "16-mixed", "bf16-mixed", "bf16-true"]  # as Lightning and Fabric type it
 PRECISIONS: tuple[Precision, ...] = ("32-true", "16-mixed", "bf16-mixed", "bf16-true")
+# The dtype each precision's matrix products run in on a GPU, which names the peak its MFU is taken
+# against (jobgen/results/cost.py). "fp32" is plain FP32: training/ never turns TF32 on.
+COMPUTE_DTYPES: dict[str, str] = {"32-true": "fp32", "16-mixed": "fp16", "bf16-mixed": "bf16", "bf16-true": "bf16"}
 ACCELERATORS = ("auto", "gpu", "cpu")
 PADDINGS = ("dynamic", "max_length")
 DATA_FORMATS = ("auto", "csv", "json", "parquet")
@@ -275,6 +278,21 @@ def shape_problems(t: Train) -> list[tuple[str, str]]:
                 "train.strategy",
                 f"{t.strategy!r} shards across devices but the job has one; use 'auto', "
                 "more devices, or a *_offload DeepSpeed stage",
+            )
+        )
+    if (
+        t.engine in ("lightning", "fabric")
+        and is_fsdp(t.strategy)
+        and t.precision == "16-mixed"
+        and t.accelerator != "cpu"
+    ):
+        # Lightning's ModelParallelStrategy (its FSDP2) refuses fp16 autocast when the job starts; on CPU,
+        # 16-mixed runs as bf16-mixed (training/hardware.py), which it takes.
+        out.append(
+            (
+                "train.precision",
+                f"'16-mixed' with {t.strategy!r} is not supported by engine {t.engine!r} (Lightning's FSDP2 "
+                "takes 32-true, bf16-mixed or bf16-true); use 'bf16-mixed', or engine 'hf_trainer'",
             )
         )
     if t.engine == "fabric" and is_deepspeed(t.strategy) and t.grad_accum > 1:
