@@ -24,6 +24,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    from training.hardware import DeviceError
     from training.run import prepare_only, run
     from training.spec import SpecError, load
 
@@ -32,7 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, OSError, ValueError) as exc:
         print(f"training: {exc}", file=sys.stderr)
         return 2
-    return prepare_only(spec) if args.prepare_only else run(spec, Path(args.spec))
+    try:
+        return prepare_only(spec) if args.prepare_only else run(spec, Path(args.spec))
+    except DeviceError as exc:
+        print(f"training: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

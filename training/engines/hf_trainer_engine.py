@@ -120,7 +120,7 @@ def training_arguments(spec: Spec, stats: Stats, steps_per_epoch: int, model: An
         logging_steps=t.log_every_n_steps,
         disable_tqdm=True,
         seed=t.seed,
-        full_determinism=False,
+        full_determinism=False,  # train.deterministic: training.run sets it for every engine alike
         dataloader_num_workers=t.num_workers,
         ddp_find_unused_parameters=False,
         remove_unused_columns=False,
