@@ -104,7 +104,10 @@ class Train:
     compile: bool = opt(False, "torch.compile the model (warm-up steps run before the timer).")
     compile_mode: str = opt("default", "torch.compile mode.", choices=COMPILE_MODES)
     warmup_compile_steps: int = opt(
-        3, "Untimed steps that trigger compilation before timing starts.", min=0, max=10_000
+        3,
+        "Untimed warm-up batches at the start of each attempt, compiled or not (compilation, CUDA start-up).",
+        min=0,
+        max=10_000,
     )
     accelerator: str = opt(
         "auto", "auto|gpu|cpu; cpu runs a GPU-shaped job on CPU with gloo (tests).", choices=ACCELERATORS

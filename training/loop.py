@@ -78,7 +78,7 @@ class RandomState:
         import torch
 
         state: dict[str, Any] = {"cpu": torch.get_rng_state()}
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
             state["cuda"] = torch.cuda.get_rng_state_all()
         return state
 

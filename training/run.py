@@ -12,7 +12,7 @@ from pathlib import Path
 
 from training import console, hardware, probe, progress, ranks, requeue, trackers
 from training.data import Prepared
-from training.results import Clock, Stats, build_result, write_result
+from training.results import Clock, Stats, build_result, gpu_peaks_mb, gpu_peaks_over_ranks, write_result
 from training.spec import Spec, to_dict
 
 ENGINE_MODULES = {
@@ -70,6 +70,10 @@ def _run(spec: Spec) -> int:
     try:
         rank = engine.run(spec, prepared, stats, watcher)  # fit and test; the process group is still up
         probe.engine_done()
+        if stats.accelerator == "gpu":  # every rank, at the same point: the peaks of the fullest device
+            import torch
+
+            stats.gpu_peaks_mb = gpu_peaks_over_ranks(gpu_peaks_mb(), torch.device("cuda", torch.cuda.current_device()))
     except SystemExit as exc:
         _end_after_failure(exc)
         # A library that ends the run with a clean exit (Lightning on SIGTERM) must not leave a job without

@@ -8,10 +8,12 @@ it to finish (close synchronizes). What happens between a close and the next ope
 bookkeeping and is never timed in any engine: metrics rows, progress.json, the progress bar, the
 requeue agreement between ranks, checkpoints. Validation and test are timed apart ("eval").
 
-When compiling, the first `warmup_compile_steps` batches of an attempt and any later batch that
-compiled a new graph are timed as "warmup_compile" and left out of the throughput counters:
-samples/s is the work of the timed batches divided by their time, so a compiled job and its
-baseline are compared per sample, over work of the same kind.
+The first `warmup_compile_steps` batches of an attempt are timed as "warmup_compile" and left out of
+the throughput counters in every run, compiled or eager: an eager run's first steps pay their own
+warm-up (CUDA's lazy loading, cuBLAS handles, the caching allocator's growth), and a compiled job and
+its eager baseline must time the same window. When compiling, any later batch that compiled a new
+graph goes there too. samples/s is the work of the timed batches divided by their time, so the
+configurations are compared per sample, over work of the same kind.
 """
 
 from __future__ import annotations
@@ -76,10 +78,10 @@ class TrainClock:
         c["padded_slots"] += slots
         c["trained_samples"] += rows
         c["repeated_samples"] += repeats(batch)
-        compiling = self.train.compile and (
-            self.batches_this_attempt < self.train.warmup_compile_steps or graphs_compiled() != self.graphs
+        warming = self.batches_this_attempt < self.train.warmup_compile_steps or (
+            self.train.compile and graphs_compiled() != self.graphs
         )
-        if compiling:
+        if warming:
             self.stats.times_s["warmup_compile"] += seconds
         else:
             self.stats.times_s["train"] += seconds

@@ -167,7 +167,8 @@ def _trainer_class() -> type:
             around it; the optimizer, created after this, holds the shards."""
             from training.sharding import data_parallel_mesh, fsdp2_parallelize
 
-            fsdp2_parallelize(self.model, data_parallel_mesh("cpu", self.args.world_size), offload)
+            mesh = data_parallel_mesh("cpu", self.args.world_size)
+            fsdp2_parallelize(self.model, mesh, offload, self.stats.precision_effective)
             self.model = self.model_wrapped = self.accelerator.prepare_model(
                 self.model, device_placement=False, evaluation_mode=True
             )
