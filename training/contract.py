@@ -45,6 +45,9 @@ WandbMode = Literal["offline", "online", "disabled"]  # as wandb.init types it
 WANDB_MODES: tuple[WandbMode, ...] = ("offline", "online", "disabled")
 SPLITS = ("train", "validation", "test")
 TINY_MODEL = "builtin:tiny"  # built on the fly by training/model.py
+# DistilBERT-base's architecture with random weights, built on the fly too: speed and MFU without a download.
+DISTILBERT_SHAPE_MODEL = "builtin:distilbert-shape"
+BUILTIN_MODELS = (TINY_MODEL, DISTILBERT_SHAPE_MODEL)
 # Upper bounds shared by the keys that count the same thing (here and in jobgen's [slurm] section): far
 # above any real job, far below what would overflow a C int in Slurm or a tensor index.
 MAX_NODES = 10_000
@@ -114,7 +117,9 @@ class Train:
     )
     num_nodes: int = opt(0, "Nodes the engine uses; 0 = slurm.nodes (must equal it).", min=0, max=MAX_NODES)
     devices: int = opt(0, "Devices (ranks) per node; 0 = slurm.gpus_per_node, or 1.", min=0, max=MAX_DEVICES)
-    model: str = opt("distilbert-base-uncased", "Hugging Face model name, local path, or builtin:tiny.")
+    model: str = opt(
+        "distilbert-base-uncased", "Hugging Face model name, local path, builtin:tiny or builtin:distilbert-shape."
+    )
     epochs: int = opt(3, "Training epochs.", min=1, max=100_000)
     batch_size: int = opt(16, "Per-device training batch size.", min=1, max=1_000_000)
     eval_batch_size: int = opt(64, "Per-device evaluation batch size.", min=1, max=1_000_000)

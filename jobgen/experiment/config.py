@@ -49,7 +49,7 @@ AUTO = "auto"  # slurm.time / slurm.mem: from the newest probe of the same point
 # The longest slurm.time accepted: a year. Longer is a typo (99999999-00:00:00), not a job.
 MAX_TIME_DAYS = 365
 BUILTIN = "builtin:"
-BUILTIN_MODELS = (contract.TINY_MODEL,)
+BUILTIN_MODELS = contract.BUILTIN_MODELS
 _SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "CONT", "URG")
 
 # #SBATCH flags that jobgen writes itself: set them through their typed keys instead.
