@@ -58,6 +58,8 @@ class TrainClock:
         self.batches_this_attempt = 0
         self.tick = time.perf_counter()
         self.graphs = 0
+        # Set by the engine when several ranks compile: is a flag true on any rank? (a collective)
+        self.any_rank: Callable[[bool], bool] | None = None
 
     def open(self) -> None:
         if self.train.compile:
@@ -81,6 +83,10 @@ class TrainClock:
         warming = self.batches_this_attempt < self.train.warmup_compile_steps or (
             self.train.compile and graphs_compiled() != self.graphs
         )
+        if self.train.compile and self.any_rank is not None:
+            # One rank's recompile (its partial last batch) stalls the others in the step's collectives:
+            # the batch is warm-up on every rank, or its stall is timed as their training.
+            warming = self.any_rank(warming)
         if warming:
             self.stats.times_s["warmup_compile"] += seconds
         else:

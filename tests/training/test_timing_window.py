@@ -93,3 +93,29 @@ def test_a_batch_that_compiled_a_new_graph_is_warm_up_only_when_compiling(monkey
             clock.open()
             clock.close(batch, 0)
         assert clock.local["timed_samples"] == timed
+
+
+def test_a_recompile_on_any_rank_makes_the_batch_warm_up_on_every_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 1 recompiles for its partial last batch; rank 0 compiled nothing but waited for it in the
+    step's collectives: with the ranks' answer both count that batch as warm-up, not as training."""
+    import torch
+
+    from training import timing
+
+    monkeypatch.setattr(timing, "graphs_compiled", lambda: 1)  # this rank (0) compiles nothing new
+    batch = {"labels": torch.zeros(3), "attention_mask": torch.ones(3, 4)}
+    asked: list[bool] = []
+    for other_rank_compiled, timed in ((True, 3), (False, 6)):
+        _, clock = _clock(True, warmup=0)
+        clock.any_rank = lambda flag, other=other_rank_compiled: asked.append(flag) or flag or other
+        clock.open()
+        clock.close(batch, 0)  # batch 1: the other rank recompiles (or not)
+        clock.any_rank = lambda flag: asked.append(flag) or flag
+        clock.open()
+        clock.close(batch, 0)  # batch 2: nobody compiles
+        assert clock.local["timed_samples"] == timed
+    assert asked == [False, False, False, False]  # asked every batch, with this rank's own answer
+    _, eager = _clock(False, warmup=0)
+    eager.any_rank = lambda flag: pytest.fail("an eager run asks nothing")  # type: ignore[func-returns-value]
+    eager.open()
+    eager.close(batch, 0)

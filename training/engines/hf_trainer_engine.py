@@ -156,6 +156,8 @@ def _trainer_class() -> type:
         def setup_job(self, spec: Spec, prepared: Prepared, stats: Stats, batches: int) -> None:
             self.spec, self.prepared, self.stats = spec, prepared, stats
             self.clock, self.batches = TrainClock(stats, spec), batches  # batches: this rank's per epoch
+            if self.args.world_size > 1:
+                self.clock.any_rank = lambda flag: _any_rank(flag, self.args.device)
             self.first_of_epoch = True
             self.window: list[dict[str, Any]] = []
             self.sharded = False

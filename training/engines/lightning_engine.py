@@ -160,6 +160,8 @@ class Bookkeeping(Callback):
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self.rows = self.rows or MetricsLog(self.spec.job_dir / "metrics.csv", trainer.global_rank == 0)
+        if trainer.world_size > 1:
+            self.clock.any_rank = lambda flag: bool(trainer.strategy.reduce_boolean_decision(flag, all=False))
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         # Lightning fetches the epoch's first batch after this hook (its fetcher prefetches nothing from
