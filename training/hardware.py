@@ -73,9 +73,10 @@ def cuda_index(local_rank: int, visible: int) -> int:
 
 
 def check_binding(t: TrainSpec, visible: int) -> None:
-    """Lightning, Fabric and the HF Trainer place each rank on cuda:LOCAL_RANK of the GPUs it sees: when
-    Slurm binds one GPU to each task, ranks 1.. name a device that does not exist. Stop with one line."""
-    if t.engine != "torch" and t.devices > 1 and visible == 1:
+    """Lightning and Fabric place each rank on cuda:LOCAL_RANK of the GPUs it sees: when Slurm binds one
+    GPU to each task, ranks 1.. name a device that does not exist. Stop with one line. (The plain loop
+    uses cuda_index; the HF Trainer's accelerate takes LOCAL_RANK modulo the GPUs it sees.)"""
+    if t.engine in ("lightning", "fabric") and t.devices > 1 and visible == 1:
         raise DeviceError(
             f"each task sees one GPU but train.devices = {t.devices}: Slurm binds GPUs to tasks here "
             f"(srun --gpu-bind, or the site's default), which engine {t.engine!r} cannot use; ask for "

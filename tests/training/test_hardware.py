@@ -85,13 +85,14 @@ def test_a_local_rank_beyond_the_visible_gpus_is_refused(monkeypatch: pytest.Mon
         hardware.cuda_index(2, 2)
 
 
-@pytest.mark.parametrize("engine", ["lightning", "fabric", "hf_trainer"])
+@pytest.mark.parametrize("engine", ["lightning", "fabric"])
 def test_engines_that_place_ranks_themselves_stop_under_per_task_binding(engine: str) -> None:
     with pytest.raises(hardware.DeviceError, match=r"each task sees one GPU but train.devices = 4.*--gpu-bind=none"):
         hardware.check_binding(_train(engine=engine, devices=4), visible=1)
     hardware.check_binding(_train(engine=engine, devices=4), visible=4)
     hardware.check_binding(_train(engine=engine, devices=1), visible=1)
     hardware.check_binding(_train(engine="torch", devices=4), visible=1)  # the plain loop uses cuda:0 there
+    hardware.check_binding(_train(engine="hf_trainer", devices=4), visible=1)  # accelerate: LOCAL_RANK % GPUs
 
 
 def test_set_deterministic_sets_cublas_and_strict_algorithms() -> None:
