@@ -31,9 +31,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from jobgen.build.plan import plan  # noqa: E402
 from jobgen.commands.probe import probe  # noqa: E402
 from jobgen.commands.submit import load_experiment  # noqa: E402
+from jobgen.plan.plan import plan  # noqa: E402
 from jobgen.results.predict import predict  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

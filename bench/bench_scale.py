@@ -34,7 +34,7 @@ floor (the one squeue) is the median of three calls likewise.
 
 Leave the code alone while it runs (or run it from a checkout of its own, with an environment of its
 own: an editable install finds its package ahead of PYTHONPATH): what a command keeps is keyed by the
-code's stamp (jobgen.run.rows.code_stamp), so after an edit the next reads read the run again.
+code's stamp (jobgen.record.rows.code_stamp), so after an edit the next reads read the run again.
 """
 
 from __future__ import annotations

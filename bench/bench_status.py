@@ -3,12 +3,12 @@ against its floor.
 
     .venv/bin/python bench/bench_status.py [--jobs 1000 10000]
 
-Every job's records are checked for damage (jobgen.run.damage) on each command; the run keeps what
+Every job's records are checked for damage (jobgen.record.damage) on each command; the run keeps what
 the commands read of each file by its stat stamp (.verdicts.json: the damage verdicts, the results'
 numbers, which records each job folder holds), so only the first command after the jobs wrote their
 files reads them all. Printed side by side, from one process each (the CLI as a user runs it, its
 bytecode compiled once beforehand, as an installed package has it): the first status (nothing kept
-yet; it records the jobs' states), the next one (it reads the run and keeps its rows: jobgen.run.rows),
+yet; it records the jobs' states), the next one (it reads the run and keeps its rows: jobgen.record.rows),
 the one after it (it shows the kept rows), runs, summary and report (each reads the run and keeps what
 it showed), then summary and report again (they show what they kept), each as a ratio to the floor
 measured in the same run: `python -c pass` plus one os.stat per job file, the least a status that

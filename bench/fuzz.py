@@ -1,4 +1,4 @@
-"""Fuzz the submit path with hostile experiment files (the rule of tests/fuzzing.py) and print the counts.
+"""Fuzz the submit path with hostile experiment files (the rule of tests/support/fuzzing.py) and print the counts.
 
     python bench/fuzz.py                 # 10,000 cases
     python bench/fuzz.py --cases 50000 --seed 7
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
-from tests.fuzzing import Counts, experiments, lint, run_case, stub_dir  # noqa: E402
+from tests.support.fuzzing import Counts, experiments, lint, run_case, stub_dir  # noqa: E402
 
 
 def main() -> int:

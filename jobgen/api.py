@@ -29,9 +29,9 @@ from jobgen.states import State
 if TYPE_CHECKING:
     import pandas
 
-    from jobgen.build.plan import Job
     from jobgen.experiment.config import Experiment as Config
-    from jobgen.run.model import Run as Record
+    from jobgen.plan.plan import Job
+    from jobgen.record.model import Run as Record
 
 __all__ = ["Experiment", "JobStatus", "Run", "State", "get_run", "load", "plan", "rerun", "submit"]
 
@@ -114,7 +114,7 @@ def submit(experiment: Experiment, *, dry_run: bool = False, output_root: PathLi
 def get_run(ref: PathLike | None = None, *, output_root: PathLike | None = None) -> Run:
     """A run by its folder, its run id, or its experiment (a name or .toml file: its latest submitted run);
     None: the latest submitted run under the output root ($JOBGEN_OUTPUT_ROOT, else ./runs)."""
-    from jobgen.run.lookup import find_runs
+    from jobgen.record.lookup import find_runs
 
     where = "jobgen.api.get_run"
     if ref is not None:
@@ -150,7 +150,7 @@ class Run:
     """A run folder: its jobs and their states, waiting for them, their results."""
 
     def __init__(self, path: PathLike) -> None:
-        from jobgen.run.model import Run as Record
+        from jobgen.record.model import Run as Record
 
         self.path = _path("jobgen.api.Run", "path", path).resolve()
         self._record: Record = Record.load(self.path)  # a damaged manifest is a JobgenError naming it
@@ -182,7 +182,7 @@ class Run:
 
     def jobs(self, *, refresh: bool = False) -> list[JobStatus]:
         """Each job and its state now (the scheduler asked once for all; `refresh`: also about ended ones)."""
-        from jobgen.results.state import read_runs
+        from jobgen.results.state_rule import read_runs
 
         _check_type("jobgen.api.Run.jobs", "refresh", refresh, bool, "True or False")
         (loaded,) = read_runs([self.path], refresh=refresh)
@@ -209,7 +209,7 @@ class Run:
     def results(self, *, combine: bool = True, baseline: str | None = None) -> list[dict[str, Any]]:
         """One row per configuration (`combine`: runs and seeds of one configuration as mean ± std; as
         `jobgen summary`), with the columns of `jobgen summary --format csv`: raw seconds, fractions, MB."""
-        from jobgen.results.state import read_some
+        from jobgen.results.state_rule import read_some
         from jobgen.results.summary import records
 
         where = "jobgen.api.Run.results"

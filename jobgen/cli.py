@@ -169,7 +169,7 @@ class _OutFile(click.Path):
 SET_HELP = (
     "Override one experiment key, e.g. --set train.epochs=1 --set slurm.partition=debug (VALUE as in TOML; repeatable)."
 )
-# The site's defaults sit under the experiment file (jobgen/experiment/sites.py; README "Sites").
+# The site's defaults sit under the experiment file (jobgen/experiment/sites.py; docs/guides/sites.md).
 site_option = click.option(
     "--site",
     metavar="NAME",
@@ -286,7 +286,9 @@ def _submit_and_report(run_dir: Path) -> None:
 
     manifest = sub.submit_pending(run_dir, on_submit=report)
     if backends.get(manifest["backend"]).runs_here:
-        from jobgen.results.state import read_runs  # the local backend's summary: sbatch's submission imports neither
+        from jobgen.results.state_rule import (
+            read_runs,  # the local backend's summary: sbatch's submission imports neither
+        )
         from jobgen.results.summary import summarize
 
         (run,) = read_runs([run_dir])  # the one state rule: exit 0 without a result is not COMPLETED
@@ -300,7 +302,7 @@ def _submit_and_report(run_dir: Path) -> None:
 
 def _one_run(ctx: click.Context, ref: str | None) -> Path:
     """The run folder a command about one run means (default: the latest run under the output root)."""
-    from jobgen.run.lookup import find_runs
+    from jobgen.record.lookup import find_runs
 
     (run_dir,) = find_runs([ref] if ref else [], _lookup_root(ctx))
     return run_dir
@@ -308,7 +310,7 @@ def _one_run(ctx: click.Context, ref: str | None) -> Path:
 
 def _many_runs(ctx: click.Context, refs: tuple[str, ...], all_runs: bool) -> list[Path]:
     """The run folders RUNS means; with --all-runs every run of their experiments."""
-    from jobgen.run.lookup import every_run_of, find_runs
+    from jobgen.record.lookup import every_run_of, find_runs
 
     run_dirs = find_runs(list(refs), _lookup_root(ctx))
     return every_run_of(run_dirs) if all_runs else run_dirs
@@ -323,7 +325,7 @@ def runs_argument(command: Any) -> Any:
 
 
 def _warn(runs: Any) -> None:
-    """One line on stderr per damaged record of the runs' jobs (jobgen.run.model.RunJob.problems)."""
+    """One line on stderr per damaged record of the runs' jobs (jobgen.record.model.RunJob.problems)."""
     for run in runs:
         if isinstance(run, Path):
             continue  # its manifest is damaged: the command's own output says so
@@ -447,8 +449,8 @@ def status(
 @click.pass_context
 def runs(ctx: click.Context, experiments: tuple[str, ...], refresh: bool) -> None:
     """List the runs of EXPERIMENTS (names or files; default: all), oldest first, with their jobs' states."""
+    from jobgen.record.lookup import list_runs
     from jobgen.results.status import format_table, runs_table
-    from jobgen.run.lookup import list_runs
 
     root = _lookup_root(ctx)
     found = list_runs(list(experiments), root)
@@ -467,9 +469,9 @@ def logs(
     ctx: click.Context, run: str | None, job: str | None, err: bool, out: bool, rank: int | None, follow: bool
 ) -> None:
     """Print a job's output; per-rank lines are labelled [rank N]."""
+    from jobgen.record.model import Run
     from jobgen.results import logs as joblogs
-    from jobgen.results.state import read_runs
-    from jobgen.run.model import Run
+    from jobgen.results.state_rule import read_runs
 
     stream = "err" if err else "out"
     loaded = Run.load(_one_run(ctx, run))
@@ -507,7 +509,7 @@ def logs(
 def cancel(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
     """Cancel the jobs of RUN (all of them, or the JOBS named)."""
     from jobgen.commands.submit import cancel as cancel_jobs
-    from jobgen.run.model import Run
+    from jobgen.record.model import Run
 
     cancelled = cancel_jobs(Run.load(_one_run(ctx, run)), list(jobs))
     for job in cancelled:
@@ -531,7 +533,7 @@ def requeue(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
     submitted again (the manifest keeps its earlier ids).
     """
     from jobgen.commands.requeue import requeue as requeue_jobs
-    from jobgen.run.model import Run
+    from jobgen.record.model import Run
 
     run_dir = _one_run(ctx, run)
     outcomes = requeue_jobs(run_dir, list(jobs))
@@ -681,8 +683,8 @@ def rerun(
 
 def _side(ctx: click.Context, ref: str, job: str | None) -> Any:
     """A diff's side: RUN, or RUN:JOB (a job of it), or RUN with --job NAME."""
+    from jobgen.record.model import Run
     from jobgen.results.diff import Side
-    from jobgen.run.model import Run
 
     if ":" in ref and not Path(ref).exists():
         if job:
@@ -733,7 +735,7 @@ def sync(ctx: click.Context, runs: tuple[str, ...], all_runs: bool) -> None:
     (WANDB_API_KEY) or `wandb login`; jobgen never stores it.
     """
     from jobgen.commands.sync import sync as sync_runs
-    from jobgen.run.model import Run
+    from jobgen.record.model import Run
 
     folders = sync_runs([Run.load(run_dir) for run_dir in _many_runs(ctx, runs, all_runs)])
     click.echo(f"synced {len(folders)} W&B run(s)")
@@ -750,7 +752,7 @@ def clean(ctx: click.Context, runs: tuple[str, ...], all_runs: bool, yes: bool) 
     logs always stay. Lists what would go unless --yes.
     """
     from jobgen.commands.clean import human, reclaimable, remove
-    from jobgen.results.state import read_runs
+    from jobgen.results.state_rule import read_runs
 
     loaded = read_runs(_many_runs(ctx, runs, all_runs))
     items = [item for run in loaded for item in reclaimable(run)]

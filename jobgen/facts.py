@@ -1,6 +1,6 @@
 """Facts every stage of jobgen shares, each written once: the standard library only, imported by all.
 
-Below everything else (experiment, build, run, backends, results, commands): nothing here imports
+Below everything else (backends, experiment, plan, record, results, commands): nothing here imports
 another jobgen module, so any of them can use these without an import circle.
 """
 
@@ -10,10 +10,11 @@ import datetime as dt
 import functools
 import re
 import time
+from dataclasses import dataclass
 
 # A job or experiment name becomes a folder and part of Slurm's job name.
 MAX_NAME = 100
-# A run folder's name: <YYYYmmdd-HHMMSS>-<4 hex digits> (jobgen.run.store.new_run_id).
+# A run folder's name: <YYYYmmdd-HHMMSS>-<4 hex digits> (jobgen.record.store.new_run_id).
 RUN_ID_RE = re.compile(r"\d{8}-\d{6}-[0-9a-f]{4}")
 # The schema number of each record jobgen and the training write (docs/contracts.md).
 MANIFEST_SCHEMA = 1
@@ -91,3 +92,15 @@ def time_seconds(v: str) -> int | None:
     else:
         hours, minutes, secs = [[0, parts[0], 0], [0, *parts], parts][len(parts) - 1]
     return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + secs
+
+
+@dataclass(frozen=True, slots=True)
+class JobShape:
+    """What a scheduler needs to know of a job to say whether it can start it (Scheduler.shape_problems):
+    the experiment's values, without the experiment, so the backends need nothing above them."""
+
+    nodes: int
+    gpus_per_node: int
+    accelerator: str
+    launcher: str
+    requeue: bool

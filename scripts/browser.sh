@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Chromium from Debian's packages, for the report's headless-browser test (tests/test_report.py).
+# Chromium from Debian's packages, for the report's headless-browser test (tests/browser/test_report.py).
 # Installs only when missing (needs root); a no-op where chromium is already on PATH.
 set -euo pipefail
 if command -v chromium >/dev/null 2>&1; then

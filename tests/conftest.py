@@ -21,8 +21,10 @@ sys.path.insert(0, str(REPO))  # tests/ helpers import as `tests.x`
 # (TaskPlugin=task/none), so each rank would start as many spinning OpenMP threads as the machine has
 # cores. Set before anything imports torch. A value the caller set is kept.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The tools the dev install brings (shellcheck, ruff) are found beside this interpreter, activated or not.
+os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
-pytest_plugins = ["tests.conftest_slurm"] if (REPO / "tests" / "conftest_slurm.py").exists() else []
+pytest_plugins = ["tests.support.conftest_slurm"] if (REPO / "tests" / "support" / "conftest_slurm.py").exists() else []
 
 # Tests on the real cluster that spend their time waiting for Slurm (time limits, requeues after the
 # credential lifetime, preemption's grace time, sacct, status --watch, the controller's restart), not
@@ -41,7 +43,7 @@ WAITING_ON_SLURM = (
     "tests/slurm/test_states.py",  # 2 x 87: every state, with and without accounting
     "tests/slurm/test_requeue.py",  # 80 + 43
     "tests/slurm/test_preemption.py",  # 72 + 49 + 35: GraceTime
-    "tests/test_cluster.py",  # 40 + 14 + ...: time limit's signal, requeue
+    "tests/slurm/test_cluster.py",  # 40 + 14 + ...: time limit's signal, requeue
     "tests/slurm/test_retries.py",  # 31 + 31
     "tests/slurm/test_requeue_command.py",  # 19 + 16
     "tests/slurm/test_concurrency.py",  # 33
@@ -58,7 +60,7 @@ ALONE = ("tests/slurm/test_probe.py",)
 
 # Where the long tests are: they are handed out first, so that the run does not end with one worker on
 # a long test while the other has nothing left.
-HEAVY = ("tests/slurm/", "tests/training/", "tests/test_prefetch.py")
+HEAVY = ("tests/slurm/", "tests/training/", "tests/training/test_prefetch.py")
 
 
 def xdist_group(nodeid: str) -> str:

@@ -5,7 +5,7 @@ between keys (which engine runs which strategy on how many ranks). The training 
 through these classes; jobgen builds its [train] and [data] sections, `jobgen schema` and its
 validation from the same ones. Standard library only: the CLI imports it on a login node.
 
-A key added here exists on both sides at once; tests/test_contract.py fails if anything reads a key
+A key added here exists on both sides at once; tests/core/test_contract.py fails if anything reads a key
 this module does not describe.
 """
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from jobgen.backends._base import Scheduler
 from jobgen.errors import BackendError
 
-__all__ = ["Scheduler", "get", "names"]
+__all__ = ["Scheduler", "extra_clashes", "get", "names"]
 
 
 @functools.cache
@@ -32,3 +34,11 @@ def get(name: str) -> Scheduler:
     scheduler = importlib.import_module(f"jobgen.backends.{name}").SCHEDULER
     assert isinstance(scheduler, Scheduler) and scheduler.name == name, name
     return scheduler
+
+
+def extra_clashes(slurm: Mapping[str, Any], extra: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The `slurm.extra` flags that ask again for a resource a `[slurm]` key already asks for, each with
+    the sbatch option it duplicates (Slurm's own vocabulary, so it lives with the Slurm backends)."""
+    from jobgen.backends import _slurm
+
+    return _slurm.extra_clashes(slurm, extra)

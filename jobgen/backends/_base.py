@@ -14,13 +14,11 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from jobgen.errors import JobgenError
+from jobgen.facts import JobShape
 from jobgen.states import JobInfo
-
-if TYPE_CHECKING:
-    from jobgen.experiment.config import Experiment
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +181,7 @@ class Scheduler:
         return tuple(p for patterns in self.logs.values() for p in patterns)
 
     # ---- rules
-    def shape_problems(self, exp: Experiment) -> list[str]:
+    def shape_problems(self, shape: JobShape) -> list[str]:
         """Job shapes this scheduler cannot start, each with its fix."""
         return []
 

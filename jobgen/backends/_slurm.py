@@ -8,17 +8,13 @@ import pwd
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jobgen.backends import _tools as slurm
 from jobgen.backends._base import Attempt, Scheduler
 from jobgen.errors import SubmitError
-from jobgen.facts import submit_tag
+from jobgen.facts import JobShape, submit_tag
 from jobgen.states import Answer, JobInfo, State, from_slurm
-
-if TYPE_CHECKING:
-    from jobgen.experiment.config import Experiment
-
 
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default; `scontrol show config` tells the real one
 
@@ -94,8 +90,8 @@ class SlurmScheduler(Scheduler):
         out = slurm.run(["scontrol", "show", "partition", "-o", *([partition] if partition else [])], what="asking")
         return partition_max_time(out, partition)
 
-    def shape_problems(self, exp: Experiment) -> list[str]:
-        if exp.train.accelerator == "gpu" and not exp.slurm.gpus_per_node:
+    def shape_problems(self, shape: JobShape) -> list[str]:
+        if shape.accelerator == "gpu" and not shape.gpus_per_node:
             return ["train.accelerator = 'gpu' but slurm.gpus_per_node = 0: ask for GPUs or use accelerator 'auto'"]
         return []
 

@@ -8,14 +8,11 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jobgen.backends._base import Scheduler
-from jobgen.facts import now_iso
+from jobgen.facts import JobShape, now_iso
 from jobgen.states import State
-
-if TYPE_CHECKING:
-    from jobgen.experiment.config import Experiment
 
 LOG_NAME = "local.out"
 # Whether a job's output is copied to our stdout as it runs (the CLI) or only to its log (jobgen.api).
@@ -62,11 +59,10 @@ class Local(Scheduler):
             "(run the experiment again to repeat a local run)"
         )
 
-    def shape_problems(self, exp: Experiment) -> list[str]:
-        if exp.slurm.nodes > 1:
+    def shape_problems(self, shape: JobShape) -> list[str]:
+        if shape.nodes > 1:
             return [
-                f"launch.backend = 'local' runs on this machine but slurm.nodes = {exp.slurm.nodes}; "
-                "use 1 node or sbatch"
+                f"launch.backend = 'local' runs on this machine but slurm.nodes = {shape.nodes}; use 1 node or sbatch"
             ]
         return []
 

@@ -10,15 +10,12 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jobgen.backends._slurm import SlurmScheduler, extra_options, resource_options
 from jobgen.errors import BackendError, SubmitError
-from jobgen.facts import now_iso, time_minutes
+from jobgen.facts import JobShape, now_iso, time_minutes
 from jobgen.states import State
-
-if TYPE_CHECKING:
-    from jobgen.experiment.config import Experiment
 
 
 class Submitit(SlurmScheduler):
@@ -76,16 +73,16 @@ class Submitit(SlurmScheduler):
             "submitit_script": str(script.relative_to(run_dir)) if script.exists() else None,
         }
 
-    def shape_problems(self, exp: Experiment) -> list[str]:
-        problems = super().shape_problems(exp)
-        if exp.slurm.requeue:
+    def shape_problems(self, shape: JobShape) -> list[str]:
+        problems = super().shape_problems(shape)
+        if shape.requeue:
             problems.append(
                 "slurm.requeue is jobgen's own signal handling in sbatch scripts; submitit has its own: "
                 "use launch.backend = 'sbatch' for requeue"
             )
-        if exp.launch.launcher != "srun":
+        if shape.launcher != "srun":
             problems.append(
-                f"launch.launcher = {exp.launch.launcher!r} needs launch.backend 'sbatch' or 'local': "
+                f"launch.launcher = {shape.launcher!r} needs launch.backend 'sbatch' or 'local': "
                 "submitit starts one task per GPU itself"
             )
         return problems

@@ -11,8 +11,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobgen.run.damage import json_problem
-from jobgen.run.model import Run
+from jobgen.record.damage import json_problem
+from jobgen.record.model import Run
 from jobgen.states import State
 
 

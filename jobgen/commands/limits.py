@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from jobgen import backends
-from jobgen.build.plan import Job
 from jobgen.errors import ConfigError
 from jobgen.experiment.config import AUTO, Experiment, as_dict
+from jobgen.plan.plan import Job
+from jobgen.record.lookup import probe_runs, runs_of
 from jobgen.results.predict import duration, mem_limit_mb, slurm_time, time_limit_minutes
-from jobgen.run.lookup import probe_runs, runs_of
 
 PREDICTIONS = "predictions.json"  # written into a probe run by `jobgen probe` once its jobs have ended
 PREDICTIONS_SCHEMA = 1

@@ -17,11 +17,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from jobgen.build.plan import cache_dir_for, plan
-from jobgen.build.render import RunInfo
-from jobgen.build.spec import build_spec
 from jobgen.commands.submit import load_experiment, output_root_of
 from jobgen.errors import JobgenError
+from jobgen.plan.plan import cache_dir_for, plan
+from jobgen.plan.render import RunInfo
+from jobgen.plan.spec import build_spec
 
 # Offline switches a login shell may carry over from job scripts; prefetching exists to go online.
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")

@@ -3,7 +3,7 @@ script, on a step budget (training/probe.py); once they end, each point's measur
 predicted wall time and peak memory of its full job (jobgen.results.predict).
 
 The probe is a run of its own kind ("kind": "probe" in its manifest): `jobgen runs` lists it, and it
-is never the latest run that summary, status or report read (jobgen.run.lookup.real_runs). Its
+is never the latest run that summary, status or report read (jobgen.record.lookup.real_runs). Its
 predictions go into the run's predictions.json, where `slurm.time = "auto"` finds them
 (jobgen.commands.limits).
 """
@@ -15,17 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobgen.build.plan import Job
 from jobgen.commands import limits, submit
 from jobgen.commands.wait import watch
 from jobgen.errors import JobgenError
 from jobgen.facts import now_iso
+from jobgen.plan.plan import Job
+from jobgen.record import store
+from jobgen.record.model import Run, RunJob
 from jobgen.results import logs
 from jobgen.results.cost import elapsed_seconds
 from jobgen.results.diagnose import find_cause
 from jobgen.results.predict import Prediction, predict
-from jobgen.run import store
-from jobgen.run.model import Run, RunJob
 
 DEFAULT_STEPS = 20
 DEFAULT_WARMUP_STEPS = 5

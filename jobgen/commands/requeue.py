@@ -20,9 +20,9 @@ from jobgen.backends import Scheduler
 from jobgen.backends import _tools as slurm
 from jobgen.errors import JobgenError, SubmitError
 from jobgen.facts import now_iso
-from jobgen.results.state import read_runs
-from jobgen.run import store as record
-from jobgen.run.model import Run
+from jobgen.record import store as record
+from jobgen.record.model import Run
+from jobgen.results.state_rule import read_runs
 from jobgen.states import State
 
 UNSUCCESSFUL = frozenset(

@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from jobgen import __version__, backends
-from jobgen.build.plan import Job, cache_dir_for, plan
-from jobgen.build.render import RunInfo, render_job
-from jobgen.build.spec import build_spec
 from jobgen.commands.submit import Files, customize, training_package_dir, write_new_run
 from jobgen.errors import DriftError, JobgenError
 from jobgen.experiment import config, sites
-from jobgen.run import store as record
-from jobgen.run.model import Run, RunJob
+from jobgen.plan.plan import Job, cache_dir_for, plan
+from jobgen.plan.render import RunInfo, render_job
+from jobgen.plan.spec import build_spec
+from jobgen.record import store as record
+from jobgen.record.model import Run, RunJob
 from jobgen.states import State
 
 SNAPSHOT = "code/training"

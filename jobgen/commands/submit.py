@@ -18,17 +18,17 @@ from typing import Any
 
 from jobgen import backends
 from jobgen.backends import Scheduler
-from jobgen.build import container
-from jobgen.build.container import DEFAULT_HF_HOME
-from jobgen.build.plan import Job, cache_dir_for, plan
-from jobgen.build.render import RunInfo, container_words, render_job
-from jobgen.build.spec import build_spec
 from jobgen.commands import limits
 from jobgen.errors import ConfigError, JobgenError, SubmitError
 from jobgen.experiment import config, sites
 from jobgen.facts import now_iso
-from jobgen.run import store as record
-from jobgen.run.model import Run, RunJob
+from jobgen.plan import container
+from jobgen.plan.container import DEFAULT_HF_HOME
+from jobgen.plan.plan import Job, cache_dir_for, plan
+from jobgen.plan.render import RunInfo, container_words, render_job
+from jobgen.plan.spec import build_spec
+from jobgen.record import store as record
+from jobgen.record.model import Run, RunJob
 from jobgen.states import State
 
 Files = dict[str, str | bytes]  # path relative to the run folder -> content
@@ -192,7 +192,7 @@ def _arrays(
     dry_run: bool,
 ) -> list[dict[str, Any]]:
     """Render the sweep as job arrays; the jobs then carry their array and task index."""
-    from jobgen.build.arrays import render_arrays
+    from jobgen.plan.arrays import render_arrays
 
     arrays = render_arrays(
         jobs, [e["script"] for e in entries], run, exp.path, exp.launch.array_parallelism, scheduler.max_array_size()

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jobgen.errors import JobgenError
-from jobgen.run.model import Run
+from jobgen.record.model import Run
 
 
 def offline_runs(run: Run) -> list[Path]:

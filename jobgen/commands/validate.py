@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobgen.build.plan import Job, plan
-from jobgen.build.render import RunInfo, render_job
 from jobgen.commands.submit import load_experiment
 from jobgen.experiment.config import Experiment
 from jobgen.experiment.sites import SiteDefaults
+from jobgen.plan.plan import Job, plan
+from jobgen.plan.render import RunInfo, render_job
 
 
 def validate_file(

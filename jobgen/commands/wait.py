@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from jobgen.errors import WaitTimeout
-from jobgen.results.state import read_runs
+from jobgen.record.model import Run
+from jobgen.results.state_rule import read_runs
 from jobgen.results.status import StatusView, read_status
-from jobgen.run.model import Run
 
 Reading = TypeVar("Reading")
 

@@ -15,13 +15,13 @@ import sys
 import types
 import typing
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jobgen import backends
 from jobgen.errors import BadUsage, ConfigError, is_control
 from jobgen.experiment import container, random_search, schema
+from jobgen.experiment.schema import Experiment as Experiment
 from jobgen.facts import MAX_NAME, SECRET_RE, signal_name, time_seconds
 from training import contract
 from training.contract import show as _show
@@ -31,9 +31,6 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-if TYPE_CHECKING:
-    from jobgen.experiment.sites import SiteDefaults
 
 # Every form sbatch's --time takes: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (and UNLIMITED/INFINITE).
 # Always used with fullmatch: `$` in re.match also matches before a trailing newline, and a newline
@@ -90,39 +87,6 @@ MANAGED_FLAGS = {
     "array": "launch.array",
     "wrap": "(nothing: jobgen writes the script)",
 }
-
-
-@dataclass(frozen=True)
-class Experiment:
-    """A validated experiment file: its sections plus where it came from."""
-
-    path: Path
-    text: str
-    raw: dict[str, Any]
-    experiment: schema.ExperimentSection
-    slurm: schema.SlurmSection
-    env: schema.EnvSection
-    train: schema.TrainSection
-    data: schema.DataSection
-    launch: schema.LaunchSection
-    container: schema.ContainerSection
-    sweep: schema.SweepSection
-    display: str = ""
-    site: SiteDefaults | None = None  # the site whose defaults raw holds (set by jobgen.experiment.sites)
-
-    @property
-    def label(self) -> str:
-        """The file as the user named it, for messages."""
-        return self.display or str(self.path)
-
-    @property
-    def name(self) -> str:
-        return self.experiment.name or self.path.stem
-
-    @property
-    def base_dir(self) -> Path:
-        """Relative paths in the file (template, data files) are relative to the file itself."""
-        return self.path.parent
 
 
 def load(path: str | Path) -> Experiment:
@@ -228,9 +192,7 @@ def _random_name(key: str) -> str:
 
 def _check_extra_clashes(exp: Experiment, ctx: _Context) -> None:
     """A slurm.extra flag must not ask again for a resource a [slurm] key asks for (GPUs twice)."""
-    from jobgen.backends._slurm import extra_clashes
-
-    for flag, option in extra_clashes(as_dict(exp.slurm), exp.slurm.extra):
+    for flag, option in backends.extra_clashes(as_dict(exp.slurm), exp.slurm.extra):
         ctx.fail(
             f"slurm.extra.{flag}",
             f"{_show(exp.slurm.extra[flag])} asks for what {MANAGED_FLAGS[option]} already asks for "

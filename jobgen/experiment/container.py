@@ -7,7 +7,7 @@
     env = ["WANDB_API_KEY"]
 
 How a runtime wraps the launch is its template partial (jobgen/templates/_container_RUNTIME.j2, mapped
-onto the launch by jobgen.build.container); this module only says whether the table can work.
+onto the launch by jobgen.plan.container); this module only says whether the table can work.
 """
 
 from __future__ import annotations
@@ -15,14 +15,10 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from jobgen import backends
-from jobgen.experiment.schema import CONTAINER_RUNTIMES
+from jobgen.experiment.schema import CONTAINER_RUNTIMES, Experiment
 from training.contract import show
-
-if TYPE_CHECKING:
-    from jobgen.experiment.config import Experiment
 
 # The command each runtime needs on the machine that starts the tasks (pyxis is srun's own plugin).
 BINARIES = {"apptainer": "apptainer", "singularity": "singularity", "charliecloud": "ch-run"}

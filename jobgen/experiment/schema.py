@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from jobgen import backends
@@ -40,7 +41,7 @@ __all__ = [
 
 LAUNCHERS = ("srun", "torchrun", "accelerate")
 # The container runtimes jobgen ships a template partial for (jobgen/templates/_container_NAME.j2);
-# a partial of that name beside launch.template adds one (see the README, "Containers").
+# a partial of that name beside launch.template adds one (docs/guides/containers.md).
 CONTAINER_RUNTIMES = ("apptainer", "singularity", "pyxis", "charliecloud")
 BACKENDS = backends.names()
 
@@ -230,3 +231,49 @@ def repr_default(value: Any) -> str:
     if isinstance(value, str):
         return f'"{value}"'
     return str(value)
+
+
+@dataclass(frozen=True)
+class SiteDefaults:
+    """What a site gave one experiment: the values it did not set itself (dotted key -> value)."""
+
+    name: str
+    file: Path
+    values: dict[str, Any]
+
+    def record(self) -> dict[str, Any]:
+        """The manifest's "site" entry."""
+        return {"name": self.name, "file": str(self.file), "values": self.values}
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A validated experiment file: its sections plus where it came from."""
+
+    path: Path
+    text: str
+    raw: dict[str, Any]
+    experiment: ExperimentSection
+    slurm: SlurmSection
+    env: EnvSection
+    train: TrainSection
+    data: DataSection
+    launch: LaunchSection
+    container: ContainerSection
+    sweep: SweepSection
+    display: str = ""
+    site: SiteDefaults | None = None  # the site whose defaults raw holds (set by jobgen.experiment.sites)
+
+    @property
+    def label(self) -> str:
+        """The file as the user named it, for messages."""
+        return self.display or str(self.path)
+
+    @property
+    def name(self) -> str:
+        return self.experiment.name or self.path.stem
+
+    @property
+    def base_dir(self) -> Path:
+        """Relative paths in the file (template, data files) are relative to the file itself."""
+        return self.path.parent

@@ -24,6 +24,7 @@ from typing import Any
 
 from jobgen.errors import ConfigError
 from jobgen.experiment import config, schema
+from jobgen.experiment.schema import SiteDefaults as SiteDefaults
 from training.contract import show, suggest
 
 # A site says where jobs run, not what they run: no [experiment], [train], [data] or [sweep].
@@ -40,19 +41,6 @@ class Site:
     file: Path
     cluster_name: str
     tables: dict[str, dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class SiteDefaults:
-    """What a site gave one experiment: the values it did not set itself (dotted key -> value)."""
-
-    name: str
-    file: Path
-    values: dict[str, Any]
-
-    def record(self) -> dict[str, Any]:
-        """The manifest's "site" entry."""
-        return {"name": self.name, "file": str(self.file), "values": self.values}
 
 
 def describe(record: dict[str, Any]) -> str:
@@ -93,7 +81,7 @@ def choose(name: str | None = None) -> Site | None:
             raise ConfigError(f"JOBGEN_SITES_FILE={path}: no such file; point it at your sites file, or unset it")
         if name:
             raise ConfigError(
-                f"{source} {name}: there is no sites file ({path}); write one (see the README, 'Sites') "
+                f"{source} {name}: there is no sites file ({path}); write one (see docs/guides/sites.md) "
                 "or point JOBGEN_SITES_FILE at it"
             )
         return None

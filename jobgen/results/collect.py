@@ -23,6 +23,8 @@ from typing import Any
 from jobgen.backends._base import Attempt
 from jobgen.errors import JobgenError
 from jobgen.facts import RESULT_SCHEMA, aware_time
+from jobgen.record.jsonread import loads
+from jobgen.record.model import Retries, Run, RunJob
 from jobgen.results import logs
 from jobgen.results.cost import (
     USAGE,
@@ -38,9 +40,7 @@ from jobgen.results.cost import (
     usage_of,
 )
 from jobgen.results.diagnose import LAST_LINE, Cause, find_cause
-from jobgen.results.state import in_background, kept_cause, look_at_records, progress, settle
-from jobgen.run.jsonread import loads
-from jobgen.run.model import Retries, Run, RunJob
+from jobgen.results.state_rule import in_background, kept_cause, look_at_records, progress, settle
 from jobgen.states import JobInfo, State
 from training.progress import PROGRESS_FILE
 
@@ -392,7 +392,7 @@ def keep_what_was_read(job: RunJob) -> None:
     damage checks did): the numbers of its result.json (the fact result_of reads, without making a
     Result of them) and what its spec.json asked for (jobgen.results.cost); and what a status shows of
     its progress.json and retries.json. A status keeps them, and the summary and report after it parse
-    neither file again; a reader process (jobgen.run.readers) hands them back with what it kept."""
+    neither file again; a reader process (jobgen.record.readers) hands them back with what it kept."""
     if job.parsed("result.json"):
         job.fact("result.json", RESULT_FACT, _read_result, _is_result_fact)
     if job.parsed("spec.json"):
@@ -403,7 +403,7 @@ def keep_what_was_read(job: RunJob) -> None:
         job.retries()
 
 
-RESULT_FACT = "result"  # the key of a result's fields in the run's verdicts (jobgen.run.damage.Verdicts)
+RESULT_FACT = "result"  # the key of a result's fields in the run's verdicts (jobgen.record.damage.Verdicts)
 _RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(Result))
 _FINISHED_AT, _GPUS = _RESULT_FIELDS.index("finished_at"), _RESULT_FIELDS.index("gpus")
 # The JSON type each field is kept as (a datetime as its ISO text, a tuple as a list); None is allowed.

@@ -24,8 +24,8 @@ from typing import Any
 from jobgen import backends
 from jobgen.backends._base import Attempt
 from jobgen.facts import aware_time, time_seconds
-from jobgen.results.state import SETTLED
-from jobgen.run.model import Run, RunJob
+from jobgen.record.model import Run, RunJob
+from jobgen.results.state_rule import SETTLED
 from jobgen.states import State
 from training.contract import COMPUTE_DTYPES
 
@@ -100,7 +100,7 @@ def digest(found: Accounting) -> str:
 #
 # Once a job has ended for good and the accounting calls the last attempt of each of its ids final, its
 # attempts no longer change: summary and report keep them in the job's manifest entry (USAGE, written
-# through jobgen.run.store like every manifest change) and ask sacct nothing for it again. What they were
+# through jobgen.record.store like every manifest change) and ask sacct nothing for it again. What they were
 # kept for is their key: the job's ids, how often `jobgen requeue` ran it again, the restarts its result
 # counts and the end Slurm last gave. A later attempt changes one of them (a requeue counts, a new end is
 # recorded), so the kept attempts are no longer taken and sacct is asked again; `--refresh` asks anyway.

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from jobgen.errors import JobgenError
+from jobgen.record.model import Run, RunJob
 from jobgen.results.collect import collect_run
 from jobgen.results.summary import HEADERS, build_lines, cells, record
-from jobgen.run.model import Run, RunJob
 
 if sys.version_info >= (3, 11):
     import tomllib

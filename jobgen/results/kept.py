@@ -3,7 +3,7 @@
 A summary is a function of the run's record and files, of what the accounting answers, and of how it
 is asked for (format, baseline, combining, colour, the screen's width, the time zone that Slurm's
 times are read in). Of a run whose every job has ended with its state recorded, the text and the
-damage warnings are kept (jobgen.run.rows, `.rows-summary.json`) with the digest of the manifest, the
+damage warnings are kept (jobgen.record.rows, `.rows-summary.json`) with the digest of the manifest, the
 stamps of each job's folder and records, and of the logs of each job without a usable result (they
 say why it stopped), the question put to the accounting and the digest of its answer. The next
 summary asked the same way checks those (the accounting is asked the same question again: a
@@ -21,14 +21,14 @@ from typing import Any
 
 from jobgen import backends
 from jobgen.errors import JobgenError
+from jobgen.record import rows
+from jobgen.record.damage import stamp
+from jobgen.record.model import Run, RunJob
 from jobgen.results import cost, logs
 from jobgen.results.collect import look_and_ask
 from jobgen.results.report import CREATED, build_report, check_folder, made_at, write_page
-from jobgen.results.state import NEVER_RAN, from_record, kept_cause, read_some
+from jobgen.results.state_rule import NEVER_RAN, from_record, kept_cause, read_some
 from jobgen.results.summary import summarize
-from jobgen.run import rows
-from jobgen.run.damage import stamp
-from jobgen.run.model import Run, RunJob
 
 SUMMARY, REPORT = "summary", "report"
 

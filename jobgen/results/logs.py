@@ -15,7 +15,7 @@ from pathlib import Path
 from jobgen import backends
 from jobgen.backends._base import oldest_first
 from jobgen.errors import JobgenError
-from jobgen.run.model import RunJob
+from jobgen.record.model import RunJob
 
 # srun --label: "<task>: "; torchrun/accelerate --tee: "[rank<n>]: ", possibly after srun's label (one
 # launcher task per node). The last label is the rank that wrote the line.

@@ -18,6 +18,8 @@ from urllib.parse import quote_from_bytes
 
 from jobgen import __version__
 from jobgen.errors import JobgenError
+from jobgen.record.model import Run
+from jobgen.record.store import redactor
 from jobgen.results import logs
 from jobgen.results.charts import Series, color, line_chart, scatter_chart, time_unit, zoomed_range
 from jobgen.results.collect import JobRow, LiveStates, collect, read_metrics
@@ -32,8 +34,6 @@ from jobgen.results.summary import (
     speedup_caption,
     totals_text,
 )
-from jobgen.run.model import Run
-from jobgen.run.store import redactor
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px; color: #222; }

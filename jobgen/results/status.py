@@ -1,7 +1,7 @@
 """`jobgen status` and `jobgen runs`: where each job of a run stands, as a table.
 
-The states come from the one rule (jobgen.results.state); the runs are read through the read model
-(jobgen.run.model), with Slurm asked once for all their live jobs.
+The states come from the one rule (jobgen.results.state_rule); the runs are read through the read model
+(jobgen.record.model), with Slurm asked once for all their live jobs.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from jobgen.errors import JobgenError
-from jobgen.results.state import from_record, progress, read_runs, settle
-from jobgen.run import rows as kept_rows
-from jobgen.run.model import Run
+from jobgen.record import rows as kept_rows
+from jobgen.record.model import Run
+from jobgen.results.state_rule import from_record, progress, read_runs, settle
 
 HEADER = ["job", "sweep", "job id", "state", "elapsed", "nodes", "exit", "retries", "progress", "source"]
-STATUS = "status"  # the command's name for its kept rows (jobgen.run.rows)
+STATUS = "status"  # the command's name for its kept rows (jobgen.record.rows)
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class StatusView:
 
 def read_status(run_dir: Path, refresh: bool = False) -> StatusView:
     """The status of the run at `run_dir`. A run whose every job has ended, with its states recorded,
-    shows what its record and files say, and nothing else: its rows are kept (jobgen.run.rows) and shown
+    shows what its record and files say, and nothing else: its rows are kept (jobgen.record.rows) and shown
     again while none of those files changed; else the run is read, Slurm asked once about the jobs that
     may still change, and the states that changed recorded. `refresh` asks Slurm about every job."""
     if not refresh:

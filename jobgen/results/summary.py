@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from jobgen.errors import JobgenError
+from jobgen.record.model import Run
 from jobgen.results.collect import JobRow, LiveStates, collect
 from jobgen.results.columns import COLUMNS, METRICS, NO_VALUE, SUMMED, Line, Stat, amount
 from jobgen.results.diagnose import LAST_LINE
-from jobgen.run.model import Run
 from jobgen.states import State
 
 FORMATS = ("table", "csv", "markdown", "json")
@@ -38,7 +38,7 @@ def summarize(
 ) -> str:
     """Collect every job of the runs and render the summary as text in `fmt`; draw `plot` when given.
 
-    Runs read by jobgen.results.state.read_runs keep the states Slurm gave them; run folders are read
+    Runs read by jobgen.results.state_rule.read_runs keep the states Slurm gave them; run folders are read
     from their files alone (and `live_states`)."""
     if fmt not in FORMATS:
         raise JobgenError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")

@@ -1,0 +1,1 @@
+"""The Jinja templates of the batch scripts: one block per launcher, container runtime and recovery rule."""

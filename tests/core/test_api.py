@@ -63,7 +63,7 @@ def test_wait_gives_up_with_a_timeout_error(tmp_path: Path, runner, monkeypatch:
 
     path = tmp_path / "exp.toml"
     path.write_text(EXP.replace('backend = "local"', 'backend = "sbatch"'))
-    from jobgen.results import state
+    from jobgen.results import state_rule
     from jobgen.states import JobInfo
 
     run = api.Run(prepare(path, tmp_path / "runs").run_dir)
@@ -75,7 +75,7 @@ def test_wait_gives_up_with_a_timeout_error(tmp_path: Path, runner, monkeypatch:
             for job in r.jobs:
                 job.recorded, job.live = State.SUBMITTED, JobInfo(State.PENDING)
 
-    monkeypatch.setattr(state, "ask_schedulers", still_pending)
+    monkeypatch.setattr(state_rule, "ask_schedulers", still_pending)
     with pytest.raises(WaitTimeout) as caught:
         run.wait(timeout=0, interval=0.01)
     assert isinstance(caught.value, TimeoutError) and "still running after 0 s" in caught.value.message
@@ -85,11 +85,11 @@ def test_wait_gives_up_with_a_timeout_error(tmp_path: Path, runner, monkeypatch:
     assert shown.output.strip().splitlines()[-1] == caught.value.format_message().join(["Error: ", ""])
 
 
-def test_the_readme_example_is_the_typed_file():
-    """The README's API example is tests/api_example.py, which scripts/lint.sh types with mypy --strict
-    and tests/training/test_local_demo.py runs."""
-    readme = (REPO / "README.md").read_text()
-    block = re.search(r"<!-- api-example:start -->\n```python\n(.*?)```\n<!-- api-example:end -->", readme, re.S)
-    assert block, "the README has no API example between its markers"
-    assert block.group(1) == (REPO / "tests" / "api_example.py").read_text()
-    assert "mypy --strict tests/api_example.py" in (REPO / "scripts" / "lint.sh").read_text()
+def test_the_docs_example_is_the_typed_file():
+    """The API example of docs/guides/diff-rerun-api.md is tests/support/api_example.py, which
+    scripts/lint.sh types with mypy --strict and tests/training/test_local_demo.py runs."""
+    page = (REPO / "docs" / "guides" / "diff-rerun-api.md").read_text()
+    block = re.search(r"<!-- api-example:start -->\n```python\n(.*?)```\n<!-- api-example:end -->", page, re.S)
+    assert block, "docs/guides/diff-rerun-api.md has no API example between its markers"
+    assert block.group(1) == (REPO / "tests" / "support" / "api_example.py").read_text()
+    assert "mypy --strict tests/support/api_example.py" in (REPO / "scripts" / "lint.sh").read_text()

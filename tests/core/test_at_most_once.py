@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from jobgen.cli import main
-from tests.stub_tools import install_stubs
+from tests.support.stub_tools import install_stubs
 
 SWEEP = """
 [experiment]

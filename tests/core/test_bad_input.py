@@ -366,8 +366,8 @@ def test_bad_set(tmp_path: Path, runner, sets: list[str], words: list[str]):
 @pytest.mark.parametrize(("launcher", "tasks"), [("srun", 4), ("torchrun", 1), ("accelerate", 1)])
 def test_each_launcher_gets_its_tasks_per_node(launcher: str, tasks: int, tmp_path: Path):
     """srun: one task per device; torchrun and accelerate: one task per node, which starts the rest."""
-    from jobgen.build.plan import plan
     from jobgen.experiment.config import load
+    from jobgen.plan.plan import plan
 
     path = tmp_path / "exp.toml"
     text = BASE.replace("gpus_per_node = 1", "gpus_per_node = 4").replace('"lightning"', '"hf_trainer"')

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from jobgen.cli import main
-from jobgen.results.state import chain_info
+from jobgen.results.state_rule import chain_info
 from jobgen.states import JobInfo, State
 from tests.core.test_bad_input import with_lines
 from tests.core.test_sbatch_fake import fake_slurm  # noqa: F401 - a fixture

@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 from jobgen.backends import _slurm as track
 from jobgen.backends._base import Attempt
+from jobgen.record import store
+from jobgen.record.model import RunJob
 from jobgen.results import cost
 from jobgen.results.columns import Line, Stat
-from jobgen.results.state import read_some
+from jobgen.results.state_rule import read_some
 from jobgen.results.summary import apply_baseline, summarize, totals
-from jobgen.run import store
-from jobgen.run.model import RunJob
 from tests.core.conftest import stub_tool
 from tests.data.summary.synth import FakeJob, write_run
 from training import contract

@@ -190,7 +190,7 @@ def test_damaged_manifest(runner, run: Path, tmp_path: Path, damage: str, comman
     assert lines[0].startswith("Error: ") and str(path) in lines[0] and "damaged" in lines[0], lines[0]
 
 
-# --- the verdicts kept between commands (jobgen.run.damage.Verdicts) -----------------------------------
+# --- the verdicts kept between commands (jobgen.record.damage.Verdicts) -----------------------------------
 
 
 def _settle(run: Path) -> None:
@@ -210,7 +210,7 @@ def _warnings(runner, run: Path) -> list[str]:
 def test_a_second_status_checks_no_job_file_again_and_still_sees_each_change(runner, run: Path, monkeypatch) -> None:
     import os
 
-    from jobgen.run import model
+    from jobgen.record import model
 
     hurt = run / "jobs" / "hurt" / "result.json"
     hurt.write_bytes(DAMAGE["truncated"](hurt.read_bytes()))
@@ -270,12 +270,12 @@ def test_verdicts_that_cannot_be_written_are_not_kept(runner, run: Path) -> None
 
 @pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, 65535, 65536, 65537, 3 * 1024 * 1024 + 7])
 def test_a_record_is_read_whole_with_the_stamp_of_the_version_read(tmp_path: Path, size: int) -> None:
-    """The unbuffered read of a job's record (jobgen.run.model.read_with_stamp) gives every byte, at
+    """The unbuffered read of a job's record (jobgen.record.model.read_with_stamp) gives every byte, at
     sizes around a page and past one read, and the stat stamp of that version."""
     import os
 
-    from jobgen.run.damage import stamp
-    from jobgen.run.model import read_with_stamp
+    from jobgen.record.damage import stamp
+    from jobgen.record.model import read_with_stamp
 
     path = tmp_path / "result.json"
     data = bytes(i % 251 for i in range(size))
@@ -296,7 +296,7 @@ def test_a_record_takes_one_read_and_a_big_one_two(
     metrics.csv) one more read, of the size that stat gave, not a read per 64 KiB."""
     import os
 
-    from jobgen.run import model
+    from jobgen.record import model
 
     path = tmp_path / "metrics.csv"
     path.write_bytes(b"x" * size)
@@ -313,7 +313,7 @@ def test_a_read_that_comes_back_short_is_read_on(tmp_path: Path, monkeypatch: py
     reads that come back short for another reason (here: at most 100 bytes each) still give every byte."""
     import os
 
-    from jobgen.run import model
+    from jobgen.record import model
 
     path = tmp_path / "result.json"
     data = bytes(i % 251 for i in range(size))

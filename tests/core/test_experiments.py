@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from jobgen.cli import main
-from tests.golden import experiments
+from tests.support.golden import experiments
 
 EXPERIMENTS = experiments()
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jobgen.cli import main
-from jobgen.run.store import compact, load_manifest
+from jobgen.record.store import compact, load_manifest
 
 EXP = '[experiment]\nname = "full"\n[data]\ndataset = "imdb"\n[sweep.grid]\n"train.seed" = [1, 2]\n'
 # sbatch queues the job (id|comment, as squeue shows it); once $FILL is set it fills the disk after,

@@ -1,7 +1,7 @@
 """Property: no experiment file, however hostile, makes jobgen write a script that runs what the user
 did not write; it is refused in one line, or its scripts lint clean and run only jobgen's commands.
 
-The rule and the generators live in tests/fuzzing.py; bench/fuzz.py runs the same with 10,000+ cases.
+The rule and the generators live in tests/support/fuzzing.py; bench/fuzz.py runs the same with 10,000+ cases.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 
-from tests.fuzzing import Counts, experiments, lint, run_case, stub_dir
+from tests.support.fuzzing import Counts, experiments, lint, run_case, stub_dir
 
 CASES = 600
 

@@ -8,19 +8,21 @@ import subprocess
 
 import pytest
 
-from tests.golden import GOLDEN_DIR, cases, render_all
+from tests.support.golden import GOLDEN_DIR, cases, render_all
 
 CASES = cases()
 
 
 @pytest.mark.parametrize(("experiment", "template", "sets", "path"), CASES, ids=[p.stem for *_, p in CASES])
 def test_rendered_script_matches_golden(experiment, template, sets, path):
-    assert path.exists(), f"missing golden file {path}; create it on purpose with: python -m tests.golden --update"
+    assert path.exists(), (
+        f"missing golden file {path}; create it on purpose with: python -m tests.support.golden --update"
+    )
     expected = path.read_text(encoding="utf-8")
     actual = render_all(experiment, template, sets)
     if actual != expected:
         diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True), "golden", "rendered"))
-        pytest.fail(f"{path.name} differs (regenerate with: python -m tests.golden --update)\n{diff}")
+        pytest.fail(f"{path.name} differs (regenerate with: python -m tests.support.golden --update)\n{diff}")
 
 
 def test_every_golden_file_belongs_to_an_experiment():

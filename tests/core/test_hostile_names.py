@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from jobgen.build.plan import plan
-from jobgen.build.render import RunInfo, render_job, sbatch_value, shpath, shquote
 from jobgen.cli import main
 from jobgen.errors import JobgenError, TemplateError
 from jobgen.experiment import config
-from jobgen.run import store as record
+from jobgen.plan.plan import plan
+from jobgen.plan.render import RunInfo, render_job, sbatch_value, shpath, shquote
+from jobgen.record import store as record
 
 DATA = '[data]\ndataset = "imdb"\n'
 

@@ -1,4 +1,4 @@
-"""jobgen.run.jsonread.loads reads every text as json.loads does: the same value, or the same error
+"""jobgen.record.jsonread.loads reads every text as json.loads does: the same value, or the same error
 (type, message, line), whichever parser answered."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobgen.run import jsonread
+from jobgen.record import jsonread
 
 SCALARS = (
     st.none()
@@ -67,7 +67,7 @@ def test_every_document_reads_as_the_standard_library_reads_it(doc, ascii_only: 
 def test_a_text_read_exactly_holds_no_nan_and_writes_back_the_same(doc, ascii_only: bool) -> None:
     """loads_exact reads what loads reads; when it says orjson read the text, no float in the value is a
     NaN or an infinity, and dumps_exact writes a text that reads back as the same value (or declines)."""
-    from jobgen.run.store import finite
+    from jobgen.record.store import finite
 
     raw = json.dumps(doc, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
     try:
@@ -126,7 +126,7 @@ def test_the_texts_where_the_two_parsers_part(raw: bytes) -> None:
 
 
 def test_the_standard_library_alone_when_asked() -> None:
-    code = "from jobgen.run import jsonread; print(jsonread.loads is jsonread._stdlib)"
+    code = "from jobgen.record import jsonread; print(jsonread.loads is jsonread._stdlib)"
     env_run = subprocess.run(
         [sys.executable, "-c", code], env={"JOBGEN_STDLIB_JSON": "1", "PATH": ""}, capture_output=True, text=True
     )
@@ -167,7 +167,7 @@ def test_a_cache_written_reads_back_as_the_standard_library_writes_it(doc) -> No
 
 
 def test_a_cache_is_written_by_the_standard_library_when_asked() -> None:
-    code = "from jobgen.run import jsonread; print(jsonread.dumps is jsonread._dumps_stdlib)"
+    code = "from jobgen.record import jsonread; print(jsonread.dumps is jsonread._dumps_stdlib)"
     env_run = subprocess.run(
         [sys.executable, "-c", code], env={"JOBGEN_STDLIB_JSON": "1", "PATH": ""}, capture_output=True, text=True
     )

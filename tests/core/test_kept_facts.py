@@ -1,4 +1,4 @@
-"""What a run keeps of its job files between commands (jobgen.run.damage.Verdicts, `.verdicts.json`):
+"""What a run keeps of its job files between commands (jobgen.record.damage.Verdicts, `.verdicts.json`):
 a result's numbers, the damage verdicts, which records a job folder holds, each by the stat stamp of
 the version read. A kept fact is used only for that very version: a file replaced, rewritten in place,
 made or removed is read again; a broken cache costs time, never a wrong answer; writers replace it
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from jobgen.cli import main
-from jobgen.run import damage
-from jobgen.run.model import Run
+from jobgen.record import damage
+from jobgen.record.model import Run
 from tests.data.summary import synth
 
 PAST = time.time() - 60
@@ -278,7 +278,7 @@ def test_a_folder_not_known_is_listed_not_asked_for_each_record(runner, run: Pat
     (spec.json and result.json here), each stamped by its read: no record is stat'ed, and the ones it
     lacks cost nothing. The next status stats those records and reads none of them (their verdicts
     are kept)."""
-    from jobgen.run import model
+    from jobgen.record import model
 
     stats: list[str] = []
     opens: list[str] = []

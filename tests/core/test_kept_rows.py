@@ -1,4 +1,4 @@
-"""What `jobgen status` keeps of a run whose jobs have all ended (jobgen.run.rows, `.rows-status.json`):
+"""What `jobgen status` keeps of a run whose jobs have all ended (jobgen.record.rows, `.rows-status.json`):
 its rows, shown again without reading the run while neither the manifest nor any job's folder or
 record changed. Each way a run changes makes the next status read it again; a broken cache, another
 jobgen version or a job that may still change keeps nothing from being read."""
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from jobgen.cli import main
+from jobgen.record import rows, store
+from jobgen.record.model import Run
 from jobgen.results import status
-from jobgen.run import rows, store
-from jobgen.run.model import Run
 from tests.data.summary import synth
 
 PAST = time.time() - 60

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from jobgen.cli import main
+from jobgen.record.model import Run
 from jobgen.results import kept
-from jobgen.run.model import Run
 from tests.core.conftest import stub_tool
 from tests.data.summary import synth
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from jobgen.cli import main
-from jobgen.run.lookup import every_run_of, find_runs, real_runs
+from jobgen.record.lookup import every_run_of, find_runs, real_runs
 from tests.data.summary.synth import FakeJob, write_run
 
 REAL_ID, DRY_ID, LATER_DRY_ID = "20261129-200000-aaaa", "20261129-210000-bbbb", "20261129-220000-cccc"
@@ -84,7 +84,7 @@ def test_an_experiment_with_only_dry_runs_says_so(runner, tmp_path: Path, argv: 
 
 
 class _Clock:
-    """datetime.datetime for jobgen.run.store, stopped at one moment until `sleep` moves it on."""
+    """datetime.datetime for jobgen.record.store, stopped at one moment until `sleep` moves it on."""
 
     moment = __import__("datetime").datetime(2026, 12, 2, 6, 8, 44, 500000)
 
@@ -100,7 +100,7 @@ class _Clock:
 def test_runs_made_in_one_second_sort_in_the_order_they_were_made(tmp_path: Path, monkeypatch):
     """`jobgen status exp` reads the last run by id: a rerun submitted in the same second as its run
     (scripts do that) must sort after it, whatever the random digits draw."""
-    from jobgen.run import store
+    from jobgen.record import store
 
     monkeypatch.setattr(store.dt, "datetime", _Clock)
     monkeypatch.setattr(store.time, "sleep", _Clock.sleep)
@@ -119,7 +119,7 @@ def test_runs_made_in_one_second_sort_in_the_order_they_were_made(tmp_path: Path
 
 def _count_parses(monkeypatch) -> list[bytes]:
     """Each manifest run_kind parses, from now on (its bytes)."""
-    from jobgen.run import store
+    from jobgen.record import store
 
     parsed: list[bytes] = []
     real_kind = store._kind
@@ -133,7 +133,7 @@ def _count_parses(monkeypatch) -> list[bytes]:
 
 
 def test_a_runs_kind_is_kept_by_its_manifests_bytes(tmp_path: Path, runs, monkeypatch):
-    from jobgen.run.store import KIND_CACHE, run_kind
+    from jobgen.record.store import KIND_CACHE, run_kind
 
     real, dry, _ = runs
     parsed = _count_parses(monkeypatch)
@@ -150,7 +150,7 @@ def test_a_manifest_jobgen_writes_has_its_kind_kept_with_it(tmp_path: Path, runs
     """A command that records something (a status its states, a summary the usage) rewrites the manifest:
     the kind is kept for the new bytes, so the next command that names the experiment parses nothing
     to learn it."""
-    from jobgen.run import store
+    from jobgen.record import store
 
     real, dry, _ = runs
     for run_dir in (real, dry):
@@ -169,7 +169,7 @@ def test_a_manifest_jobgen_writes_has_its_kind_kept_with_it(tmp_path: Path, runs
     ids=["another-digest", "no-digest", "a-list", "cut-short", "empty", "wrong-types"],
 )
 def test_a_damaged_or_stale_kind_cache_costs_a_parse_never_a_wrong_kind(tmp_path: Path, runs, monkeypatch, kept):
-    from jobgen.run.store import KIND_CACHE, run_kind
+    from jobgen.record.store import KIND_CACHE, run_kind
 
     _, dry, _ = runs
     (dry / KIND_CACHE).write_text(kept)
@@ -179,7 +179,7 @@ def test_a_damaged_or_stale_kind_cache_costs_a_parse_never_a_wrong_kind(tmp_path
 
 
 def test_a_kind_that_cannot_be_kept_is_still_told(tmp_path: Path, runs, monkeypatch):
-    from jobgen.run.store import KIND_CACHE, run_kind
+    from jobgen.record.store import KIND_CACHE, run_kind
 
     _, dry, _ = runs
     (dry / KIND_CACHE).mkdir()  # nothing can be written in its place
@@ -189,7 +189,7 @@ def test_a_kind_that_cannot_be_kept_is_still_told(tmp_path: Path, runs, monkeypa
 
 
 def test_a_damaged_manifest_is_a_submitted_run_kept_or_not(tmp_path: Path, runs, monkeypatch):
-    from jobgen.run.store import run_kind
+    from jobgen.record.store import run_kind
 
     _, dry, _ = runs
     (dry / "manifest.json").write_text('{"schema": 1, "dry_run": true, "jobs": [')  # cut short

@@ -1,4 +1,4 @@
-"""manifest.json as jobgen writes it and reads it back (jobgen.run.store): the same document json reads
+"""manifest.json as jobgen writes it and reads it back (jobgen.record.store): the same document json reads
 back, indented, with each job (and array) on a line of its own; and its journal replayed by its rule."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from jobgen.run.store import finite, manifest_bytes, manifest_text
+from jobgen.record.store import finite, manifest_bytes, manifest_text
 
 VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -52,7 +52,7 @@ def test_orjson_writes_a_manifest_that_reads_back_the_same(doc: dict) -> None:
 def test_an_entry_that_holds_the_marker_is_still_written_whole(monkeypatch) -> None:
     """The marker cut out between entries is new each time; an entry that held it all the same (here: a
     marker made to repeat) is not cut in two: the standard library writes the list."""
-    from jobgen.run import store
+    from jobgen.record import store
 
     monkeypatch.setattr(store.secrets, "token_hex", lambda n: "m")
     jobs = [{"name": "a", "odd": [1, "m", 2]}, {"name": "b"}]
@@ -97,7 +97,7 @@ def test_a_journal_replays_as_its_rule_says(entries: list, changes: list) -> Non
     """Replayed by name (linear in the journal), it gives what the rule gives entry by entry."""
     import copy
 
-    from jobgen.run.store import _apply
+    from jobgen.record.store import _apply
 
     ours = {"jobs": copy.deepcopy(entries), "arrays": copy.deepcopy(entries)}
     theirs = copy.deepcopy(ours)
@@ -112,7 +112,7 @@ def test_a_journal_replays_as_its_rule_says(entries: list, changes: list) -> Non
 
 
 def _read_run(tmp_path):
-    from jobgen.run.model import Run
+    from jobgen.record.model import Run
     from tests.data.summary.synth import FakeJob, write_run
 
     run_dir = write_run(tmp_path, "exp", [FakeJob(name, state="RUNNING") for name in ("a", "b", "c")])
@@ -120,14 +120,14 @@ def _read_run(tmp_path):
 
 
 def _states(run_dir) -> dict:
-    from jobgen.run.store import load_manifest
+    from jobgen.record.store import load_manifest
 
     return {e["name"]: (e["state"], e["job_id"]) for e in load_manifest(run_dir)["jobs"]}
 
 
 def test_a_run_still_as_read_is_written_once_without_reading_it_again(tmp_path, monkeypatch) -> None:
     """status of 10,000 jobs: the manifest read is the one written, not read, replayed and folded again."""
-    from jobgen.run import store
+    from jobgen.record import store
 
     run_dir, run = _read_run(tmp_path)
     reads = []
@@ -147,8 +147,8 @@ def test_a_run_still_as_read_is_written_once_without_reading_it_again(tmp_path, 
 
 
 def test_a_record_changed_since_it_was_read_keeps_both_changes(tmp_path) -> None:
-    from jobgen.run import store
-    from jobgen.run.model import Run
+    from jobgen.record import store
+    from jobgen.record.model import Run
 
     run_dir, run = _read_run(tmp_path)
     Run.load(run_dir).record({"b": {"state": "FAILED"}})  # another command wrote first (a new manifest)
@@ -161,7 +161,7 @@ def test_a_record_changed_since_it_was_read_keeps_both_changes(tmp_path) -> None
 
 def test_a_job_requeued_since_it_was_read_keeps_its_new_state(tmp_path) -> None:
     """A status read before a requeue must not write the old job's end over the new job's queue."""
-    from jobgen.run import store
+    from jobgen.record import store
 
     run_dir, run = _read_run(tmp_path)
     store.update_jobs(run_dir, {"a": {"job_id": "9000", "state": "PENDING"}})
@@ -171,7 +171,7 @@ def test_a_job_requeued_since_it_was_read_keeps_its_new_state(tmp_path) -> None:
 
 def test_a_full_disk_leaves_the_record_as_it_was(tmp_path, monkeypatch) -> None:
     from jobgen.errors import JobgenError
-    from jobgen.run import store
+    from jobgen.record import store
 
     run_dir, run = _read_run(tmp_path)
     before = (run_dir / "manifest.json").read_bytes()
@@ -190,7 +190,7 @@ def test_a_record_orjson_read_is_written_by_it(tmp_path) -> None:
     when orjson read it and the updates hold no NaN: the same values as before."""
     import copy
 
-    from jobgen.run.model import Run
+    from jobgen.record.model import Run
 
     run_dir, run = _read_run(tmp_path)
     assert run.exact
@@ -208,8 +208,8 @@ def test_a_nan_read_from_the_record_stays_a_nan(tmp_path) -> None:
     library, so the run is not exact: the standard library writes the record again, NaN and all."""
     import math
 
-    from jobgen.run import store
-    from jobgen.run.model import Run
+    from jobgen.record import store
+    from jobgen.record.model import Run
 
     run_dir, _ = _read_run(tmp_path)
     store.update_jobs(run_dir, {"a": {"sweep": {"x": float("nan")}}})

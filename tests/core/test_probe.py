@@ -17,8 +17,8 @@ from jobgen.cli import main
 from jobgen.commands import limits, submit
 from jobgen.commands.probe import Point, failures, table
 from jobgen.errors import ConfigError, SubmitError
+from jobgen.record.lookup import find_runs, real_runs
 from jobgen.results.predict import mem_limit_mb, predict, slurm_time, time_limit_minutes
-from jobgen.run.lookup import find_runs, real_runs
 from tests.core.conftest import stub_tool
 
 # What training/probe.py writes for a job of 3 epochs x 100 batches per epoch (1 rank), 1000 validation
@@ -156,7 +156,7 @@ def partitions(bin_dir: Path) -> Path:
 
 
 def test_auto_takes_the_newest_probe_times_the_margin(tmp_path: Path, partitions: Path, monkeypatch):
-    from jobgen.run import store
+    from jobgen.record import store
 
     ids = iter(["20261201-100000-ffff", "20261201-100001-0000", "20261201-100002-aaaa"])
     monkeypatch.setattr(store, "new_run_id", lambda output_root=None: next(ids))  # runs a second apart (ids order them)
@@ -315,7 +315,7 @@ def test_the_probe_measures_warm_up_steady_batches_and_the_epoch_end():
 
 def test_a_failed_point_shows_the_cause_and_hint_from_its_log(tmp_path: Path):
     from jobgen.commands.probe import point_of
-    from jobgen.results.state import read_runs
+    from jobgen.results.state_rule import read_runs
     from tests.data.summary.synth import FakeJob, write_run
 
     oom = (Path(__file__).parents[1] / "data" / "summary" / "logs" / "oom_kill.out").read_text()

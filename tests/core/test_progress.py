@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from jobgen.record.model import RunJob
 from jobgen.results import logs
 from jobgen.results.diagnose import LAST_LINE, find_cause
-from jobgen.results.state import progress as status_column
-from jobgen.run.model import RunJob
+from jobgen.results.state_rule import progress as status_column
 from jobgen.states import State
 from training import console, progress
 

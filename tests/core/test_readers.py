@@ -1,4 +1,4 @@
-"""Reading a run's records in several processes (jobgen.run.readers, JOBGEN_READERS): the same states,
+"""Reading a run's records in several processes (jobgen.record.readers, JOBGEN_READERS): the same states,
 tables, warnings and kept facts as one process, every job read exactly once, and a reader that fails
 or dies costs time, never a job."""
 
@@ -16,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobgen.cli import main
-from jobgen.run import readers
-from jobgen.run.model import Run, RunJob
+from jobgen.record import readers
+from jobgen.record.model import Run, RunJob
 from jobgen.states import JobInfo, State
 from tests.core.conftest import fake_squeue
 from tests.data.summary import synth
@@ -115,7 +115,7 @@ def _load(tmp_path: Path) -> Run:
 
 
 def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    from jobgen.run import model
+    from jobgen.record import model
 
     read: list[str] = []
     real = model.read_with_stamp
@@ -488,7 +488,7 @@ def test_per_job_objects_hold_no_instance_dict(tmp_path: Path) -> None:
     import dataclasses
 
     from jobgen.backends._base import Attempt
-    from jobgen.build.plan import Job
+    from jobgen.plan.plan import Job
     from jobgen.results.collect import JobRow, Result
     from jobgen.results.columns import Line
     from jobgen.results.cost import Usage

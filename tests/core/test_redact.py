@@ -1,10 +1,10 @@
-"""Secrets never reach a page jobgen writes from a log (jobgen.run.store.redact)."""
+"""Secrets never reach a page jobgen writes from a log (jobgen.record.store.redact)."""
 
 from __future__ import annotations
 
 import pytest
 
-from jobgen.run.store import redact
+from jobgen.record.store import redact
 
 
 def test_redact_takes_out_the_environments_secrets_and_token_shapes(monkeypatch: pytest.MonkeyPatch) -> None:

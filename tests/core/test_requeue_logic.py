@@ -10,10 +10,10 @@ import pytest
 
 from jobgen.cli import main
 from jobgen.commands import requeue as requeue_mod
-from jobgen.run.model import Run
+from jobgen.record.model import Run
 from jobgen.states import JobInfo, State
 from tests.core.conftest import fake_squeue
-from tests.stub_tools import install_stubs
+from tests.support.stub_tools import install_stubs
 
 SWEEP = """
 [experiment]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from jobgen.cli import main
-from tests.stub_tools import install_stubs
+from tests.support.stub_tools import install_stubs
 
 # scontrol's stand-in: `show job` answers with $JOB_STATE (RUNNING unless told) and $EXC (the job's
 # ExcNodeList), `show hostnames` splits a comma list; every call is logged.

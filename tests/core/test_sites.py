@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from jobgen.backends import _tools
-from jobgen.build.plan import plan
 from jobgen.cli import main
 from jobgen.commands.submit import load_experiment
 from jobgen.experiment import sites
-from tests.stub_tools import install_stubs
+from jobgen.plan.plan import plan
+from tests.support.stub_tools import install_stubs
 
 EXPERIMENT = """
 [experiment]

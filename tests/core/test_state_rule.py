@@ -1,4 +1,4 @@
-"""The one rule for a job's state (jobgen.results.state): a table of (recorded, Slurm's answer, result,
+"""The one rule for a job's state (jobgen.results.state_rule): a table of (recorded, Slurm's answer, result,
 log cause) -> state, and `status` and `summary` showing the same state for the same run."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from jobgen.cli import main
 from jobgen.results.diagnose import LAST_LINE, Cause
-from jobgen.results.state import job_state, needs_cause
+from jobgen.results.state_rule import job_state, needs_cause
 from jobgen.states import State
 from tests.core.conftest import fake_squeue
 
@@ -158,7 +158,7 @@ def _find_cause_refused(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("the logs were read although the cause is recorded")
 
     monkeypatch.setattr("jobgen.results.collect.find_cause", refuse)
-    monkeypatch.setattr("jobgen.results.state.find_cause", refuse)
+    monkeypatch.setattr("jobgen.results.state_rule.find_cause", refuse)
 
 
 @pytest.mark.parametrize(
@@ -217,8 +217,8 @@ def test_what_the_logs_say_is_recorded_with_the_end_and_read_from_the_record_aft
 
 
 def test_a_cause_recorded_under_an_earlier_id_is_not_taken(tmp_path: Path, runner, bin_dir: Path, monkeypatch):
-    from jobgen.results.state import kept_cause
-    from jobgen.run.model import Run
+    from jobgen.record.model import Run
+    from jobgen.results.state_rule import kept_cause
 
     run_dir = _run_with(tmp_path, runner, "FAILED", "Traceback (most recent call last):\nValueError: now\n", False)
     doc = json.loads((run_dir / "manifest.json").read_text())
@@ -271,7 +271,7 @@ def test_a_causes_log_is_named_as_path_relative_to_names_it(base: list[str], res
 def test_a_result_written_while_slurm_is_asked_is_seen(
     tmp_path: Path, runner, monkeypatch, command: str, settled: bool
 ):
-    """The job's records are read while Slurm is asked (jobgen.results.state.ask_schedulers): a job that
+    """The job's records are read while Slurm is asked (jobgen.results.state_rule.ask_schedulers): a job that
     writes its result.json after that look and has ended by the time Slurm answers is COMPLETED, never
     taken for one that ended without its result (and recorded FAILED for good). Whether the job's folder
     had changed just before the look (its stamp cannot tell then) or long before (its stamp tells)."""
@@ -279,7 +279,7 @@ def test_a_result_written_while_slurm_is_asked_is_seen(
     import threading
     import time
 
-    from jobgen.results import state
+    from jobgen.results import state_rule as state
     from jobgen.states import JobInfo
 
     run_dir = _run_with(tmp_path, runner, "RUNNING", "step 3\n", False)

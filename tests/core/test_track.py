@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobgen.backends import _slurm as track
+from jobgen.record.model import RunJob
 from jobgen.results.logs import label
-from jobgen.results.state import progress
-from jobgen.run.model import RunJob
+from jobgen.results.state_rule import progress
 from jobgen.states import State, from_slurm
 from tests.core.conftest import stub_tool
 

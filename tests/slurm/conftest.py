@@ -1,4 +1,4 @@
-"""Fixtures for jobgen's tests on the real cluster, built on tests/conftest_slurm.py.
+"""Fixtures for jobgen's tests on the real cluster, built on tests/support/conftest_slurm.py.
 
 `slurm` is the cluster with accounting; `slurm_any` runs a test with, then without, accounting.
 Both export the cluster's client variables (SLURM_CONF, ...) so that `jobgen` and the Slurm tools

@@ -40,7 +40,7 @@ def manifest(run_dir: Path) -> dict:
 
 def wait_states(run_dir: Path, wanted, timeout: float, poll: float = 2.0) -> dict[str, State]:
     """Poll jobgen's own status logic until `wanted(states)` holds; fail with the last states."""
-    from jobgen.results.state import read_runs
+    from jobgen.results.state_rule import read_runs
 
     deadline = time.monotonic() + timeout
     while True:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from jobgen.states import State
-from tests.golden import experiments
 from tests.slurm.helpers import TINY_TRAIN, all_final, jobgen, manifest, only_run, wait_states, write_experiment
+from tests.support.golden import experiments
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training]
 

@@ -1,6 +1,7 @@
-"""The local demo sweep, run once for the module by the README's example of jobgen.api
-(tests/api_example.py, the same text): the example runs as written, and the summary, plot and report
-of the real four-engine run it made carry what each job's files say."""
+"""The local demo sweep, run once for the module by the docs' example of jobgen.api
+(docs/guides/diff-rerun-api.md; tests/support/api_example.py is the same text): the example runs as
+written, and the summary, plot and report of the real four-engine run it made carry what each job's
+files say."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def _follow(logs: dict[Path, list[tuple[float, str]]], read: dict[Path, int], ro
 def demo(tmp_path_factory: pytest.TempPathFactory) -> _Demo:
     root = tmp_path_factory.mktemp("local-demo") / "runs"
     env = subprocess_env({"JOBGEN_OUTPUT_ROOT": str(root)})
-    example = REPO / "tests" / "api_example.py"
+    example = REPO / "tests" / "support" / "api_example.py"
     logs: dict[Path, list[tuple[float, str]]] = {}
     read: dict[Path, int] = {}
     with subprocess.Popen(

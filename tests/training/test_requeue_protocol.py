@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.stub_tools import install_stubs
+from tests.support.stub_tools import install_stubs
 from training import relay, requeue
 
 

@@ -1,0 +1,674 @@
+"""The read model of a run: a `Run` and its `RunJob`s, loaded once per command, typed.
+
+Every reading command (status, runs, logs, summary, report, requeue, clean, sync, cancel) takes a
+`Run` instead of reading manifest.json itself: the manifest is parsed and checked once, each job's
+records are read once (`RunJob.raw`), and the scheduler is asked once for all live jobs of all the
+runs a command reads (`jobgen.results.state_rule.read_runs`). Writes still go through `jobgen.record.store`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jobgen.errors import JobgenError
+from jobgen.facts import RETRIES_SCHEMA
+from jobgen.record import store
+from jobgen.record.damage import (
+    JOB_FILES,
+    OTHERS,
+    PRESENT,
+    PROBLEM,
+    SETTLED_NS,
+    Stamp,
+    Verdicts,
+    json_problem,
+    metrics_problem,
+    parse_json,
+    stamp,
+)
+from jobgen.states import JobInfo, State, parse
+from training.progress import PROGRESS_FILE, PROGRESS_KEYS
+
+_STATES: dict[Any, State] = {state.value: state for state in State}
+
+
+@dataclass(frozen=True)
+class Retries:
+    """retries.json (slurm.retries): what the job's batch shell did after each failed attempt
+    (jobgen/templates/_retry.j2): retries used of the limit, the nodes it excluded, and why it did not
+    retry again (None while it still may)."""
+
+    used: int
+    limit: int
+    excluded: tuple[str, ...]
+    stopped: str | None = None
+
+    def __str__(self) -> str:
+        """'1/2 excl n1', '2/2 excl n1,n2: retries used up': a cell of `jobgen status`."""
+        text = f"{self.used}/{self.limit}" + (f" excl {','.join(self.excluded)}" if self.excluded else "")
+        return text + (f": {self.stopped}" if self.stopped else "")
+
+
+# slots: a command makes one per job (10,000), and an instance dict each held 16 MB of a 10,000-job read;
+# their page faults (a forked reader copies each page either process writes) and lookups cost a first
+# status of 10,000 ended jobs a seventh of its time and CPU. So JobRow, Result, Line, Usage, Attempt,
+# JobInfo and the plan's Job too, of which a command also makes one per job.
+@dataclass(slots=True)
+class RunJob:
+    """One job of a run: its manifest entry as typed fields, its records read at most once each."""
+
+    run_dir: Path
+    entry: dict[str, Any]  # the manifest entry as written (the store updates it by name)
+    name: str
+    dir: str
+    recorded: State  # the last state jobgen recorded
+    job_id: str | None = None
+    segments: tuple[str, ...] = ()  # a chained job (slurm.chain): each segment's id
+    previous_job_ids: tuple[str, ...] = ()
+    array: str | None = None
+    array_index: int | None = None
+    # Filled in by jobgen.results.state_rule.read_runs: what the scheduler says, and the one state rule's verdict.
+    live: JobInfo | None = None
+    state: State = State.UNKNOWN
+    cause: Any = None  # jobgen.results.diagnose.Cause, when the logs were asked why the job stopped
+    cause_read: bool = False  # this command read the logs for it (cause None: they said nothing)
+    # The scheduler was asked about the job and could not answer (Answer.silent): it keeps its last state.
+    unanswered: bool = False
+    verdicts: Verdicts | None = field(default=None, repr=False)  # the run's, shared by its jobs
+    _files: dict[str, bytes | None | OSError] = field(default_factory=dict, repr=False)
+    _docs: dict[str, tuple[Any, str | None]] = field(default_factory=dict, repr=False)  # parsed once
+    _marks: dict[str, Stamp | OSError | None] = field(default_factory=dict, repr=False)  # stat'ed once
+    _read: dict[str, Stamp] = field(default_factory=dict, repr=False)  # the stamps of the versions read
+    _folder: str = field(default="", repr=False)
+    _job_dir: Path | None = field(default=None, repr=False)
+    _listed: bool = field(default=False, repr=False)  # _listing asked (it stats the folder)
+    _present: frozenset[str] | None = field(default=None, repr=False)  # the records there (None: unknown)
+    _listed_now: bool = field(default=False, repr=False)  # _present from this command's listing, not kept
+    _folder_mark: Stamp | None = field(default=None, repr=False)
+    # The names of the other entries in its folder (its logs among them), from the same listing as _present
+    # (this command's, or one kept for the unchanged folder); None when unknown.
+    _others: tuple[str, ...] | None = field(default=None, repr=False)
+    _looked_ns: int = field(default=0, repr=False)  # when _folder_mark was taken
+    _problems: list[str] | None = field(default=None, repr=False)  # what `problems` found, once per command
+    # Its log files, oldest first, as jobgen.results.logs.of listed them once for this command (the
+    # report links them, keeps their stamps and may read one for the cause: one listing for all three).
+    log_paths: list[Path] | None = field(default=None, repr=False)
+    # Their names in its folder, where logs.names_of found them in its listing (no Path made per log).
+    log_names: list[str] | None = field(default=None, repr=False)
+    # The stat of each of those logs taken to put them in order (None: gone by then), by name, where
+    # logs.of found them in the job folder's listing: {} when their names alone gave the order.
+    log_marks: dict[str, os.stat_result | None] | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_entry(cls, run_dir: Path, entry: dict[str, Any], verdicts: Verdicts | None = None) -> RunJob:
+        # Once per job of every run a command reads: no more work than the fields need.
+        name = str(entry.get("name"))
+        state = entry.get("state") or "UNKNOWN"
+        recorded = _STATES.get(state) or parse(str(state))
+        job_id, segments, previous = entry.get("job_id"), entry.get("segments"), entry.get("previous_job_ids")
+        return cls(
+            run_dir=run_dir,
+            verdicts=verdicts,
+            entry=entry,
+            name=name,
+            dir=str(entry.get("dir") or f"jobs/{name}"),
+            recorded=recorded,
+            job_id=str(job_id) if job_id else None,
+            segments=tuple(str(s) for s in segments) if segments else (),
+            previous_job_ids=tuple(str(s) for s in previous) if previous else (),
+            array=entry.get("array") or None,
+            array_index=entry.get("array_index"),
+            state=recorded,
+        )
+
+    @property
+    def job_dir(self) -> Path:
+        if self._job_dir is None:
+            self._job_dir = self.run_dir / self.dir
+        return self._job_dir
+
+    @property
+    def folder(self) -> str:
+        """job_dir as a plain string: pathlib on the path every job takes costs more than the JSON at
+        10,000 jobs."""
+        if not self._folder:
+            self._folder = os.path.join(self.run_dir, self.dir)
+        return self._folder
+
+    @property
+    def ids(self) -> list[str]:
+        """Its Slurm ids: the segments of a chain, else its one id (none before it is submitted)."""
+        return list(self.segments or ([self.job_id] if self.job_id else []))
+
+    @property
+    def sweep(self) -> dict[str, Any]:
+        return dict(self.entry.get("sweep") or {})
+
+    def _stat(self, name: str) -> Stamp | OSError | None:
+        """The stat stamp of one of the job's files (None: it does not exist), asked once per command."""
+        marks = self._marks
+        if name in marks:
+            return marks[name]
+        present = self._present if self._listed else self._listing()
+        if present is not None and name not in present:
+            marks[name] = None  # absent before, and the folder has had no file made or renamed since
+            return None
+        try:
+            st = os.stat(self.folder + "/" + name)
+            mark: Stamp | OSError | None = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        except FileNotFoundError:
+            mark = None
+        except OSError as exc:
+            mark = exc
+        marks[name] = mark
+        return mark
+
+    def _listing(self) -> frozenset[str] | None:
+        """Which of the job's records existed when an earlier command looked, if its folder has not changed
+        since (no file made, removed or renamed in it: its mtime and ctime say so); None when unknown.
+        A record absent then needs no stat now: most jobs lack some (no retries.json, no progress yet)."""
+        self._listed = True
+        try:
+            st = os.stat(self.folder)
+        except OSError:
+            return None
+        # Taken before any record's stat: a file made after it changes the folder's stamp for next time.
+        self._folder_mark = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        self._looked_ns = time.time_ns()
+        facts = None if self.verdicts is None else self.verdicts.facts(self.dir + "/", self._folder_mark)
+        if facts is not None and type(names := facts.get(PRESENT)) is list:
+            self._present = frozenset(names)
+            others = facts.get(OTHERS)
+            if type(others) is list and all(type(name) is str for name in others):
+                self._others = tuple(others)
+            return self._present
+        # Not known: one listing of the folder (after its stamp) says which records exist, so an absent
+        # one costs no stat. A failed stat raises, the dearest way to learn that a file is not there:
+        # with three of five records absent, a first status of 10,000 ended jobs spent a quarter of its
+        # samples (py-spy) on the stat line, most of them failing. The same listing names the job's
+        # other files: its logs are found among them (file_names), not by a listing of their own.
+        try:
+            names = os.listdir(self.folder)
+        except OSError:
+            return None
+        self._present = _RECORDS.intersection(names)
+        self._others = tuple(sorted(set(names).difference(_RECORDS)))
+        self._listed_now = True
+        return self._present
+
+    def _keep_listing(self) -> None:
+        """Keep which records exist, once every one was asked about this time, and the names of the other
+        files when this command listed the folder (see _listing)."""
+        if (self._present is None or self._listed_now) and self._folder_mark is not None and self.verdicts is not None:
+            marks = self._marks
+            names = [name for name in JOB_FILES if marks.get(name) is not None]
+            self.verdicts.keep(self.dir + "/", self._folder_mark, PRESENT, names)
+            if self._listed_now and self._others is not None:
+                self.verdicts.keep(self.dir + "/", self._folder_mark, OTHERS, list(self._others))
+
+    def file_names(self) -> tuple[str, ...] | None:
+        """The names in the job's folder besides its records (its logs, when the scheduler writes them
+        there; a folder in it is named too), as this command's listing of it saw them, or an earlier
+        one's while the folder has had no file made, removed or renamed in it since; None when unknown
+        (list the folder then)."""
+        if not self._listed:
+            self._listing()
+        return self._others
+
+    def raw(self, name: str) -> bytes | None:
+        """The bytes of one of the job's files (None: it does not exist), read once; OSError if unreadable."""
+        if name not in self._files:
+            if name in self._marks and self._marks[name] is None:
+                return None  # this command saw it absent: no open to learn so again (no progress.json yet)
+            try:
+                self._files[name], self._read[name] = read_with_stamp(self.folder + "/" + name)
+            except FileNotFoundError:
+                self._files[name] = None
+            except OSError as exc:
+                self._files[name] = exc
+        value = self._files[name]
+        if isinstance(value, OSError):
+            raise value
+        return value
+
+    def json(self, name: str) -> tuple[Any, str | None]:
+        """(document, None), (None, None) when absent, or (None, what is wrong with it); parsed once per
+        command (the damage check and the summary read the same result.json: neither changes it)."""
+        found = self._docs.get(name)
+        if found is not None:
+            return found
+        try:
+            raw = self.raw(name)
+        except OSError as exc:
+            return None, f"unreadable ({exc.strerror or exc})"
+        found = self._docs[name] = (None, None) if raw is None else parse_json(raw)
+        return found
+
+    def parsed(self, name: str) -> bool:
+        """Whether this command has parsed one of the job's JSON records (a fact of it costs no read)."""
+        return name in self._docs
+
+    def fact(
+        self, name: str, key: str, read: Callable[[RunJob], Any], valid: Callable[[Any], bool] | None = None
+    ) -> Any:
+        """What `read(job)` makes of one of the job's files (a JSON value), kept in the run's verdicts by
+        the file's stat stamp: a file unchanged since an earlier command is not read again. `read` must
+        depend on that file alone (read through `raw` or `json`); `key` names what it extracts, and must
+        change when what it returns does; a kept value that `valid` refuses (a damaged cache) is read again."""
+        mark = self._mark(name)
+        verdicts = self.verdicts
+        if verdicts is None or type(mark) is not tuple:
+            return read(self)
+        rel = self.dir + "/" + name
+        known, value = verdicts.fact(rel, mark, key)
+        if known and (valid is None or valid(value)):
+            return value
+        value = read(self)
+        read_mark = self._read.get(name)
+        if read_mark is not None:
+            verdicts.keep(rel, read_mark, key, value)
+        return value
+
+    def _mark(self, name: str) -> Stamp | OSError | None:
+        """_stat, for a file about to be read for a fact: one the verdicts know nothing of is read at
+        once (_read_first) and stamped by that read."""
+        verdicts = self.verdicts
+        if verdicts is not None and name not in self._marks and name not in self._files:
+            self._read_first(name, verdicts)
+        return self._stat(name)
+
+    def _read_first(self, name: str, verdicts: Verdicts) -> None:
+        """Read a record the run's verdicts know nothing of at once, its stamp taken from the read: a
+        stat first would only look up a fact there is none of (at a first status of 10,000 ended jobs,
+        20,000 stats of the records it reads anyway)."""
+        present = self._present if self._listed else self._listing()
+        if present is None or name not in present or verdicts.knows(self.dir + "/" + name):
+            return  # absent, or asked of the file system and the verdicts as usual
+        try:
+            data, mark = read_with_stamp(self.folder + "/" + name)
+        except FileNotFoundError:  # removed since the listing
+            self._files[name] = self._marks[name] = None
+            return
+        except OSError as exc:
+            self._files[name] = exc  # unreadable: its stat, as usual, says whether it is there
+            return
+        self._files[name] = data
+        self._marks[name] = self._read[name] = mark
+
+    def _exists(self, name: str) -> bool:
+        """Whether one of the job's records exists (even unreadable): from what this command read or
+        stat'ed of it, else from the folder's listing (this command's, or a kept one its unchanged
+        folder still holds to), else a stat."""
+        marks = self._marks
+        if name in marks:
+            return marks[name] is not None
+        if name in self._files:
+            return self._files[name] is not None
+        present = self._present if self._listed else self._listing()
+        if present is not None:
+            return name in present
+        return self._stat(name) is not None
+
+    def look_again(self, name: str) -> None:
+        """Forget what this command saw of one of the job's records (its listing of the folder included),
+        so the next question asks the file system again: a look taken before the scheduler's answer may
+        predate what the job wrote before it ended. Unless the folder's stamp says nothing was made,
+        removed or renamed in it since the look: the same stamp as then, of a folder that had not changed
+        for SETTLED_NS before it (a file made in the same tick of a coarse clock, as NFS's, could keep
+        the stamp of a folder changed just before)."""
+        mark, looked = self._folder_mark, self._looked_ns
+        if mark is not None and looked - mark[2] >= SETTLED_NS:
+            try:
+                st = os.stat(self.folder)
+                if (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) == mark:
+                    return
+            except OSError:
+                pass
+        for seen in (self._marks, self._files, self._docs, self._read):
+            seen.pop(name, None)
+        self._problems = None
+        self._present = None  # the listing, too, may predate the record
+        self._others = None
+        self._listed = True
+
+    @property
+    def finished(self) -> bool:
+        """The job wrote a result: the training writes result.json last and atomically, so any result.json
+        (even of another schema, or damaged since) says it got to its end. Whether the numbers in it can
+        be used is the summary's question (its row says why not). Asked of the file system, not read."""
+        return self._exists("result.json")  # there, even if unreadable
+
+    def has(self, name: str) -> bool:
+        """Whether one of the job's records exists (even unreadable), asked of the file system once per
+        command: most ended jobs lack some (no metrics.csv before the first logged step)."""
+        return self._exists(name)
+
+    def progress(self) -> tuple[int, int, int, int] | None:
+        """(epoch, epochs, batch, batches) from progress.json, which the training rewrites as it goes."""
+        found = self.fact(PROGRESS_FILE, "progress", _read_progress, _is_progress)
+        return (found[0], found[1], found[2], found[3]) if found else None
+
+    def retries(self) -> Retries | None:
+        """The job's retry record (slurm.retries); None before a first failure, or when it is damaged
+        (`problems` names it then)."""
+        if self._stat("retries.json") is None:
+            return None
+        found = self.fact("retries.json", "retries", _read_retries, _is_retries)
+        return Retries(found[0], found[1], tuple(found[2]), found[3]) if found else None
+
+    def spec(self) -> dict[str, Any]:
+        doc, _ = self.json("spec.json")
+        return doc if isinstance(doc, dict) else {}
+
+    def problems(self) -> list[str]:
+        """One line per damaged record (its folder gone, or a file that cannot be read), named under the run;
+        looked for once per command (look_again looks anew)."""
+        if self._problems is None:
+            self._problems = self._look_for_problems()
+        return list(self._problems)
+
+    def _look_for_problems(self) -> list[str]:
+        verdicts = self.verdicts
+        if verdicts is not None and not self._listed and not self._marks and not self._files:
+            found = self._look_kept(verdicts)
+            if found is not None:
+                return found
+        out = []
+        for name in JOB_FILES:
+            problem = self._problem(name)
+            if problem:
+                out.append(self._damaged(name, problem))
+        if not out and all(self._marks.get(name) is None for name in JOB_FILES) and not os.path.isdir(self.folder):
+            return [f"{self.dir}/: the job's folder is missing (deleted?); it is reported from the manifest alone"]
+        self._keep_listing()
+        return out
+
+    def _look_kept(self, verdicts: Verdicts) -> list[str] | None:
+        """The first look at a job's records by the short way, when the run's verdicts know its folder and
+        the damage check's verdict of each record's version there: one stat per record present (none of
+        one absent), the verdicts taken as they are. None when one is not known so: the marks taken so far
+        stand, _problem asks the rest. At 10,000 jobs, status, summary and report each look at 50,000
+        records, most of them absent or unchanged."""
+        present = self._listing()
+        if present is None or self._listed_now:
+            return None  # listed now: its records are read at once (_read_first), stamped by the reads
+        marks, base, rel = self._marks, self.folder + "/", self.dir + "/"
+        out = []
+        for name in JOB_FILES:
+            if name not in present:
+                marks[name] = None
+                continue
+            try:
+                st = os.stat(base + name)
+            except OSError:
+                return None  # removed since, or unreadable: _problem asks again and says so
+            mark = marks[name] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            known, verdict = verdicts.fact(rel + name, mark, PROBLEM)
+            if not known or not (verdict is None or type(verdict) is str):
+                return None
+            if verdict:
+                out.append(self._damaged(name, verdict))
+        return out
+
+    def _damaged(self, name: str, problem: str) -> str:
+        """The warning line of one damaged record, named under the run."""
+        return f"{self.dir}/{name}: {problem}; ignored"
+
+    def seen(self) -> tuple[Any, ...]:
+        """What this command learnt of the job's folder and records (listing, stamps, problems), without
+        their bytes: what a reader process hands back (jobgen.record.readers). A record it read is read
+        again if a later question needs more than the facts its run's verdicts keep."""
+        return tuple(getattr(self, name) for name in _SEEN)
+
+    def take_seen(self, seen: tuple[Any, ...]) -> None:
+        """Take what a reader process learnt of the job (`seen`), as though this process had looked."""
+        if len(seen) != len(_SEEN):
+            raise ValueError(f"{len(seen)} values for {len(_SEEN)} fields")
+        for name, value in zip(_SEEN, seen, strict=True):
+            setattr(self, name, value)
+        self._files.clear()
+        self._docs.clear()
+
+    def look(self) -> None:
+        """Stat every record not looked at yet (what `stamps` needs, without the damage checks)."""
+        for name in JOB_FILES:
+            self._stat(name)
+
+    def stamps(self) -> tuple[Stamp, list[list[Any]]] | None:
+        """The stamps of the job's folder and of each of its records, as this command first saw them
+        (before reading any), once every record was asked about (`problems` and `look` ask them all): what tells a
+        later command that none of them changed (jobgen.record.rows). None when one could not be read."""
+        marks = self._marks
+        if self._folder_mark is None or any(name not in marks for name in JOB_FILES):
+            return None
+        files = []
+        for name in JOB_FILES:
+            mark = marks[name]
+            if isinstance(mark, OSError) or self._read.get(name, mark) != mark:
+                return None  # unreadable, or the version read is not the one first seen: changed meanwhile
+            if mark is not None:
+                files.append([name, *mark])
+        return self._folder_mark, files
+
+    def _problem(self, name: str) -> str | None:
+        """What is wrong with one of the job's files (None: fine or absent); the run's verdicts first."""
+        mark = self._mark(name)
+        if mark is None:
+            return None
+        if isinstance(mark, OSError):
+            if isinstance(mark, NotADirectoryError):
+                return None  # the job's folder is a file: said once, as a missing folder
+            return f"unreadable ({mark.strerror or mark})"
+        return self.fact(  # type: ignore[no-any-return]
+            name, PROBLEM, lambda job: _check(job, name), lambda kept: kept is None or type(kept) is str
+        )
+
+
+_RECORDS = frozenset(JOB_FILES)
+# What a look at a job learns besides the records' bytes (RunJob.seen).
+_SEEN = ("_listed", "_present", "_listed_now", "_folder_mark", "_looked_ns", "_others", "_marks", "_read", "_problems")
+FIRST_READ = 1 << 16
+
+
+def read_with_stamp(path: str) -> tuple[bytes, Stamp]:
+    """A file's bytes and the stamp of the version read (taken after reading: a write meanwhile makes it
+    recent, so it is not kept). Unbuffered: at 10,000 jobs a buffered reader per file costs more than
+    the reading."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        # A record is most often a few hundred bytes: one read of up to 64 KiB, then the stamp. A file
+        # that fills it is read on in one read of the size its stat then gives.
+        want = FIRST_READ
+        parts, got = [], 0
+        while True:
+            part = os.read(fd, want)
+            parts.append(part)
+            got += len(part)
+            after = None
+            if len(part) < want:
+                # A short read ends a regular file: when the stamp after it says the size read, no read
+                # is needed to learn so (one read less per record); else read on (it grew, or a read
+                # came back short for another reason).
+                after = os.fstat(fd)
+                if not part or after.st_size == got:
+                    return b"".join(parts), stamp(after)  # one part is joined without a copy
+            size = (after or os.fstat(fd)).st_size
+            want = max(size - got + 1, 1 << 16)
+    finally:
+        os.close(fd)
+
+
+def _check(job: RunJob, name: str) -> str | None:
+    if name == "metrics.csv":
+        try:
+            raw = job.raw(name)
+        except OSError as exc:
+            return f"unreadable ({exc.strerror or exc})"
+        return None if raw is None else metrics_problem(raw)
+    doc, problem = job.json(name)
+    return json_problem(name, doc, problem)
+
+
+def _read_progress(job: RunJob) -> list[int] | None:
+    doc, _ = job.json(PROGRESS_FILE)
+    try:
+        return [int(doc[k]) for k in PROGRESS_KEYS]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _is_progress(kept: Any) -> bool:
+    return kept is None or (type(kept) is list and len(kept) == 4 and all(type(v) is int for v in kept))
+
+
+def _is_retries(kept: Any) -> bool:
+    return kept is None or (
+        type(kept) is list
+        and len(kept) == 4
+        and type(kept[0]) is int
+        and type(kept[1]) is int
+        and type(kept[2]) is list
+        and all(type(n) is str for n in kept[2])
+        and (kept[3] is None or type(kept[3]) is str)
+    )
+
+
+def _read_retries(job: RunJob) -> list[Any] | None:
+    doc, _ = job.json("retries.json")
+    try:
+        used, limit, excluded = int(doc["retries"]), int(doc["limit"]), doc["excluded"]
+        stopped = doc.get("stopped")
+    except (ValueError, KeyError, TypeError):
+        return None
+    if doc.get("schema") != RETRIES_SCHEMA or not isinstance(excluded, list):
+        return None
+    return [used, limit, [str(n) for n in excluded], str(stopped) if stopped else None]
+
+
+@dataclass
+class Run:
+    """One run folder: its manifest, checked, and its jobs in manifest order."""
+
+    run_dir: Path
+    manifest: dict[str, Any]
+    jobs: list[RunJob]
+    verdicts: Verdicts | None = field(default=None, repr=False)
+    # Set by `--refresh` (jobgen.results.state_rule.settle): Slurm is asked again about every job, its usage
+    # too, and what the manifest kept of it is not taken.
+    refresh: bool = False
+    # What says later whether the record is still the one read (jobgen.record.store.unchanged); no digest
+    # when a journal was replayed.
+    digest: str | None = field(default=None, repr=False)
+    journal: str = field(default="", repr=False)
+    # No float in the manifest read is a NaN or an infinity (jobgen.record.store.ManifestRead.exact).
+    exact: bool = field(default=False, repr=False)
+    # When it was loaded (time.time_ns()): a file changed since is not taken for the version read.
+    loaded_ns: int = field(default=0, repr=False)
+    # What summary and report asked the accounting about this run's jobs (backend -> ids) and the digest
+    # of its answer (jobgen.results.collect), when the run was asked alone.
+    asked: tuple[dict[str, list[str]], str] | None = field(default=None, repr=False)
+    # The accounting's answer asked for ahead, while the records were read (jobgen.results.collect.look_and_ask):
+    # (the question, the function that waits for the answer).
+    ahead: tuple[dict[str, list[str]], Callable[[], Any]] | None = field(default=None, repr=False)
+    # What the command has to say of the run as a whole (the scheduler did not answer), one line each.
+    notes: list[str] = field(default_factory=list, repr=False)
+
+    @classmethod
+    def load(cls, run_dir: Path) -> Run:
+        """The run at `run_dir`; a missing or damaged manifest is a one-line error naming the file."""
+        started = time.time_ns()
+        read = store.read_manifest(run_dir)
+        manifest = read.doc
+        folder = Path(run_dir)
+        verdicts = Verdicts(folder)
+        jobs = [RunJob.from_entry(folder, e, verdicts) for e in manifest["jobs"]]
+        return cls(
+            folder,
+            manifest,
+            jobs,
+            verdicts,
+            digest=read.digest,
+            journal=read.journal,
+            exact=read.exact,
+            loaded_ns=started,
+        )
+
+    def record(self, updates: dict[str, dict[str, Any]]) -> None:
+        """Write these fields of the named jobs to the run's record and to their entries here, each only
+        where the job's id is still the one read (a requeue meanwhile gave it another). The manifest read
+        is written whole when it is still the one on disk (jobgen.record.store.update_read); the run then
+        stands for the record as written (its digest), so what a command keeps of it holds."""
+        ids = {job.name: job.job_id for job in self.jobs}
+        self.exact = self.exact and store.finite(updates)
+        written = store.update_read(self.run_dir, self.manifest, self.digest, updates, if_job_id=ids, exact=self.exact)
+        if written is None:
+            self.digest = None  # the record changed since it was read: nothing kept of this read holds
+            self.exact = False
+            for job in self.jobs:
+                job.entry.update(updates.get(job.name, {}))
+        else:
+            self.digest, self.journal = written
+
+    def problems(self) -> list[str]:
+        """One line per damaged record of its jobs (RunJob.problems), the verdicts kept for next time."""
+        out = [line for job in self.jobs for line in job.problems()]
+        self.keep_facts()
+        return out
+
+    def keep_facts(self) -> None:
+        """Write what this command read of the jobs' files (RunJob.fact) to the run's cache, for the next."""
+        if self.verdicts is not None:
+            self.verdicts.save()
+
+    @property
+    def run_id(self) -> str:
+        return str(self.manifest.get("run_id") or self.run_dir.name)
+
+    @property
+    def experiment(self) -> str:
+        return str(self.manifest.get("experiment") or self.run_dir.parent.name)
+
+    @property
+    def backend(self) -> str:
+        return str(self.manifest["backend"])
+
+    @property
+    def dry_run(self) -> bool:
+        return bool(self.manifest.get("dry_run"))
+
+    @property
+    def kind(self) -> str:
+        """ "probe" for a run of `jobgen probe`, else "" (see jobgen.record.store.run_kind)."""
+        return str(self.manifest.get("kind") or "")
+
+    @property
+    def arrays(self) -> list[dict[str, Any]]:
+        return list(self.manifest.get("arrays") or [])
+
+    def pick(self, names: Sequence[str]) -> list[RunJob]:
+        """The jobs named (all when none is), in manifest order; an unknown name is a one-line error."""
+        known = {job.name for job in self.jobs}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise JobgenError(f"no job {unknown[0]!r} in {self.run_dir}; jobs: {', '.join(sorted(known))}")
+        return [job for job in self.jobs if not names or job.name in names]
+
+    def find(self, ref: str | None) -> RunJob:
+        """One job by name or by one of its Slurm ids; with no ref, the run's only job."""
+        if ref is None:
+            if len(self.jobs) == 1:
+                return self.jobs[0]
+            raise JobgenError(f"this run has {len(self.jobs)} jobs; name one: {', '.join(j.name for j in self.jobs)}")
+        for job in self.jobs:
+            if ref in (job.name, job.job_id, *job.previous_job_ids):
+                return job
+        raise JobgenError(f"no job {ref!r} in this run; jobs: {', '.join(j.name for j in self.jobs)}")
+
+    def requeue_settings(self, job: RunJob) -> dict[str, Any]:
+        settings = job.spec().get("requeue")
+        return settings if isinstance(settings, dict) else {}

@@ -1,0 +1,1 @@
+"""Fast unit tests: no cluster, no training processes, no install step (`pytest tests/core`)."""

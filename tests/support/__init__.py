@@ -1,0 +1,1 @@
+"""Shared helpers of the tests: the real test clusters, golden scripts, Chromium, fuzzing, stand-in tools."""
