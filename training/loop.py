@@ -210,7 +210,7 @@ def train_epoch(job: Job, epoch: int) -> str:
     job.tracker.at(epoch, index, job.progress["global_step"])
     console.training(job.tracker)
     fetch = iter(loader)
-    pending = next(fetch, None)  # the epoch's first batch comes before the clock opens (as in Lightning)
+    pending = next(fetch, None)  # the epoch's first batch comes before the clock opens (every engine)
     job.clock.open()
     while pending is not None:
         batch, pending = job.rt.to_device(pending), next(fetch, None)

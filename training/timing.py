@@ -2,7 +2,7 @@
 
 `open()` is called before a training batch is fetched, `close(batch)` right after that batch's
 backward and optimizer step. The window therefore holds data loading (except each epoch's first
-batch, fetched before the clock opens, as Lightning's prefetching fetcher does), host-to-device
+batch, fetched before the clock opens in every engine), host-to-device
 copies, forward, backward, gradient sync and the optimizer step, and on a GPU the wait for all of
 it to finish (close synchronizes). What happens between a close and the next open is jobgen's own
 bookkeeping and is never timed in any engine: metrics rows, progress.json, the progress bar, the
