@@ -365,7 +365,7 @@ def _warn(runs: Any) -> None:
     default=5,
     show_default=True,
     type=click.IntRange(0, 100_000),
-    help="Optimizer steps before the timed ones (compilation adds train.warmup_compile_steps).",
+    help="Optimizer steps before the timed ones (at least train.warmup_compile_steps).",
 )
 @click.option(
     "--eval-samples",

@@ -24,6 +24,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    from training.hardware import DeviceError
     from training.run import prepare_only, run
     from training.spec import SpecError, load
 
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return prepare_only(spec) if args.prepare_only else run(spec, Path(args.spec))
-    except SpecError as exc:  # what only the data or the model can tell (a split it lacks, its LoRA targets)
+    except (SpecError, DeviceError) as exc:  # what only the data, the model or the node can tell
         print(f"training: {exc}", file=sys.stderr)
         return 2
 

@@ -34,6 +34,9 @@ SHARDING_STRATEGIES = ("fsdp", "fsdp_offload", "deepspeed_stage_2", "deepspeed_s
 PLAIN_LOOP_STRATEGIES = ("auto", "ddp")
 Precision = Literal["32-true", "16-mixed", "bf16-mixed", "bf16-true"]  # as Lightning and Fabric type it
 PRECISIONS: tuple[Precision, ...] = ("32-true", "16-mixed", "bf16-mixed", "bf16-true")
+# The dtype each precision's matrix products run in on a GPU, which names the peak its MFU is taken
+# against (jobgen/results/cost.py). "fp32" is plain FP32: training/ never turns TF32 on.
+COMPUTE_DTYPES: dict[str, str] = {"32-true": "fp32", "16-mixed": "fp16", "bf16-mixed": "bf16", "bf16-true": "bf16"}
 ACCELERATORS = ("auto", "gpu", "cpu")
 PADDINGS = ("dynamic", "max_length")
 DATA_FORMATS = ("auto", "csv", "json", "parquet")
@@ -44,12 +47,15 @@ WANDB_MODES: tuple[WandbMode, ...] = ("offline", "online", "disabled")
 SPLITS = ("train", "validation", "test")
 TINY_MODEL = "builtin:tiny"  # built on the fly by training/model.py
 TINY_DECODER = "builtin:tiny-decoder"  # a Llama-shaped decoder, built on the fly the same way
-BUILTIN_MODELS = (TINY_MODEL, TINY_DECODER)
+# DistilBERT-base's architecture with random weights, built on the fly too: speed and MFU without a download.
+DISTILBERT_SHAPE_MODEL = "builtin:distilbert-shape"
+BUILTIN_MODELS = (TINY_MODEL, TINY_DECODER, DISTILBERT_SHAPE_MODEL)
 PEFT_METHODS = ("none", "lora")
 # The linear layers LoRA can adapt in each built-in model (their blocks' layers), known without loading it.
 BUILTIN_LINEAR = {
     TINY_MODEL: ("q_lin", "k_lin", "v_lin", "out_lin", "lin1", "lin2"),
     TINY_DECODER: ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+    DISTILBERT_SHAPE_MODEL: ("q_lin", "k_lin", "v_lin", "out_lin", "lin1", "lin2"),
 }
 # The classification heads peft trains in full under LoRA (task SEQ_CLS's modules_to_save), never adapts.
 HEAD_MODULES = ("classifier", "score")
@@ -185,7 +191,10 @@ class Train:
     compile: bool = opt(False, "torch.compile the model (warm-up steps run before the timer).")
     compile_mode: str = opt("default", "torch.compile mode.", choices=COMPILE_MODES)
     warmup_compile_steps: int = opt(
-        3, "Untimed steps that trigger compilation before timing starts.", min=0, max=10_000
+        3,
+        "Untimed warm-up batches at the start of each attempt, compiled or not (compilation, CUDA start-up).",
+        min=0,
+        max=10_000,
     )
     accelerator: str = opt(
         "auto", "auto|gpu|cpu; cpu runs a GPU-shaped job on CPU with gloo (tests).", choices=ACCELERATORS
@@ -193,7 +202,8 @@ class Train:
     num_nodes: int = opt(0, "Nodes the engine uses; 0 = slurm.nodes (must equal it).", min=0, max=MAX_NODES)
     devices: int = opt(0, "Devices (ranks) per node; 0 = slurm.gpus_per_node, or 1.", min=0, max=MAX_DEVICES)
     model: str = opt(
-        "distilbert-base-uncased", "Hugging Face model name, local path, builtin:tiny or builtin:tiny-decoder."
+        "distilbert-base-uncased",
+        "Hugging Face model name, local path, builtin:tiny, builtin:tiny-decoder or builtin:distilbert-shape.",
     )
     peft: str = opt(
         "none",
@@ -421,6 +431,21 @@ def shape_problems(t: Train) -> list[tuple[str, str]]:
                 "train.lora_target_modules",
                 f"{t.lora_target_modules!r} names {missing[0]!r}, which {t.model} has not; its layers: "
                 f"{', '.join(layers)}",
+            )
+        )
+    if (
+        t.engine in ("lightning", "fabric")
+        and is_fsdp(t.strategy)
+        and t.precision == "16-mixed"
+        and t.accelerator != "cpu"
+    ):
+        # Lightning's ModelParallelStrategy (its FSDP2) refuses fp16 autocast when the job starts; on CPU,
+        # 16-mixed runs as bf16-mixed (training/hardware.py), which it takes.
+        out.append(
+            (
+                "train.precision",
+                f"'16-mixed' with {t.strategy!r} is not supported by engine {t.engine!r} (Lightning's FSDP2 "
+                "takes 32-true, bf16-mixed or bf16-true); use 'bf16-mixed', or engine 'hf_trainer'",
             )
         )
     if t.engine == "fabric" and is_deepspeed(t.strategy) and t.grad_accum > 1:

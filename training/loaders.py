@@ -187,6 +187,9 @@ class Collator:
 
 
 def make_loader(ds: Any, spec: Spec, tokenizer: Any, train: bool, rank: int = 0, world: int = 1) -> Any:
+    """The split's DataLoader for this rank. Batches bound for a GPU come in pinned memory, so that the
+    engines' non_blocking copies to the device are asynchronous."""
+    import torch
     from torch.utils.data import DataLoader, Dataset
 
     t, d = spec.train, spec.data
@@ -203,6 +206,7 @@ def make_loader(ds: Any, spec: Spec, tokenizer: Any, train: bool, rank: int = 0,
         num_workers=t.num_workers,
         collate_fn=Collator(tokenizer, d.padding, d.max_length, bucket),
         persistent_workers=t.num_workers > 0,
+        pin_memory=t.accelerator != "cpu" and torch.cuda.is_available(),
         worker_init_fn=_spare_workers(spec) if t.num_workers > 0 and spec.requeue.enabled else None,
     )
 

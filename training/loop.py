@@ -62,6 +62,8 @@ class Job:
 
     def __post_init__(self) -> None:
         self.clock = TrainClock(self.stats, self.spec)
+        if self.rt.world > 1:
+            self.clock.any_rank = lambda flag: self.rt.reduce_sum([float(flag)])[0] > 0
         batches = self.loaders["train"].batch_sampler.num_batches()
         t = self.spec.train
         self.tracker = console.Tracker(
@@ -69,13 +71,38 @@ class Job:
         )
 
 
+class RandomState:
+    """The random generators of this process (CPU, and each CUDA device once CUDA is up) as a stateful
+    object of a checkpoint: after a requeue, dropout goes on with the stream where it stopped instead of
+    replaying the seed's. Rank 0's is saved; every rank was seeded alike, so every rank takes it."""
+
+    def state_dict(self) -> dict[str, Any]:
+        import torch
+
+        state: dict[str, Any] = {"cpu": torch.get_rng_state()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        import torch
+
+        torch.set_rng_state(state["cpu"].cpu())  # a checkpoint loaded onto the GPU has it there
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+
+
 def state_of(job: Job) -> dict[str, Any]:
+    """What a checkpoint holds; the fp16 loss scaler too (a resume must not restart at 2**16)."""
+    scaler = getattr(job.rt, "scaler", None)
     return {
         "model": job.model,
         "optimizer": job.optimizer,
         "scheduler": job.scheduler,
         "progress": job.progress,
         "stats": job.stats.state(),
+        "rng": RandomState(),
+        **({"scaler": scaler} if scaler is not None else {}),
     }
 
 
@@ -182,7 +209,7 @@ def train_epoch(job: Job, epoch: int) -> str:
     job.tracker.at(epoch, index, job.progress["global_step"])
     console.training(job.tracker)
     fetch = iter(loader)
-    pending = next(fetch, None)  # the epoch's first batch comes before the clock opens (as in Lightning)
+    pending = next(fetch, None)  # the epoch's first batch comes before the clock opens (every engine)
     job.clock.open()
     while pending is not None:
         batch, pending = job.rt.to_device(pending), next(fetch, None)

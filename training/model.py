@@ -1,11 +1,15 @@
-"""Where the model comes from (a hub name, a local folder, "builtin:tiny" or "builtin:tiny-decoder") and
-what is done to it before any engine sees it (`prepare`: pad token, gradient checkpointing, LoRA).
+"""Where the model comes from (a hub name, a local folder, "builtin:tiny", "builtin:tiny-decoder" or
+"builtin:distilbert-shape") and what is done to it before any engine sees it (`prepare`: pad token,
+gradient checkpointing, LoRA).
 
 builtin:tiny is built offline in well under a second (a WordPiece tokenizer trained on the training
 texts + a 2-layer DistilBERT), saved with save_pretrained and loaded back with the Auto* classes, so
 it exercises exactly the loading path a hub model takes. builtin:tiny-decoder is its decoder-only twin
 (a byte-level BPE tokenizer without a pad token, padding on the left, + a 2-layer Llama), the shape
-of Llama, Qwen and Mistral classifiers.
+of Llama, Qwen and Mistral classifiers. builtin:distilbert-shape is built as builtin:tiny with
+distilbert-base-uncased's architecture (6 layers, 768 wide, a 30,522-row embedding: 66,955,010
+parameters with a 2-class head) and random weights: its speed and MFU are DistilBERT's, its accuracy
+is not.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from training.contract import TINY_DECODER, TINY_MODEL
+from training.contract import DISTILBERT_SHAPE_MODEL, TINY_DECODER, TINY_MODEL
 from training.spec import Spec, SpecError, TrainSpec
 
 TINY = TINY_MODEL
@@ -25,22 +29,33 @@ DECODER_SPECIALS = ["<s>", "</s>"]  # BOS, EOS; no pad token, as Llama's own tok
 # LoRA's target modules for model types peft has no default for: the attention's query and value, as
 # peft's defaults for BERT and Llama.
 LORA_TARGETS = {"distilbert": ["q_lin", "v_lin"]}
+# DistilBertConfig of each built-in encoder; vocab_size None: the tokenizer's own (trained on the texts).
+SHAPES: dict[str, dict[str, Any]] = {
+    TINY_MODEL: {"n_layers": 2, "n_heads": 2, "dim": 64, "hidden_dim": 128, "vocab_size": None},
+    DISTILBERT_SHAPE_MODEL: {"n_layers": 6, "n_heads": 12, "dim": 768, "hidden_dim": 3072, "vocab_size": 30522},
+}
 
 
 def resolve_source(spec: Spec, data_key: str, get_corpus: Callable[[], tuple[list[str], list[str]]]) -> str:
-    """Path or hub name to load from; builds the tiny model (once per data fingerprint) if asked, from
+    """Path or hub name to load from; builds a built-in model (once per data fingerprint) if asked, from
     `get_corpus()`: the training texts and the label names (called only then: it may load the data)."""
-    if spec.train.model not in (TINY, TINY_DECODER):
+    if spec.train.model == TINY_DECODER:
+        target = spec.cache_dir / "tiny-decoder" / data_key
+        if not target.exists():
+            texts, labels = get_corpus()
+            build_tiny_decoder(texts, labels, target, spec.train.seed)
+        return str(target)
+    if spec.train.model not in SHAPES:
         return spec.train.model
-    decoder = spec.train.model == TINY_DECODER
-    target = spec.cache_dir / ("tiny-decoder" if decoder else "tiny-model") / data_key
+    folder = "tiny-model" if spec.train.model == TINY else spec.train.model.removeprefix("builtin:")
+    target = spec.cache_dir / folder / data_key
     if not target.exists():
         texts, labels = get_corpus()
-        (build_tiny_decoder if decoder else build_tiny)(texts, labels, target, spec.train.seed)
+        build_tiny(texts, labels, target, spec.train.seed, spec.train.model)
     return str(target)
 
 
-def build_tiny(texts: list[str], labels: list[str], target: Path, seed: int = 0) -> None:
+def build_tiny(texts: list[str], labels: list[str], target: Path, seed: int = 0, shape: str = TINY) -> None:
     import torch
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import AutoModelForSequenceClassification, DistilBertConfig, PreTrainedTokenizerFast
@@ -65,12 +80,13 @@ def build_tiny(texts: list[str], labels: list[str], target: Path, seed: int = 0)
         model_max_length=512,
         model_input_names=["input_ids", "attention_mask"],
     )
+    layout = SHAPES[shape]
     config = DistilBertConfig(
-        vocab_size=tok.get_vocab_size(),
-        n_layers=2,
-        n_heads=2,
-        dim=64,
-        hidden_dim=128,
+        vocab_size=layout["vocab_size"] or tok.get_vocab_size(),
+        n_layers=layout["n_layers"],
+        n_heads=layout["n_heads"],
+        dim=layout["dim"],
+        hidden_dim=layout["hidden_dim"],
         max_position_embeddings=512,
         # A PreTrainedConfig kwarg (a property there): its dataclass_transform'd __init__ does not list it.
         num_labels=len(labels),  # type: ignore[call-arg]

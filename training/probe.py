@@ -60,8 +60,7 @@ def budget(spec: Spec) -> Spec:
         return spec
     t = spec.train
     warmup = int(spec.probe.get("warmup_steps", 5))
-    if t.compile:
-        warmup = max(warmup, t.warmup_compile_steps)
+    warmup = max(warmup, t.warmup_compile_steps)  # the clock's warm-up, compiled or not (training/timing.py)
     steps = warmup + int(spec.probe.get("steps", 20))
     RECORDER = Recorder(warmup=warmup * t.grad_accum)  # in batches: the window closes once per batch
     # A launcher that starts the ranks itself hands them this spec again: the full job's max_steps stays known.
@@ -137,7 +136,7 @@ def write(spec: Spec, stats: Any, rank: int) -> None:
     from training.results import atomic_write, peak_memory_mb
 
     doc = measurements(RECORDER, stats)
-    doc["peak_memory_mb"] = peak_memory_mb(stats.accelerator == "gpu")
+    doc["peak_memory_mb"] = peak_memory_mb(stats)
     path = Path(spec.job_dir) / "probe.json"
     atomic_write(path, json.dumps(doc, indent=1) + "\n")
     print(f"training: wrote {path}", flush=True)

@@ -58,6 +58,7 @@ class Stats:
     interrupted: bool = False
     paused_at: int = 0  # the halving rung (epochs) this attempt stopped at; 0 = not paused
     attempt_started: float = field(default_factory=time.perf_counter)
+    gpu_peaks_mb: list[float] = field(default_factory=list)  # [allocated, reserved], max over ranks (GPU only)
 
     def state(self) -> dict[str, Any]:
         """The parts a checkpoint must carry so a resumed run reports the whole run (every attempt)."""
@@ -252,14 +253,38 @@ def _slurm() -> dict[str, str | None] | None:
     }
 
 
-def peak_memory_mb(on_gpu: bool) -> dict[str, float | None]:
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    gpu = None
-    if on_gpu:
-        import torch
+def gpu_peaks_mb() -> list[float]:
+    """This process' peak GPU memory in MiB over the attempt: [allocated by tensors, reserved by torch's
+    caching allocator]. Reserved is what the job held of the device (and what must fit: an allocation
+    fails when reserved memory cannot grow); allocated is the part tensors used."""
+    import torch
 
-        gpu = torch.cuda.max_memory_allocated() / 2**20
-    return {"host_rss": round(rss, 1), "gpu_max_allocated": None if gpu is None else round(gpu, 1)}
+    return [torch.cuda.max_memory_allocated() / 2**20, torch.cuda.max_memory_reserved() / 2**20]
+
+
+def gpu_peaks_over_ranks(local: list[float], device: Any) -> list[float]:
+    """The largest of every rank's `local` values (a collective: every rank calls it, at the same point).
+    Under FSDP and ZeRO ranks hold different shares (rank 0 keeps what it gathers to save): the job
+    needs what its fullest device needs, not rank 0's."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return list(local)
+    tensor = torch.tensor(local, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return [float(v) for v in tensor.tolist()]
+
+
+def peak_memory_mb(stats: Stats) -> dict[str, float | None]:
+    """Peak host RSS of this process (rank 0), and on a GPU the peaks over every rank (stats.gpu_peaks_mb,
+    filled by training.run; this process' own when it is not)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    gpu: list[float | None] = [None, None]
+    if stats.accelerator == "gpu":
+        gpu = list(stats.gpu_peaks_mb or gpu_peaks_mb())
+    allocated, reserved = (None if v is None else round(v, 1) for v in gpu)
+    return {"host_rss": round(rss, 1), "gpu_max_allocated": allocated, "gpu_max_reserved": reserved}
 
 
 PREDICTIONS_FILE = "predictions.csv"
@@ -335,7 +360,7 @@ def build_result(spec: Spec, stats: Stats, requeue_count: int) -> dict[str, Any]
             "tokens_per_s": round(stats.timed_tokens / train_s, 1) if train_s else None,
         },
         "padded_token_fraction": round(1 - stats.real_tokens / slots, 4) if slots else None,
-        "peak_memory_mb": peak_memory_mb(stats.accelerator == "gpu"),
+        "peak_memory_mb": peak_memory_mb(stats),
         "val_acc_per_epoch": [round(a, 5) for a in stats.val_acc_per_epoch],
         "best_val_acc": round(max(stats.val_acc_per_epoch), 5) if stats.val_acc_per_epoch else None,
         "test_acc": stats.test_acc,

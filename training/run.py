@@ -10,9 +10,9 @@ import sys
 import warnings
 from pathlib import Path
 
-from training import console, halving, probe, progress, ranks, requeue, trackers
+from training import console, halving, hardware, probe, progress, ranks, requeue, trackers
 from training.data import Prepared
-from training.results import Clock, Stats, build_result, write_result
+from training.results import Clock, Stats, build_result, gpu_peaks_mb, gpu_peaks_over_ranks, write_result
 from training.spec import Spec, to_dict
 
 ENGINE_MODULES = {
@@ -31,8 +31,8 @@ def run(spec: Spec, spec_path: Path | None = None) -> int:
         # installed) is noise: a local run is not meant to use srun. Inside a job it stays a real hint.
         warnings.filterwarnings("ignore", message="The `srun` command is available on your system but is not used")
     spec.job_dir.mkdir(parents=True, exist_ok=True)
-    accelerator = spec.train.accelerator
-    console.quiet_libraries(on_cpu=accelerator == "cpu" or (accelerator != "gpu" and not _has_gpu()))
+    # A job whose device cannot be had stops here, in one line, before any data work (DeviceError).
+    console.quiet_libraries(on_cpu=hardware.check_device(spec.train) == "cpu")
     spec = probe.budget(spec)  # a probe: the same job on a step budget (jobgen probe)
     if ranks.needs_local_launch(spec):  # Lightning and Fabric start their own ranks; these engines cannot
         return ranks.launch_locally(spec, spec_path or _write_spec(spec))
@@ -69,9 +69,14 @@ def _run(spec: Spec) -> int:
     if spec.train.world_size > 1:
         common.before_process_group()
     trackers.start(spec)
+    hardware.set_deterministic(spec.train.deterministic)  # every engine alike, before its first CUDA work
     try:
         rank = engine.run(spec, prepared, stats, watcher)  # fit and test; the process group is still up
         probe.engine_done()
+        if stats.accelerator == "gpu":  # every rank, at the same point: the peaks of the fullest device
+            import torch
+
+            stats.gpu_peaks_mb = gpu_peaks_over_ranks(gpu_peaks_mb(), torch.device("cuda", torch.cuda.current_device()))
     except SystemExit as exc:
         _end_after_failure(exc)
         # A library that ends the run with a clean exit (Lightning on SIGTERM) must not leave a job without
@@ -101,12 +106,6 @@ def _run(spec: Spec) -> int:
     if stats.interrupted:
         requeue.leave_for_requeue(rank, spec.checkpoint_dir)
     return 0
-
-
-def _has_gpu() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available())
 
 
 def _end_after_failure(exc: BaseException) -> None:

@@ -19,6 +19,7 @@ from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy, ModelPa
 from lightning.pytorch.strategies.ddp import DDPStrategy as _TrainerDDPBase
 
 from training.contract import STRATEGIES, is_deepspeed
+from training.hardware import effective_precision
 from training.sharding import fsdp2_parallelize
 from training.spec import SpecError, TrainSpec, is_fsdp
 
@@ -114,7 +115,11 @@ def make_strategy(t: TrainSpec, accelerator: str, fabric: bool) -> Any:
         return (FabricDDP if fabric else DDPStrategy)(process_group_backend=backend)
     if is_fsdp(name):
         if fabric:
-            shard = functools.partial(fsdp2_parallelize, offload=name == "fsdp_offload")
+            shard = functools.partial(
+                fsdp2_parallelize,
+                offload=name == "fsdp_offload",
+                precision=effective_precision(t.precision, accelerator),
+            )
             return FabricModelParallel(
                 shard, data_parallel_size=t.world_size, tensor_parallel_size=1, process_group_backend=backend
             )

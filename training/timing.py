@@ -2,16 +2,18 @@
 
 `open()` is called before a training batch is fetched, `close(batch)` right after that batch's
 backward and optimizer step. The window therefore holds data loading (except each epoch's first
-batch, fetched before the clock opens, as Lightning's prefetching fetcher does), host-to-device
+batch, fetched before the clock opens in every engine), host-to-device
 copies, forward, backward, gradient sync and the optimizer step, and on a GPU the wait for all of
 it to finish (close synchronizes). What happens between a close and the next open is jobgen's own
 bookkeeping and is never timed in any engine: metrics rows, progress.json, the progress bar, the
 requeue agreement between ranks, checkpoints. Validation and test are timed apart ("eval").
 
-When compiling, the first `warmup_compile_steps` batches of an attempt and any later batch that
-compiled a new graph are timed as "warmup_compile" and left out of the throughput counters:
-samples/s is the work of the timed batches divided by their time, so a compiled job and its
-baseline are compared per sample, over work of the same kind.
+The first `warmup_compile_steps` batches of an attempt are timed as "warmup_compile" and left out of
+the throughput counters in every run, compiled or eager: an eager run's first steps pay their own
+warm-up (CUDA's lazy loading, cuBLAS handles, the caching allocator's growth), and a compiled job and
+its eager baseline must time the same window. When compiling, any later batch that compiled a new
+graph goes there too. samples/s is the work of the timed batches divided by their time, so the
+configurations are compared per sample, over work of the same kind.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ class TrainClock:
         self.batches_this_attempt = 0
         self.tick = time.perf_counter()
         self.graphs = 0
+        # Set by the engine when several ranks compile: is a flag true on any rank? (a collective)
+        self.any_rank: Callable[[bool], bool] | None = None
 
     def open(self) -> None:
         if self.train.compile:
@@ -76,10 +80,14 @@ class TrainClock:
         c["padded_slots"] += slots
         c["trained_samples"] += rows
         c["repeated_samples"] += repeats(batch)
-        compiling = self.train.compile and (
-            self.batches_this_attempt < self.train.warmup_compile_steps or graphs_compiled() != self.graphs
+        warming = self.batches_this_attempt < self.train.warmup_compile_steps or (
+            self.train.compile and graphs_compiled() != self.graphs
         )
-        if compiling:
+        if self.train.compile and self.any_rank is not None:
+            # One rank's recompile (its partial last batch) stalls the others in the step's collectives:
+            # the batch is warm-up on every rank, or its stall is timed as their training.
+            warming = self.any_rank(warming)
+        if warming:
             self.stats.times_s["warmup_compile"] += seconds
         else:
             self.stats.times_s["train"] += seconds

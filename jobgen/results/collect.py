@@ -560,7 +560,7 @@ def result_fields(data: Mapping[str, Any]) -> list[Any]:
         _num(times.get("train")),
         _num(times.get("total")),
         _num(throughput.get("samples_per_s")),
-        _num(memory.get("gpu_max_allocated")),
+        _num(memory.get("gpu_max_reserved", memory.get("gpu_max_allocated"))),  # reserved: what the job held
         _num(memory.get("host_rss")),
         _num(get("best_val_acc")),
         _num(get("test_acc")),

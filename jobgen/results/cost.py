@@ -27,6 +27,7 @@ from jobgen.facts import aware_time, time_seconds
 from jobgen.record.model import Run, RunJob
 from jobgen.results.state_rule import SETTLED
 from jobgen.states import State
+from training.contract import COMPUTE_DTYPES
 
 Accounting = Mapping[str, list[Attempt]]  # job id -> its attempts, as the scheduler's accounting says
 
@@ -320,32 +321,42 @@ def _whole(value: Any) -> int | None:
 # --- model FLOPs utilization ------------------------------------------------------------------------------
 
 TFLOPS = 1e12
-# Dense peak FLOP/s (no sparsity) per GPU by precision, from NVIDIA's data sheets: "bf16" and "fp16" on
-# the tensor cores, "fp32" without TF32 (torch's default for matmuls; training/ does not turn TF32 on).
-# A GPU whose name matches no pattern, or a precision a GPU has no peak for, gives no MFU.
-PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
-    (r"\bH100\b(?!.*(PCIe|NVL)).*(HBM3|SXM)", {"bf16": 989.4, "fp16": 989.4, "fp32": 67.0}),
+# Dense peak FLOP/s (no sparsity) per GPU by the dtype a precision computes in (training.contract's
+# COMPUTE_DTYPES), from NVIDIA's data sheets and whitepapers: "bf16" and "fp16" on the tensor cores with
+# FP32 accumulation (what autocast uses), "fp32" without TF32 (torch's default for matmuls; training/ does
+# not turn TF32 on). Patterns are tried in order against torch.cuda.get_device_name(); a GPU whose name
+# matches none, a MIG slice (its share of the parent is not its share of the peak), or a dtype a GPU has
+# no peak for gives no MFU.
+PEAKS: tuple[tuple[str, dict[str, float] | None], ...] = (
+    (r"\bMIG\b", None),
+    (r"\bGH200\b", {"bf16": 989.4, "fp16": 989.4, "fp32": 67.0}),
+    (r"\bH100\b.*\bNVL\b", {"bf16": 835.5, "fp16": 835.5, "fp32": 60.0}),
+    (r"\bH100\b.*(HBM3|SXM)", {"bf16": 989.4, "fp16": 989.4, "fp32": 67.0}),
     (r"\bH100\b.*PCIe", {"bf16": 756.5, "fp16": 756.5, "fp32": 51.0}),
-    (r"\bH200\b(?!.*NVL)", {"bf16": 989.4, "fp16": 989.4, "fp32": 67.0}),
+    (r"\bH200\b.*\bNVL\b", {"bf16": 835.5, "fp16": 835.5, "fp32": 60.0}),
+    (r"\bH200\b", {"bf16": 989.4, "fp16": 989.4, "fp32": 67.0}),
     (r"\bA100\b", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}),
+    (r"\bV100S\b", {"fp16": 130.0, "fp32": 16.4}),
     (r"\bV100-SXM2", {"fp16": 125.0, "fp32": 15.7}),
     (r"\bV100-PCIE", {"fp16": 112.0, "fp32": 14.0}),
+    (r"\bRTX 4090\b", {"bf16": 165.2, "fp16": 165.2, "fp32": 82.6}),  # GeForce: FP32 accumulation at half rate
     (r"\bL40S\b", {"bf16": 362.05, "fp16": 362.05, "fp32": 91.6}),
     (r"\bL40\b", {"bf16": 181.05, "fp16": 181.05, "fp32": 90.5}),
     (r"\bL4\b", {"bf16": 121.0, "fp16": 121.0, "fp32": 30.3}),
+    (r"\bA10G\b", {"bf16": 70.0, "fp16": 70.0, "fp32": 35.0}),  # AWS's A10 variant: 80 SMs, half-rate tensor cores
     (r"\bA10\b", {"bf16": 125.0, "fp16": 125.0, "fp32": 31.2}),
     (r"\bT4\b", {"fp16": 65.0, "fp32": 8.1}),
 )
-PRECISIONS = {"bf16-mixed": "bf16", "bf16-true": "bf16", "16-mixed": "fp16", "16-true": "fp16", "32-true": "fp32"}
 
 
 @functools.lru_cache(maxsize=256)  # asked once per job; a sweep has a few kinds of GPU and precision
 def peak_flops(gpu: str, precision: str | None) -> float | None:
-    """The GPU's dense peak FLOP/s at the precision the job ran in (Lightning's names); None if unknown."""
-    kind = PRECISIONS.get(precision or "")
+    """The GPU's dense peak FLOP/s at the precision the job ran in (training.contract's PRECISIONS, which
+    say the dtype it computes in); None if unknown."""
+    kind = COMPUTE_DTYPES.get(precision or "")
     for pattern, peaks in PEAKS:
         if re.search(pattern, gpu, re.IGNORECASE):
-            return peaks[kind] * TFLOPS if kind in peaks else None
+            return peaks[kind] * TFLOPS if peaks is not None and kind in peaks else None
     return None
 
 

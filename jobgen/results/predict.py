@@ -70,7 +70,8 @@ def predict(name: str, m: dict[str, Any], elapsed_s: float | None, ranks_per_nod
         eval_s_per_sample=per_sample,
         checkpoint_s=float(m["epoch_end_s"]),
         peak_rss_mb=rss,
-        peak_gpu_mb=peak.get("gpu_max_allocated"),
+        # What the job held of its device (older probes recorded only what tensors used).
+        peak_gpu_mb=peak.get("gpu_max_reserved", peak.get("gpu_max_allocated")),
         startup_s=startup,
         train_s=train,
         eval_s=eval_s,

@@ -196,3 +196,31 @@ def test_the_contract_imports_without_the_training_stack() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("engine", ["lightning", "fabric"])
+@pytest.mark.parametrize("strategy", ["fsdp", "fsdp_offload"])
+def test_fsdp_with_fp16_autocast_is_refused_at_validation_not_at_job_start(
+    runner: Any, engine: str, strategy: str
+) -> None:
+    """Lightning's ModelParallelStrategy refuses 16-mixed when the job starts; `jobgen validate` says so
+    first, in one line. On CPU 16-mixed runs as bf16-mixed, which it takes; the HF Trainer takes fp16."""
+    from jobgen.cli import main
+
+    toml = REPO / "experiments" / "imdb_fsdp.toml"
+    argv = ["validate", str(toml), "--set", f"train.engine={engine}", "--set", f"train.strategy={strategy}"]
+    refused = runner.invoke(main, [*argv, "--set", "train.precision=16-mixed"])
+    assert refused.exit_code == 1, refused.output
+    (line,) = refused.output.strip().splitlines()
+    assert "train.precision = '16-mixed'" in line and f"engine {engine!r}" in line and "bf16-mixed" in line
+    assert "Traceback" not in refused.output
+    for fine in (["train.precision=bf16-mixed"], ["train.precision=16-mixed", "train.accelerator=cpu"]):
+        sets = [x for item in fine for x in ("--set", item)]
+        assert runner.invoke(main, [*argv, *sets]).exit_code == 0
+    hf = runner.invoke(
+        main, ["validate", str(toml), "--set", "train.engine=hf_trainer", "--set", "train.precision=16-mixed"]
+    )
+    assert hf.exit_code == 0, hf.output
+    # The entrypoint reads the same rule (training/spec.py): a spec.json written by hand stops there too.
+    train = contract.Train(engine=engine, strategy=strategy, precision="16-mixed", num_nodes=1, devices=2)
+    assert [key for key, _ in contract.shape_problems(train)] == ["train.precision"]

@@ -24,6 +24,7 @@ from jobgen.results.state_rule import read_some
 from jobgen.results.summary import apply_baseline, summarize, totals
 from tests.core.conftest import stub_tool
 from tests.data.summary.synth import FakeJob, write_run
+from training import contract
 
 
 def _sacct(bin_dir: Path, usage_lines: list[str], state_lines: list[str] = ()) -> None:
@@ -364,15 +365,37 @@ def test_blank_cells_are_blank_in_every_format(tmp_path: Path) -> None:
         ("NVIDIA A10", "bf16-mixed", 125.0),
         ("Tesla T4", "16-mixed", 65.0),
         ("Tesla T4", "bf16-mixed", None),  # no bf16 tensor cores: no peak to compare with
-        ("NVIDIA A10G", "bf16-mixed", None),  # not in the table: blank, not a neighbour's peak
-        ("NVIDIA H100 NVL", "bf16-mixed", None),
-        ("NVIDIA GH200 480GB", "bf16-mixed", None),
+        ("NVIDIA A10G", "bf16-mixed", 70.0),  # not the A10's 125: its own name, its own peak
+        ("NVIDIA A10G", "32-true", 35.0),
+        ("NVIDIA GeForce RTX 4090", "bf16-mixed", 165.2),
+        ("NVIDIA GeForce RTX 4090", "32-true", 82.6),
+        ("Tesla V100S-PCIE-32GB", "16-mixed", 130.0),  # not the V100-PCIE's 112
+        ("Tesla V100S-PCIE-32GB", "bf16-mixed", None),
+        ("NVIDIA H100 NVL", "bf16-mixed", 835.5),  # not the SXM's 989.4
+        ("NVIDIA H100 NVL", "32-true", 60.0),
+        ("NVIDIA H200 NVL", "bf16-mixed", 835.5),
+        ("NVIDIA GH200 480GB", "bf16-mixed", 989.4),
+        ("NVIDIA GH200 144G HBM3e", "32-true", 67.0),
+        ("NVIDIA A100-SXM4-40GB MIG 3g.20gb", "bf16-mixed", None),  # a slice: not the parent's peak
+        ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", "32-true", None),
         ("NVIDIA H200", "64-true", None),
+        ("NVIDIA H200", "16-true", None),  # not a precision of the contract
+        ("Some Future GPU", "bf16-mixed", None),  # not in the table: blank, not a neighbour's peak
     ],
 )
 def test_peak_by_gpu_name_and_precision(name: str, precision: str, tflops: float | None) -> None:
     peak = cost.peak_flops(name, precision)
     assert peak == (None if tflops is None else pytest.approx(tflops * 1e12))
+
+
+def test_every_precision_of_the_contract_names_the_dtype_it_computes_in() -> None:
+    """One list of precisions (training/contract.py) says each one's compute dtype; MFU reads no other."""
+    assert set(contract.COMPUTE_DTYPES) == set(contract.PRECISIONS)
+    assert set(contract.COMPUTE_DTYPES.values()) <= {"fp32", "fp16", "bf16"}
+    for precision in contract.PRECISIONS:  # a 32-true job is held to the FP32 peak, 15x below the bf16 one
+        expected = {"fp32": 67.0, "fp16": 989.4, "bf16": 989.4}[contract.COMPUTE_DTYPES[precision]]
+        assert cost.peak_flops("NVIDIA H100 80GB HBM3", precision) == pytest.approx(expected * 1e12)
+    assert not hasattr(cost, "PRECISIONS")
 
 
 def test_mfu_is_model_flops_over_the_devices_peak(tmp_path: Path) -> None:

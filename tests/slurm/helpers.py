@@ -102,6 +102,7 @@ eval_batch_size = 64
 lr = 3e-3
 num_workers = 0
 log_every_n_steps = 5
+warmup_compile_steps = 0
 
 [data]
 dataset = "builtin:synthetic"

@@ -38,6 +38,7 @@ TINY_TRAIN = {
     "accelerator": "cpu",
     "log_every_n_steps": 10,
     "seed": 7,
+    "warmup_compile_steps": 0,  # every batch timed: tests count timed samples exactly
 }
 TINY_DATA = {"dataset": "builtin:synthetic", "partition": [1600, 300, 400], "max_length": 64}
 

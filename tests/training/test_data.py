@@ -220,3 +220,23 @@ def test_entrypoint_help_and_cheap_import() -> None:
         [sys.executable, "-m", "training", "--help"], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert "--spec" in helped.stdout and "srun python -m training" in helped.stdout
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "cuda", "pinned"),
+    [("auto", True, True), ("gpu", True, True), ("auto", False, False), ("cpu", True, False)],
+)
+def test_batches_bound_for_a_gpu_are_pinned(
+    accelerator: str, cuda: bool, pinned: bool, tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pinned host memory makes the engines' non_blocking copies asynchronous; on the CPU it is of no use."""
+    import dataclasses
+
+    import torch
+
+    spec = _spec(tmp_path, cache_dir, partition=[40, 10, 10])
+    spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, accelerator=accelerator))
+    prepared = data.prepare(spec)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    for train in (True, False):
+        assert make_loader(prepared.splits["train"], spec, prepared.tokenizer, train).pin_memory is pinned

@@ -43,7 +43,8 @@ def test_fabric_fsdp_hands_the_offload_policy_to_the_sharding(strategy: str, tmp
 
     built = make_strategy(_train(strategy, tmp_path), "cpu", fabric=True)
     shard = built._parallelize_fn
-    assert shard.func.__name__ == "fsdp2_parallelize" and shard.keywords == {"offload": strategy == "fsdp_offload"}
+    assert shard.func.__name__ == "fsdp2_parallelize"
+    assert shard.keywords == {"offload": strategy == "fsdp_offload", "precision": "32-true"}
 
 
 @pytest.mark.parametrize("strategy", FSDP_STRATEGIES)
@@ -68,6 +69,49 @@ def test_fsdp2_offload_policy_reaches_every_block(strategy: str, tmp_path: Path)
         policies = [group.offload_policy for group in groups if group is not None]
         assert len(policies) >= 2  # the blocks and the root
         assert policies and all(isinstance(p, CPUOffloadPolicy) == (strategy == "fsdp_offload") for p in policies)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("precision", ["32-true", "16-mixed", "bf16-mixed", "bf16-true"])
+def test_fsdp2_gathers_and_reduces_in_the_dtype_accelerate_gives_the_hf_trainer(precision: str) -> None:
+    """The FSDP2 of Lightning and Fabric (training/sharding.py) casts as accelerate's FSDP2 plugin does
+    for the HF Trainer: a like-for-like FSDP comparison across engines."""
+    import torch
+    from accelerate.utils import FullyShardedDataParallelPlugin
+
+    from training.sharding import mixed_precision_policy
+
+    ours = mixed_precision_policy(precision)
+    mixed = {"16-mixed": "fp16", "bf16-mixed": "bf16"}.get(precision)
+    if mixed is None:  # accelerate sets no policy without mixed precision: FSDP2's default, no cast
+        assert (ours.param_dtype, ours.reduce_dtype) == (None, None)
+        return
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2)
+    plugin.set_mixed_precision(mixed)
+    theirs = plugin.mixed_precision_policy
+    assert (ours.param_dtype, ours.reduce_dtype) == (theirs.param_dtype, theirs.reduce_dtype)
+    assert ours.param_dtype == {"fp16": torch.float16, "bf16": torch.bfloat16}[mixed]
+
+
+def test_the_mixed_precision_policy_reaches_every_block(tmp_path: Path) -> None:
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    from training import model as model_lib
+    from training.sharding import data_parallel_mesh, fsdp2_parallelize
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="0")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        model_lib.build_tiny(["a good film", "a bad film"] * 20, ["neg", "pos"], tmp_path / "tiny")
+        model = model_lib.load_model(str(tmp_path / "tiny"), ["neg", "pos"])
+        fsdp2_parallelize(model, data_parallel_mesh("cpu", 1), precision="bf16-mixed")
+        groups = [m._get_fsdp_state()._fsdp_param_group for m in model.modules() if hasattr(m, "_get_fsdp_state")]
+        policies = [group.mp_policy for group in groups if group is not None]
+        assert len(policies) >= 2 and all(p.param_dtype == p.reduce_dtype == torch.bfloat16 for p in policies)
     finally:
         dist.destroy_process_group()
 

@@ -21,6 +21,8 @@ class FabricRuntime:
     def __init__(self, fabric: Any) -> None:
         self.fabric = fabric
         self.rank, self.world, self.device = fabric.global_rank, fabric.world_size, fabric.device
+        # 16-mixed's GradScaler lives in the precision plugin, whose state fabric.save leaves out.
+        self.scaler = getattr(fabric.strategy.precision, "scaler", None)
 
     def to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
         return cast(dict[str, Any], self.fabric.to_device(batch))

@@ -124,7 +124,7 @@ def training_arguments(spec: Spec, stats: Stats, steps_per_epoch: int, model: An
         logging_steps=t.log_every_n_steps,
         disable_tqdm=True,
         seed=t.seed,
-        full_determinism=False,
+        full_determinism=False,  # train.deterministic: training.run sets it for every engine alike
         dataloader_num_workers=t.num_workers,
         ddp_find_unused_parameters=False,
         remove_unused_columns=False,
@@ -160,6 +160,8 @@ def _trainer_class() -> type:
         def setup_job(self, spec: Spec, prepared: Prepared, stats: Stats, batches: int) -> None:
             self.spec, self.prepared, self.stats = spec, prepared, stats
             self.clock, self.batches = TrainClock(stats, spec), batches  # batches: this rank's per epoch
+            if self.args.world_size > 1:
+                self.clock.any_rank = lambda flag: _any_rank(flag, self.args.device)
             self.first_of_epoch = True
             self.window: list[dict[str, Any]] = []
             self.sharded = False
@@ -171,7 +173,8 @@ def _trainer_class() -> type:
             around it; the optimizer, created after this, holds the shards."""
             from training.sharding import data_parallel_mesh, fsdp2_parallelize
 
-            fsdp2_parallelize(self.model, data_parallel_mesh("cpu", self.args.world_size), offload)
+            mesh = data_parallel_mesh("cpu", self.args.world_size)
+            fsdp2_parallelize(self.model, mesh, offload, self.stats.precision_effective)
             self.model = self.model_wrapped = self.accelerator.prepare_model(
                 self.model, device_placement=False, evaluation_mode=True
             )

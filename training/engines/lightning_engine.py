@@ -46,6 +46,7 @@ class Classifier(L.LightningModule):
         self.test_split = "test"  # the split `trainer.test` scores now (data.extra_test_splits after "test")
         self.last_loss: Any = None  # the last training batch's loss (a tensor), for the progress line
         self.resume_at: tuple[int, int] | None = None  # (epoch, batches done) from a checkpoint
+        self.batch_fetched: Any = None  # Bookkeeping.batch_fetched, told of each training batch fetched
 
     def setup(self, stage: str) -> None:
         console.set_rank(self.global_rank)
@@ -55,11 +56,18 @@ class Classifier(L.LightningModule):
     def configure_model(self) -> None:
         # Called once per process after the strategy is set up: FSDP2 sharding needs the device mesh.
         if is_fsdp(self.spec.train.strategy) and not getattr(self, "_sharded", False):
-            fsdp2_parallelize(self.model, self.device_mesh, offload=self.spec.train.strategy == "fsdp_offload")
+            offload = self.spec.train.strategy == "fsdp_offload"
+            fsdp2_parallelize(self.model, self.device_mesh, offload, self.stats.precision_effective)
             self._sharded = True
         if self.spec.train.compile and not getattr(self, "_compiled", False):
             self.model = common.maybe_compile(self.model, self.spec)
             self._compiled = True
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        # Lightning's first hook after it fetched a batch, before the copy to the device.
+        if self.trainer.training and self.batch_fetched is not None:
+            self.batch_fetched()
+        return batch
 
     def on_train_epoch_start(self) -> None:
         # Lightning restores each submodule's mode as it found it: a model loaded in eval mode
@@ -153,17 +161,27 @@ class Bookkeeping(Callback):
         self.batch = 0  # batches done in the current epoch, over every attempt
         self.rows: MetricsLog | None = None
         self.tracker: console.Tracker | None = None
+        self.first_pending = False  # the epoch's first batch is not fetched yet: the window opens after it
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self.rows = self.rows or MetricsLog(self.spec.job_dir / "metrics.csv", trainer.global_rank == 0)
+        if trainer.world_size > 1:
+            self.clock.any_rank = lambda flag: bool(trainer.strategy.reduce_boolean_decision(flag, all=False))
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        # Lightning has fetched the epoch's first batch already; the loops fetch it before opening too.
+        # Lightning fetches the epoch's first batch after this hook (its fetcher prefetches nothing from
+        # a loader with a length): the window opens once it is fetched (batch_fetched), as in the loops.
         self.batch = trainer.train_dataloader.batch_sampler.skip_for(trainer.current_epoch)
         if self.tracker is not None:
             self.tracker.at(trainer.current_epoch, self.batch, trainer.global_step)
             console.training(self.tracker)
-        self.clock.open()
+        self.first_pending = True
+
+    def batch_fetched(self) -> None:
+        """Called by the module's on_before_batch_transfer for every training batch Lightning fetched."""
+        if self.first_pending:
+            self.first_pending = False
+            self.clock.open()
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self.tracker = console.Tracker(
@@ -359,6 +377,7 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher |
     if watcher is not None:
         _keep_our_signal_handlers(trainer)
     module = Classifier(spec, prepared, stats)
+    module.batch_fetched = book.batch_fetched
     common.record_sizes(stats, prepared)
     resume_from = requeue.newest_checkpoint(spec.checkpoint_dir, ".ckpt")
     stats.resumed = resume_from is not None

@@ -10,7 +10,7 @@ from typing import Any
 from training import loop, ranks
 from training.data import Prepared
 from training.engines import common
-from training.hardware import effective_precision, resolve_accelerator
+from training.hardware import cuda_index, effective_precision, resolve_accelerator
 from training.optim import build_optimizer, build_scheduler, total_steps, warmup_steps
 from training.requeue import Watcher
 from training.results import MetricsLog, Stats
@@ -107,7 +107,8 @@ def _start_ranks(t: Any, accelerator: str) -> tuple[int, int, Any]:
             f"the launcher started {world} ranks but the spec asks for {t.world_size} "
             f"(num_nodes {t.num_nodes} x devices {t.devices})"
         )
-    device = torch.device("cuda", local) if accelerator == "gpu" else torch.device("cpu")
+    gpu = accelerator == "gpu"
+    device = torch.device("cuda", cuda_index(local, torch.cuda.device_count())) if gpu else torch.device("cpu")
     if accelerator == "gpu":
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if accelerator == "gpu" else "gloo")
@@ -120,8 +121,6 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: Watcher | None) -
 
     t = spec.train
     torch.manual_seed(t.seed)
-    if t.deterministic:
-        torch.use_deterministic_algorithms(True, warn_only=True)
     stats.accelerator = resolve_accelerator(t)
     stats.precision_effective = effective_precision(t.precision, stats.accelerator)
     rank, world, device = _start_ranks(t, stats.accelerator)
