@@ -21,6 +21,7 @@ class Sbatch(SlurmScheduler):
     can_array = True
     can_test_only = True
     can_retry = True
+    can_wave = True
 
     def submit_command(self, script: Path) -> list[str]:
         return ["sbatch", "--parsable", str(script)]

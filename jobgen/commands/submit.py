@@ -11,6 +11,7 @@ import contextlib
 import importlib.util
 import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,6 +145,7 @@ def _render(
         git_dirty=dirty,
         default_python=scheduler.python(),
         hf_home=hf_home(),
+        jobgen_python=sys.executable,
     )
     files: dict[str, str | bytes] = {"experiment.toml": exp.text, "code.patch": patch}
     missing = container.missing_mount_points(jobs[0], run_dir, cache_dir_for(jobs[0], root), run.hf_home)
@@ -177,6 +179,13 @@ def _render(
         manifest["container"] = container.record(jobs[0])  # [container] is one for the whole run
     if exp.launch.array:
         manifest["arrays"] = _arrays(jobs, entries, run, exp, files, scheduler, dry_run)
+    if scheduler.can_wave:  # what jobgen.commands.waves needs to size the waves when the run is submitted
+        manifest["queue"] = {
+            "max_queued": exp.launch.max_queued,
+            "reserve": exp.launch.queue_reserve,
+            "qos": exp.slurm.qos,
+            "account": exp.slurm.account,
+        }
     files[record.MANIFEST] = record.manifest_text(manifest)
     record.check_no_secrets({k: v for k, v in files.items() if isinstance(v, str)})
     return manifest, files
@@ -258,32 +267,50 @@ def training_package_dir() -> Path:
 
 def submit_pending(run_dir: Path, on_submit: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Submit every job (or array) of a run that has no job id yet; record each one as soon as it is queued.
+    A run that waves (launch.max_queued, jobgen.commands.waves) submits those of its waiting jobs that fit.
 
     Safe to call again (`--resume`), even at once from two shells: what was submitted is skipped, and a
     job whose submission was tried but not recorded (sbatch timed out, its reply was lost, the disk
     filled up) is looked for on the cluster, by the tag in its comment, before it is submitted again.
     """
+    from jobgen.commands import waves
+
+    if waves.read(run_dir) is not None:
+        waves.top_up(run_dir, on_submit=on_submit)
+        return record.load_manifest(run_dir)
     with record.run_lock(run_dir):
         manifest = record.load_manifest(run_dir)
         if manifest.get("dry_run"):
             raise JobgenError(f"{run_dir} is a dry run; submit the experiment file again without --dry-run")
-        backend = backends.get(manifest["backend"])
         key = "arrays" if manifest.get("arrays") else "jobs"
         pending = [e for e in manifest[key] if not e.get("job_id") and e["state"] == State.NOT_SUBMITTED.value]
-        tried = [e for e in pending if e.get("submit_tried_at")]
-        found = backend.find(run_dir, tried, min(e["submit_tried_at"] for e in tried)) if tried else {}
-        try:
-            _submit_all(run_dir, backend, manifest, key, pending, found, on_submit)
-        except JobgenError as exc:
-            if isinstance(exc, SubmitError):
-                raise
-            raise JobgenError(
-                f"{exc.message}; then run: jobgen submit --resume {run_dir} (a job already queued is "
-                "found, not submitted twice)"
-            ) from None
-        finally:
-            record.compact(run_dir)  # the journal of this submission, folded into manifest.json once
+        submit_entries(run_dir, manifest, key, pending, on_submit)
         return record.load_manifest(run_dir)
+
+
+def submit_entries(
+    run_dir: Path,
+    manifest: dict[str, Any],
+    key: str,
+    pending: list[dict[str, Any]],
+    on_submit: Callable[[dict[str, Any]], None] | None = None,
+) -> None:
+    """Submit these entries of a run's manifest (`key`: jobs or arrays), at most once each; the caller
+    holds the run's submit lock (record.run_lock)."""
+    backend = backends.get(manifest["backend"])
+    tried = [e for e in pending if e.get("submit_tried_at")]
+    found = backend.find(run_dir, tried, min(e["submit_tried_at"] for e in tried)) if tried else {}
+    try:
+        _submit_all(run_dir, backend, manifest, key, pending, found, on_submit)
+    except JobgenError as exc:
+        if isinstance(exc, SubmitError):
+            raise
+        raise JobgenError(
+            f"{exc.message}; then run: jobgen submit --resume {run_dir} (a job already queued is "
+            "found, not submitted twice)"
+        ) from None
+    finally:
+        record.compact(run_dir)  # the journal of this submission, folded into manifest.json once
 
 
 def _submit_all(
