@@ -303,7 +303,11 @@ def _submit_and_report(run_dir: Path, fresh: bool = False) -> None:
         else:
             click.echo(f"  {job['name']}: {job['state']}")
 
-    manifest = sub.submit_pending(run_dir, on_submit=report)
+    if waves.read(run_dir) is not None:
+        waves.top_up(run_dir, on_submit=report)
+        manifest = waves.load_manifest(run_dir)
+    else:
+        manifest = sub.submit_pending(run_dir, on_submit=report)
     if backends.get(manifest["backend"]).runs_here:
         from jobgen.results.state_rule import (
             read_runs,  # the local backend's summary: sbatch's submission imports neither

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobgen.backends import _tools as slurm
+from jobgen.errors import SubmitError
 from jobgen.states import State, from_slurm
 
-# What sbatch prints, and then sleeps and retries for a minute or more, when the controller holds
-# MaxJobCount jobs already; and what it prints when a QOS or association limit refuses the job.
-BUSY = "temporarily unable to accept job"
+BUSY = slurm.BUSY
+# What sbatch prints when a QOS or association limit refuses the job.
 POLICY = "Job violates accounting/QOS policy"
 DEFAULT_MAX_JOB_COUNT = 10_000  # Slurm's default when slurm.conf says nothing
 _ENFORCED = ("limits", "safe", "all")  # AccountingStorageEnforce words under which submit limits hold
@@ -38,10 +38,13 @@ class Limit:
     value: int
     counted: int  # jobs it counts now
     counts: str  # what those are, in words
+    # Slots the controller keeps back: measured on Slurm 22.05, with MaxJobCount = 12 and no job held,
+    # the 12th job is refused while squeue lists 11.
+    held_back: int = 0
 
     @property
     def room(self) -> int:
-        return max(0, self.value - self.counted)
+        return max(0, self.value - self.held_back - self.counted)
 
     def describe(self) -> str:
         return f"{self.where} {self.name} = {self.value}, {self.counted} {self.counts}"
@@ -144,6 +147,7 @@ def read(qos: str = "", account: str = "") -> QueueRoom | None:
             max_jobs,
             len(jobs),
             f"held by the controller (every user's, ended ones until MinJobAge = {age or '?'} passes)",
+            held_back=1,
         )
     )
     enforce = conf.get("AccountingStorageEnforce", "").lower()
@@ -258,3 +262,14 @@ def refusal(said: str, what: str, script: Path | None) -> str | None:
         "the job's size or time may be above the QOS's or association's limit (sacctmgr show qos), or: "
         f"{todo}"
     )
+
+
+def submit(command: list[str], what: str) -> str:
+    """jobgen.backends._tools.submit, its refusal for a queue limit said as refusal() says it."""
+    try:
+        return slurm.submit(command, what)
+    except SubmitError as exc:
+        cause = refusal(exc.message, what, Path(command[-1]))
+        if cause is None:
+            raise
+        raise SubmitError(cause, maybe_queued=exc.maybe_queued) from None

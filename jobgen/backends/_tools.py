@@ -15,7 +15,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from jobgen.errors import BackendError, SubmitError
 
@@ -33,6 +32,9 @@ UNREACHABLE = (
     "Transport endpoint",
     "Zero Bytes were transmitted",
 )
+# What sbatch prints, and then sleeps and retries for a minute or more, when the controller holds
+# MaxJobCount jobs already (jobgen.backends._queue).
+BUSY = "temporarily unable to accept job"
 # `scontrol show config` needs the controller; a login node without one should not wait long.
 CLUSTER_NAME_TIMEOUT_S = 10
 _JOB_ID = re.compile(r"(\d+)(?:;\S+)?")
@@ -125,25 +127,19 @@ def cluster_name() -> str | None:
 
 
 def submit(command: list[str], what: str) -> str:
-    """Run an sbatch command; the job id. A SubmitError says whether the job may be queued all the same;
-    a refusal for a queue limit says which limit (jobgen.backends._queue.refusal)."""
+    """Run an sbatch command; the job id. A SubmitError says whether the job may be queued all the same
+    (jobgen.backends._queue.submit also names the queue limit that refused it)."""
     done = _submit_call(command, what)
     if done.returncode != 0:
         said = words(done)
-        from jobgen.backends import _queue
-
-        cause = _queue.refusal(said, what, Path(command[-1]))
         # sbatch stopped while it retried a busy controller: it may have been between two tries, or in one.
-        maybe = unreachable(said) or _queue.BUSY in said
-        raise SubmitError(cause or f"{what}: {command[0]} failed: {said}", maybe_queued=maybe)
+        raise SubmitError(f"{what}: {command[0]} failed: {said}", maybe_queued=unreachable(said) or BUSY in said)
     return parse_job_id(done.stdout)
 
 
 def _submit_call(command: list[str], what: str) -> subprocess.CompletedProcess[str]:
     """call(), but sbatch is stopped as soon as it says the controller will not take the job now: it
     would sleep and retry for minutes (MaxJobCount reached), and the cause, not a timeout, is the answer."""
-    from jobgen.backends._queue import BUSY
-
     if shutil.which(command[0]) is None:
         return call(command, timeout=SUBMIT_TIMEOUT_S, what=what)
     proc = subprocess.Popen(

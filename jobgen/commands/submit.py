@@ -267,17 +267,12 @@ def training_package_dir() -> Path:
 
 def submit_pending(run_dir: Path, on_submit: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Submit every job (or array) of a run that has no job id yet; record each one as soon as it is queued.
-    A run that waves (launch.max_queued, jobgen.commands.waves) submits those of its waiting jobs that fit.
+    The WAITING jobs of a run that waves are jobgen.commands.waves.top_up's.
 
     Safe to call again (`--resume`), even at once from two shells: what was submitted is skipped, and a
     job whose submission was tried but not recorded (sbatch timed out, its reply was lost, the disk
     filled up) is looked for on the cluster, by the tag in its comment, before it is submitted again.
     """
-    from jobgen.commands import waves
-
-    if waves.read(run_dir) is not None:
-        waves.top_up(run_dir, on_submit=on_submit)
-        return record.load_manifest(run_dir)
     with record.run_lock(run_dir):
         manifest = record.load_manifest(run_dir)
         if manifest.get("dry_run"):
