@@ -84,6 +84,20 @@ class QueueRoom:
         )
 
 
+def max_queued(asked: int, reserve: int, room: QueueRoom | None) -> int | None:
+    """The most of a sweep's jobs queued at once: `asked` when the user set launch.max_queued, else the
+    room the limits leave now less `reserve` (half the room where MaxJobCount binds: the records of
+    ended jobs stay until MinJobAge passes), at least 1; None when nothing limits it."""
+    if asked:
+        return asked
+    if room is None or room.binding is None:
+        return None
+    binding = room.binding
+    if binding.name == "MaxJobCount":
+        return max(1, binding.room // 2 - reserve)
+    return max(1, binding.room - reserve)
+
+
 def user() -> str | None:
     try:
         return pwd.getpwuid(os.getuid()).pw_name

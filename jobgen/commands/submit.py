@@ -19,6 +19,7 @@ from typing import Any
 
 from jobgen import backends
 from jobgen.backends import Scheduler
+from jobgen.backends._queue import max_queued
 from jobgen.commands import limits
 from jobgen.errors import ConfigError, JobgenError, SubmitError
 from jobgen.experiment import config, sites
@@ -203,9 +204,14 @@ def _arrays(
     """Render the sweep as job arrays; the jobs then carry their array and task index."""
     from jobgen.plan.arrays import render_arrays
 
-    arrays = render_arrays(
-        jobs, [e["script"] for e in entries], run, exp.path, exp.launch.array_parallelism, scheduler.max_array_size()
-    )
+    size = scheduler.max_array_size()
+    if scheduler.can_wave and not dry_run:
+        # Waves submit whole arrays: none may be larger than a wave.
+        room = scheduler.queue_room(exp.slurm.qos, exp.slurm.account) if not exp.launch.max_queued else None
+        wave = max_queued(exp.launch.max_queued, exp.launch.queue_reserve, room)
+        if wave is not None and wave < len(jobs):
+            size = min(size, wave)
+    arrays = render_arrays(jobs, [e["script"] for e in entries], run, exp.path, exp.launch.array_parallelism, size)
     by_name = {e["name"]: e for e in entries}
     out = []
     for array in arrays:

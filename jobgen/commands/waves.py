@@ -20,7 +20,7 @@ from typing import Any
 
 from jobgen import backends
 from jobgen.backends import Scheduler
-from jobgen.backends._queue import QueueRoom
+from jobgen.backends._queue import QueueRoom, max_queued
 from jobgen.errors import JobgenError
 from jobgen.record import store as record
 from jobgen.states import State
@@ -74,17 +74,8 @@ def first_wave(run_dir: Path) -> str | None:
 
 
 def max_queued_for(asked: int, reserve: int, room: QueueRoom | None) -> int | None:
-    """The sweep's most queued jobs: `asked` when the user set launch.max_queued, else the room the
-    limits leave now less `reserve` (half the room where MaxJobCount binds: the records of ended jobs
-    stay until MinJobAge passes), at least 1; None when nothing limits it."""
-    if asked:
-        return asked
-    if room is None or room.binding is None:
-        return None
-    binding = room.binding
-    if binding.name == "MaxJobCount":
-        return max(1, binding.room // 2 - reserve)
-    return max(1, binding.room - reserve)
+    """The sweep's most queued jobs (jobgen.backends._queue.max_queued)."""
+    return max_queued(asked, reserve, room)
 
 
 def start(run_dir: Path, max_queued: int, qos: str, account: str) -> None:

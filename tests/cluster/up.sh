@@ -35,11 +35,11 @@ WAIT_S="${JOBGEN_CLUSTER_WAIT_S:-45}"
 # AccountingStorageEnforce (e.g. "limits": QOS and association MaxSubmitJobs hold; accounting only).
 MAX_JOB_COUNT="${JOBGEN_CLUSTER_MAX_JOB_COUNT:-100000}"
 MIN_JOB_AGE="${JOBGEN_CLUSTER_MIN_JOB_AGE:-3600}"
-ENFORCE="${JOBGEN_CLUSTER_ENFORCE:-none}"
+ENFORCE="${JOBGEN_CLUSTER_ENFORCE:-}"
 for value in "$MAX_JOB_COUNT" "$MIN_JOB_AGE"; do
     [[ "$value" =~ ^[0-9]+$ ]] || { echo "up.sh: JOBGEN_CLUSTER_MAX_JOB_COUNT/MIN_JOB_AGE must be numbers, got '$value'" >&2; exit 2; }
 done
-[[ "$ENFORCE" =~ ^[a-z,]+$ ]] || { echo "up.sh: JOBGEN_CLUSTER_ENFORCE must be words like limits,qos, got '$ENFORCE'" >&2; exit 2; }
+[[ "$ENFORCE" =~ ^[a-z,]*$ ]] || { echo "up.sh: JOBGEN_CLUSTER_ENFORCE must be words like limits,qos, got '$ENFORCE'" >&2; exit 2; }
 NODES=(n1 n2 n3)
 BRIDGE="$NAME-br"
 CTL_NS="$NAME-ctl"
@@ -141,8 +141,8 @@ if [ "$accounting" = 1 ]; then
     acct_lines="AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=$CTL_IP
 AccountingStoragePort=$DBD_PORT
-AccountingStoreFlags=job_script
-AccountingStorageEnforce=$ENFORCE"
+AccountingStoreFlags=job_script${ENFORCE:+
+AccountingStorageEnforce=$ENFORCE}"
 else
     acct_lines="AccountingStorageType=accounting_storage/none"
 fi
