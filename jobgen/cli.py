@@ -322,7 +322,12 @@ def _submit_and_report(run_dir: Path, fresh: bool = False) -> None:
     else:
         waiting = waves.count_waiting(run_dir)
         queued = sum(1 for job in manifest["jobs"] if job.get("job_id"))
-        if waiting:
+        if waiting and not queued:
+            click.echo(
+                f"nothing fits in the queue now: {waiting} job(s) WAITING; once jobs have ended, run: "
+                f"jobgen top-up {run_dir} (jobgen status does it too)"
+            )
+        elif waiting:
             click.echo(
                 f"{queued} job(s) queued, {waiting} WAITING for room in the queue (at most "
                 f"{(waves.read(run_dir) or {}).get('max_queued')} queued at once): each job that ends submits "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -96,18 +97,23 @@ def mark_waiting(run_dir: Path, key: str, waiting: list[dict[str, Any]]) -> None
         record.update_jobs(run_dir, tasks)
 
 
-def queued_of(scheduler: Scheduler, manifest: dict[str, Any], leaving: str | None) -> tuple[int, bool, int]:
+def queued_of(scheduler: Scheduler, manifest: dict[str, Any], leaving: str | None) -> tuple[int, bool, int, bool]:
     """(how many of the run's jobs are queued now, whether `leaving` is one of them and running: a job
-    on its way out, which is not counted; how many are pending). A job the scheduler no longer knows
-    has ended."""
+    on its way out, which is not counted; how many are pending; whether `leaving` has the greatest id
+    of those queued). A job the scheduler no longer knows has ended."""
     ids = [i for job in manifest["jobs"] if job.get("job_id") for i in (job.get("segments") or [job["job_id"]])]
     if not ids:
-        return 0, False, 0
+        return 0, False, 0, False
     infos = scheduler.states(ids)
     active = {i for i in ids if i in infos and not infos[i].state.is_final}
     going = leaving is not None and leaving in active and infos[leaving].state is State.RUNNING
     pending = sum(1 for i in active if infos[i].state in (State.PENDING, State.REQUEUED, State.SUBMITTED))
-    return len(active) - (1 if going else 0), going, pending
+    last = going and max(active, key=_id_order) == leaving
+    return len(active) - (1 if going else 0), going, pending, last
+
+
+def _id_order(job_id: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", job_id))
 
 
 def top_up(
@@ -115,9 +121,12 @@ def top_up(
 ) -> tuple[int, int]:
     """Submit the run's waiting jobs that fit now; (entries submitted, entries still waiting). Cheap for
     a run that does not wave: no Slurm call. `leaving`: the job (id as recorded) running this on its way
-    out. `wait_if_last`: when nothing fits only because the controller still holds the records of ended
-    jobs (MaxJobCount, until MinJobAge passes) and no job of the sweep is pending (a pending one tops up
-    when it ends), wait for that room (LAST_WAIT_S at most): else nothing might submit the rest."""
+    out. `wait_if_last`: when nothing fits, no job of the sweep is pending (a pending one tops up when it
+    ends) and the leaving job has the greatest id of the sweep's queued jobs, wait for room (LAST_WAIT_S
+    at most): the others queued may be on their way out too (the tasks of an array end together, and a
+    waiting array needs all their slots), or the controller may still hold the records of ended jobs
+    (MaxJobCount, until MinJobAge passes); else nothing might submit the rest. The jobs with smaller ids
+    leave at once: one waits for all."""
     waves = read(run_dir)
     if waves is None:
         return 0, 0
@@ -134,17 +143,14 @@ def top_up(
                     (run_dir / WAVES).unlink()
                 return 0, 0
             scheduler = backends.get(manifest["backend"])
-            queued, going, pending = queued_of(scheduler, manifest, leaving)
-            free = sweep_free = int(waves["max_queued"]) - queued
+            queued, going, pending, last = queued_of(scheduler, manifest, leaving)
+            free = int(waves["max_queued"]) - queued
             room = scheduler.queue_room(str(waves.get("qos") or ""), str(waves.get("account") or ""))
-            held = False  # nothing fits only for the records MaxJobCount still counts
             if room is not None:
                 # The job on its way out still counts for the submit limits; its record stays for
                 # MaxJobCount until MinJobAge passes.
                 for limit in room.limits:
                     free = min(free, limit.room + (1 if going and limit.name != "MaxJobCount" else 0))
-                others = [lim.room + (1 if going else 0) for lim in room.limits if lim.name != "MaxJobCount"]
-                held = sweep_free > 0 and min(others, default=sweep_free) > 0 and free <= 0
             chosen = _fitting(waiting, free)
             if chosen:
                 submit.submit_entries(run_dir, manifest, key, chosen, on_submit)
@@ -153,7 +159,7 @@ def top_up(
                     with contextlib.suppress(OSError):
                         (run_dir / WAVES).unlink()
                 return len(chosen), left
-        if not (wait_if_last and held and pending == 0) or time.monotonic() > deadline:
+        if not (wait_if_last and last and pending == 0) or time.monotonic() > deadline:
             return 0, len(waiting)
         time.sleep(_POLL_S)
 

@@ -50,8 +50,18 @@ def limited(slurm_cluster) -> Iterator[dict[str, str]]:
 
 
 def _client(limited: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point jobgen at the limited cluster, once the controller holds no job (ended jobs go after
+    MinJobAge and the controller's next purge)."""
     for key in ("SLURM_CONF", "JOBGEN_CLUSTER_DIR"):
         monkeypatch.setenv(key, limited[key])
+    subprocess.run(["scancel", "-u", "root"], env=limited, check=True, timeout=30)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        held = subprocess.run(["squeue", "-h", "-t", "all"], env=limited, capture_output=True, text=True, timeout=30)
+        if held.returncode == 0 and not held.stdout.strip():
+            return
+        time.sleep(1)
+    raise AssertionError("the controller still holds jobs after 60 s")
 
 
 def _sweep(tmp_path: Path, name: str, points: int, qos: str = "") -> Path:
@@ -97,8 +107,8 @@ def _wait_done(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         rows = _sacct(experiment, since, env)
-        ended = {name for _, name, _, _, state in rows if state == "COMPLETED"}
-        if len(ended) == points and not (run_dir / "waves.json").exists():
+        ended = {job_id for job_id, _, _, _, state in rows if state == "COMPLETED"}
+        if len(ended) >= points and not (run_dir / "waves.json").exists():
             return rows
         time.sleep(2)
     raise AssertionError(f"the sweep did not complete in {timeout:.0f} s: {_sacct(experiment, since, env)}")
@@ -153,7 +163,7 @@ def test_max_job_count_read_waves_complete_and_refusal_named(limited, monkeypatc
     assert table.count("COMPLETED") == points
 
     # The controller full: sbatch would sleep and retry; jobgen stops it and names the limit at once.
-    time.sleep(8)  # the ended jobs' records go (MinJobAge = 2 s, then the controller's next purge)
+    _client(limited, monkeypatch)
     for _ in range(MAX_JOB_COUNT - 1):
         subprocess.run(["sbatch", "-Q", "-o", "/dev/null", "--wrap", "sleep 30"], env=limited, check=True, timeout=30)
     started = time.monotonic()
@@ -169,3 +179,19 @@ def test_validate_says_how_many_fit(slurm_any, root: Path, tmp_path: Path):
     exp = _sweep(tmp_path, "fit", 5)
     said = jobgen("validate", str(exp), root=root).stdout
     assert "queue: all 5 job(s) fit now (slurm.conf MaxJobCount = 100000" in said, said
+
+
+def test_array_sweep_waves_under_the_qos_limit(limited, monkeypatch, tmp_path: Path):
+    _client(limited, monkeypatch)
+    root = tmp_path / "runs"
+    exp = _sweep(tmp_path, "arrq", 7, qos="small")
+    since = time.time()
+    out = jobgen("submit", str(exp), "--array", root=root).stdout
+    run_dir = only_run(root, "arrq")
+    # A wave of QOS_LIMIT - 1 (one slot for the hand-over): arrays of 2 tasks, submitted whole.
+    assert [len(a["tasks"]) for a in manifest(run_dir)["arrays"]] == [2, 2, 2, 1], out
+    rows = _wait_done(run_dir, "arrq", since, limited, 7, timeout=240)
+    # Each task once: the ids Slurm ran are the ids the run recorded, one per job.
+    recorded = sorted(job["job_id"] for job in manifest(run_dir)["jobs"])
+    assert sorted(job_id for job_id, _, _, _, _ in rows) == recorded and len(set(recorded)) == 7, rows
+    assert _most_queued(rows) <= QOS_LIMIT, rows
