@@ -243,22 +243,29 @@ def with_sets(exp: Experiment, sets: list[str]) -> Experiment:
     """
     if not sets:
         return exp
-    raw = _copy_tables(exp.raw)
+    raw = set_items(exp.raw, sets, exp.label)
+    return build(raw, path=exp.path, text=exp.text, display=exp.label, where="--set")
+
+
+def set_items(tree: dict[str, Any], sets: list[str], label: str) -> dict[str, Any]:
+    """A copy of a parsed experiment with `--set KEY=VALUE` items applied, not validated; a key the
+    sweep varies, or one below a value that is not a table, is a ConfigError naming `label`."""
+    raw = _copy_tables(tree)
     swept = _swept_keys(raw.get("sweep"))
     for item in sets:
         key, value = parse_set(item)
         clash = next((s for s in swept if key == s or key.startswith(s + ".") or s.startswith(key + ".")), None)
         if clash:
-            raise ConfigError(f"{exp.label}: --set {key}: the sweep sets {clash!r} per job; change it in [sweep]")
+            raise ConfigError(f"{label}: --set {key}: the sweep sets {clash!r} per job; change it in [sweep]")
         node = raw
         *parents, last = key.split(".")
         for part in parents:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                raise ConfigError(f"{exp.label}: --set {key}: {part!r} is not a table here")
+                raise ConfigError(f"{label}: --set {key}: {part!r} is not a table here")
             node = child
         node[last] = value
-    return build(raw, path=exp.path, text=exp.text, display=exp.label, where="--set")
+    return raw
 
 
 def parse_set(item: str) -> tuple[str, Any]:

@@ -426,11 +426,14 @@ def render_table(lines: list[Line], color: bool = False, width: int | None = Non
 
     width = width or shutil.get_terminal_size((200, 24)).columns
     rows = [cells(ln) for ln in lines]
+    kept = kept_columns(rows)
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=color, no_color=not color, width=width)
     for caption in speedup_caption(lines):
         console.print(Text(caption))
-    for n, shown in enumerate(column_groups(_natural_widths(rows), width)):
+    natural = _natural_widths(rows)
+    for n, group in enumerate(column_groups([natural[i] for i in kept], width)):
+        shown = [kept[i] for i in group]
         if n:
             console.print()
         table = Table(box=box.SIMPLE_HEAD, header_style="bold", show_edge=False, pad_edge=False)
@@ -442,6 +445,8 @@ def render_table(lines: list[Line], color: bool = False, width: int | None = Non
                 texts[STATE].stylize(STATE_STYLES.get(line.state, "red"))
             table.add_row(*texts.values(), style="bold" if line.is_baseline else None)
         console.print(table)
+    for empty in empty_columns_text(kept):
+        console.print(Text(empty))
     for total in totals_text(lines):
         console.print(Text(total))
     for note in notes(lines):
@@ -450,6 +455,21 @@ def render_table(lines: list[Line], color: bool = False, width: int | None = Non
 
 
 STATE = HEADERS.index("state")
+# Shown even when every cell is blank: what a row is, where it stands, and the notes' column (it is
+# last, where column_groups drops it first).
+ALWAYS = ("config", "state", "note")
+
+
+def kept_columns(rows: list[list[str]]) -> list[int]:
+    """The terminal's columns: those some row has a value in (and ALWAYS), as indices into HEADERS.
+    A column no job has a value in (GPU-h where nothing was accounted) would be a blank table."""
+    return [i for i, h in enumerate(HEADERS) if h in ALWAYS or any(row[i] for row in rows)]
+
+
+def empty_columns_text(kept: list[int]) -> list[str]:
+    """One line naming the columns left out for having no value, as the report names them."""
+    empty = [h for i, h in enumerate(HEADERS) if i not in kept]
+    return [f"no job has a value in: {', '.join(empty)}"] if empty else []
 
 
 def column_groups(natural: list[int], width: int) -> list[list[int]]:
@@ -459,7 +479,7 @@ def column_groups(natural: list[int], width: int) -> list[list[int]]:
     Notes are repeated in full under the tables, so the note column is the first thing to go. A cell is
     never folded or cut to make a table fit (a number split over two lines reads as two numbers).
     """
-    every = list(range(len(HEADERS)))
+    every = list(range(len(natural)))
 
     def fits(columns: list[int]) -> bool:
         return sum(natural[i] + COLUMN_GAP for i in columns) <= width
@@ -504,28 +524,33 @@ ANSI = {"green": "\x1b[32m", "cyan": "\x1b[36m", "yellow": "\x1b[33m", "red": "\
 
 def plain_table(lines: list[Line], color: bool = False) -> str:
     """The terminal table without rich: same columns, same notes, aligned by hand."""
-    rows = [cells(ln) for ln in lines]
+    every = [cells(ln) for ln in lines]
+    kept = kept_columns(every)
+    headers = [HEADERS[i] for i in kept]
+    rows = [[row[i] for i in kept] for row in every]
     for row in rows:
         row[-1] = row[-1] if len(row[-1]) <= NOTE_WIDTH else row[-1][: NOTE_WIDTH - 1] + "…"
-    # Column by column (one C-level pass each): a 10,000-row table has 240,000 cells.
+    # Column by column (one C-level pass each): a big sweep's table has hundreds of thousands of cells.
     widths = [
         max(len(h), max(map(len, column), default=0))
-        for h, column in zip(HEADERS, zip(*rows, strict=True), strict=False)
+        for h, column in zip(headers, zip(*rows, strict=True), strict=False)
     ]
-    widths += [len(h) for h in HEADERS[len(widths) :]]  # no rows at all
+    widths += [len(h) for h in headers[len(widths) :]]  # no rows at all
     # One format for every row: each cell padded as ljust/rjust would, in one call per row.
-    fields = [f"{{:{'>' if h in NUMERIC else '<'}{w}}}" for h, w in zip(HEADERS, widths, strict=True)]
+    fields = [f"{{:{'>' if h in NUMERIC else '<'}{w}}}" for h, w in zip(headers, widths, strict=True)]
     row_format = "  ".join(fields)
+    state_at = headers.index("state")
 
     def join(values: list[str], state: str | None = None) -> str:
         if state is None or not color:
             return row_format.format(*values).rstrip()
         padded = [field.format(v) for field, v in zip(fields, values, strict=True)]
-        padded[STATE] = f"{ANSI[STATE_STYLES.get(state, 'red')]}{padded[STATE]}\x1b[0m"
+        padded[state_at] = f"{ANSI[STATE_STYLES.get(state, 'red')]}{padded[state_at]}\x1b[0m"
         return "  ".join(padded).rstrip()
 
-    out = [*speedup_caption(lines), join(list(HEADERS)), "  ".join("─" * w for w in widths)]
+    out = [*speedup_caption(lines), join(headers), "  ".join("─" * w for w in widths)]
     out += [join(row, line.state) for row, line in zip(rows, lines, strict=True)]
+    out += empty_columns_text(kept)
     out += totals_text(lines)
     out += [f"• {note}" for note in notes(lines)]
     return "\n".join(out) + "\n"
