@@ -174,6 +174,8 @@ def test_submit_leaves_the_rest_waiting_and_status_tops_up(runner, tmp_path, mon
     assert result.exit_code == 0, result.output
     assert "top-up: submitted 3 waiting job(s) of the sweep; 4 still WAITING" in result.output
     assert result.output.count("WAITING") >= 4 and "PENDING" not in result.output.split("WAITING")[0][-200:]
+    result = runner.invoke(main, [*root, "summary", str(run_dir), "--no-combine"])
+    assert result.output.count("WAITING") == 4, result.output
     # The controller now holds 8 records: nothing fits, nothing is submitted.
     _queue_lines(state, ["x|COMPLETED|normal|a"] * 8)
     result = runner.invoke(main, [*root, "top-up", str(run_dir)])
