@@ -24,7 +24,7 @@ from jobgen.backends import Scheduler
 from jobgen.backends._queue import QueueRoom, max_queued
 from jobgen.errors import JobgenError
 from jobgen.record import store as record
-from jobgen.states import State
+from jobgen.states import Answer, State
 
 WAVES = "waves.json"  # in a run folder while jobs of it wait for room in the queue
 SCHEMA = 1
@@ -105,6 +105,9 @@ def queued_of(scheduler: Scheduler, manifest: dict[str, Any], leaving: str | Non
     if not ids:
         return 0, False, 0, False
     infos = scheduler.states(ids)
+    if isinstance(infos, Answer) and infos.silent:
+        # No answer is no news: counting its jobs as ended would queue more than max_queued.
+        raise JobgenError(f"the run's queued jobs are unknown ({infos.silent}); the waiting ones stay WAITING")
     active = {i for i in ids if i in infos and not infos[i].state.is_final}
     going = leaving is not None and leaving in active and infos[leaving].state is State.RUNNING
     pending = sum(1 for i in active if infos[i].state in (State.PENDING, State.REQUEUED, State.SUBMITTED))

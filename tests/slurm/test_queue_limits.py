@@ -195,3 +195,21 @@ def test_array_sweep_waves_under_the_qos_limit(limited, monkeypatch, tmp_path: P
     recorded = sorted(job["job_id"] for job in manifest(run_dir)["jobs"])
     assert sorted(job_id for job_id, _, _, _, _ in rows) == recorded and len(set(recorded)) == 7, rows
     assert _most_queued(rows) <= QOS_LIMIT, rows
+
+
+def test_a_sweep_in_waves_survives_a_controller_restart(limited, monkeypatch, tmp_path: Path):
+    _client(limited, monkeypatch)
+    root = tmp_path / "runs"
+    exp = _sweep(tmp_path, "restart", 6)
+    exp.write_text(exp.read_text().replace('BEHAVIOR = "ok"', 'BEHAVIOR = "ok", NAP = "6"'))
+    since = time.time()
+    jobgen("submit", str(exp), "--set", "launch.max_queued=2", root=root)
+    run_dir = only_run(root, "restart")
+    controller = [str(UP.parent / "controller.sh")]
+    time.sleep(3)
+    subprocess.run([*controller, "stop"], env=limited, check=True, capture_output=True, timeout=60)
+    time.sleep(10)  # the first jobs end while the controller is away: their top-ups fail, nothing is lost
+    subprocess.run([*controller, "start"], env=limited, check=True, capture_output=True, timeout=60)
+    rows = _wait_done(run_dir, "restart", since, limited, 6, timeout=240)
+    assert sorted(name for _, name, _, _, _ in rows) == sorted(f"seed-{i}" for i in range(1, 7)), rows
+    assert _most_queued(rows) <= 2, rows
