@@ -46,7 +46,7 @@ AUTO = "auto"  # slurm.time / slurm.mem: from the newest probe of the same point
 # The longest slurm.time accepted: a year. Longer is a typo (99999999-00:00:00), not a job.
 MAX_TIME_DAYS = 365
 BUILTIN = "builtin:"
-BUILTIN_MODELS = (contract.TINY_MODEL,)
+BUILTIN_MODELS = contract.BUILTIN_MODELS
 _SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "CONT", "URG")
 
 # #SBATCH flags that jobgen writes itself: set them through their typed keys instead.
@@ -571,8 +571,11 @@ def _check_paths(exp: Experiment, ctx: _Context) -> None:
             f"{_show(model)}: no such model folder (paths are relative to {exp.base_dir}); "
             "give a folder that exists, a hub name such as 'org/name', or builtin:tiny",
         )
-    if not exp.data.dataset and not exp.data.files:
-        ctx.fail("data.dataset", "no data: set data.dataset (e.g. 'imdb') or data.files")
+    # Data named by the sweep is checked in each job's own tree (`where` names its point).
+    swept = _swept_keys({"grid": exp.sweep.grid, "points": exp.sweep.points, "random": exp.sweep.random})
+    named = exp.data.dataset or exp.data.files or exp.data.preset or {"data.dataset", "data.preset"} & swept
+    if not named:
+        ctx.fail("data.dataset", "no data: set data.dataset (e.g. 'imdb'), data.files or data.preset")
     for name in exp.env.vars:
         if not ENV_NAME_RE.fullmatch(name):
             ctx.fail(f"env.vars.{name}", "not a valid environment variable name")

@@ -78,6 +78,26 @@ class Result:
     parameters: int | None = None  # the whole model's parameter elements
     tokens_per_s: float | None = None  # real (non-padding) tokens, all ranks
     gpus: tuple[str, ...] = ()  # the GPUs rank 0 saw (ran_on.gpus); () on CPU
+    primary_metric: str | None = None  # the metric that picked the best epoch (training.contract.METRICS)
+    test_metrics: dict[str, Any] | None = None  # {metric: value} of the test split (numbers only)
+    val_metrics: dict[str, Any] | None = None  # of the tested epoch's validation
+    predictions: str | None = None  # the job folder's predictions.csv, when written (its file name)
+
+    @property
+    def test_primary(self) -> float | None:
+        return (
+            None
+            if self.test_metrics is None or self.primary_metric is None
+            else self.test_metrics.get(self.primary_metric)
+        )
+
+    @property
+    def val_primary(self) -> float | None:
+        return (
+            None
+            if self.val_metrics is None or self.primary_metric is None
+            else self.val_metrics.get(self.primary_metric)
+        )
 
 
 @dataclass(slots=True)
@@ -410,9 +430,15 @@ _RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(Result))
 _FINISHED_AT, _GPUS = _RESULT_FIELDS.index("finished_at"), _RESULT_FIELDS.index("gpus")
 # The JSON type each field is kept as (a datetime as its ISO text, a tuple as a list); None is allowed.
 _KINDS = tuple(
-    {"str": str, "bool": bool, "int": int, "float": float, "datetime": str, "tuple[str, ...]": list}[
-        str(f.type).split(" | ")[0]
-    ]
+    {
+        "str": str,
+        "bool": bool,
+        "int": int,
+        "float": float,
+        "datetime": str,
+        "tuple[str, ...]": list,
+        "dict[str, Any]": dict,
+    }[str(f.type).split(" | ")[0]]
     for f in dataclasses.fields(Result)
 )
 
@@ -549,7 +575,23 @@ def result_fields(data: Mapping[str, Any]) -> list[Any]:
         _int(_object(get("parameters")).get("total")),
         _num(throughput.get("tokens_per_s")),
         [g for g in _list(_object(get("ran_on")).get("gpus")) if isinstance(g, str)],
+        _str(get("primary_metric")),
+        _metrics(get("test_metrics")),
+        _metrics(get("val_metrics")),
+        _file_name(get("predictions")),
     ]
+
+
+def _metrics(value: Any) -> dict[str, float] | None:
+    """A result's {metric: value}: the numbers only (an undefined metric is null there), or None."""
+    if type(value) is not dict:
+        return None
+    return {k: float(v) for k, v in value.items() if type(k) is str and type(v) in (int, float)}
+
+
+def _file_name(value: Any) -> str | None:
+    """A file the job wrote into its own folder: a plain name, never a path elsewhere."""
+    return value if isinstance(value, str) and value and "/" not in value and value not in (".", "..") else None
 
 
 def _object(value: Any) -> Mapping[str, Any]:

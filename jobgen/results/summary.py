@@ -19,7 +19,7 @@ from typing import Any
 from jobgen.errors import JobgenError
 from jobgen.record.model import Run
 from jobgen.results.collect import JobRow, LiveStates, collect
-from jobgen.results.columns import COLUMNS, METRICS, NO_VALUE, SUMMED, Line, Stat, amount
+from jobgen.results.columns import COLUMNS, METRICS, NO_VALUE, SUMMED, Line, Stat, amount, predictions, primary_metric
 from jobgen.results.diagnose import LAST_LINE
 from jobgen.states import State
 
@@ -273,6 +273,7 @@ FIELDS = (
     + ["devices_per_node", "accelerator", "state", "n"]
     + [name for metric in METRICS for name in (metric.name, f"{metric.name}_std")]
     + ["peak_mem_kind", "speedup", "scaling_efficiency", "usage_from", "baseline", "excluded_nodes", "problem", "hint"]
+    + ["primary_metric", "test_metrics", "test_metrics_std", "val_metrics", "val_metrics_std", "predictions"]
 )
 
 
@@ -301,8 +302,24 @@ def record(line: Line) -> dict[str, Any]:
         excluded_nodes=",".join(line.excluded) or None,
         problem=line.problem or None,
         hint=line.hint or None,
+        primary_metric=primary_metric(line),
     )
+    for split in ("test", "val"):
+        means, stds = _metric_stats(line, f"{split}_metrics")
+        out[f"{split}_metrics"], out[f"{split}_metrics_std"] = means, stds
+    out["predictions"] = predictions(line) or None
     return out
+
+
+def _metric_stats(line: Line, key: str) -> tuple[dict[str, float | None] | None, dict[str, float | None] | None]:
+    """Mean and standard deviation of each of result.json's `key` metrics over the line's jobs."""
+    found = [getattr(job.result, key) for job in line.jobs if job.result is not None]
+    found = [m for m in found if m]
+    if not found:
+        return None, None
+    names = sorted({name for m in found for name in m})
+    stats = {name: Stat.of(m.get(name) for m in found) for name in names}
+    return {k: _round(s.mean) for k, s in stats.items()}, {k: _round(s.std) for k, s in stats.items()}
 
 
 def _round(value: float | None) -> float | None:
@@ -368,6 +385,8 @@ def render_csv(lines: list[Line], **_: Any) -> str:
 
 
 def _csv_value(value: Any) -> Any:
+    if isinstance(value, (dict, list)):  # the metrics by name, the predictions files: one JSON cell
+        return json.dumps(value, ensure_ascii=False)
     return ("true" if value else "false") if isinstance(value, bool) else value
 
 

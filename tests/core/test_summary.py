@@ -105,6 +105,33 @@ def test_csv_and_json_carry_the_result_files_values(tmp_path: Path) -> None:
     assert list(next(iter(by_csv.values()))) == FIELDS
 
 
+def test_the_primary_metric_is_named_and_the_predictions_linked(tmp_path: Path) -> None:
+    """A CoLA-like job (primary MCC, predictions saved) beside an accuracy one: the table names each
+    line's primary metric with its value, and the rows carry the metrics by name and the file."""
+    jobs = [
+        FakeJob("cola", {"data.preset": "glue/cola"}, primary="mcc", mcc=0.4512, predictions=True),
+        FakeJob("sst2", {"data.preset": "glue/sst2"}, test_acc=0.91),
+    ]
+    run = write_run(tmp_path, "glue", jobs)
+    text = summarize([run], fmt="table", width=400)
+    rows_shown = [ln for ln in text.splitlines() if not ln.startswith("speed-up:")]
+    cola = next(ln for ln in rows_shown if "cola" in ln)
+    sst2 = next(ln for ln in rows_shown if "sst2" in ln)
+    assert "mcc 0.4512" in cola and "mcc 0.4612" in cola  # test, and the tested epoch's validation
+    assert str(run / "jobs" / "cola" / "predictions.csv") in cola or "predictions.csv" in cola
+    assert "accuracy 0.9100" in sst2 and "predictions.csv" not in sst2
+    rows = {r["config"]: r for r in json.loads(summarize([run], fmt="json"))["rows"]}
+    assert rows["cola"]["primary_metric"] == "mcc" and rows["sst2"]["primary_metric"] == "accuracy"
+    assert rows["cola"]["test_primary"] == pytest.approx(0.4512)
+    assert rows["cola"]["test_metrics"] == {"accuracy": 0.87, "f1": 0.86, "macro_f1": 0.86, "mcc": 0.4512}
+    assert rows["cola"]["val_metrics"] == {"accuracy": 0.88, "mcc": 0.4612}  # an undefined metric is left out
+    assert rows["cola"]["predictions"] == [f"{run / 'jobs' / 'cola'}/predictions.csv"]
+    assert rows["sst2"]["predictions"] is None
+    assert Path(rows["cola"]["predictions"][0]).read_text().startswith("row,label,prediction,score")
+    by_csv = _rows(summarize([run], fmt="csv"))
+    assert json.loads(by_csv["cola"]["test_metrics"]) == rows["cola"]["test_metrics"]
+
+
 @pytest.mark.parametrize("fmt", ["table", "markdown"])
 def test_human_formats_fill_every_column(tmp_path: Path, fmt: str) -> None:
     run = write_run(tmp_path, "exp", CONFIGS)
@@ -139,10 +166,10 @@ def test_human_formats_fill_every_column(tmp_path: Path, fmt: str) -> None:
 def test_narrow_terminal_stacks_two_tables_and_loses_no_column(tmp_path: Path) -> None:
     text = summarize([write_run(tmp_path, "exp", CONFIGS)], width=120)
     torch_lines = [ln for ln in text.splitlines() if ln.startswith("engine-torch")]
-    assert len(torch_lines) == 2  # packed in order: each table as wide as fits, then the rest
-    assert "auto" in torch_lines[0] and "5m00s" in torch_lines[0] and "baseline" in torch_lines[1]
-    # No job of these was accounted: those columns would be a third table of blanks; one line names them.
-    assert "no job has a value in: MFU (%), GPU-h, CPU-h, energy (kWh), time used (%)\n" in text
+    assert len(torch_lines) == 3  # packed in order: each table as wide as fits, then the rest
+    assert "auto" in torch_lines[0] and "5m00s" in torch_lines[0] and "baseline" in torch_lines[2]
+    # No job of these was accounted: those columns would be a table of blanks; one line names them.
+    assert "no job has a value in: MFU (%), GPU-h, CPU-h, energy (kWh), time used (%), predictions\n" in text
 
 
 @pytest.mark.parametrize("width", [40, 58, 80, 100, 120, 160, 250])
@@ -390,7 +417,7 @@ def test_large_tables_skip_rich_but_keep_the_columns(tmp_path: Path) -> None:
     text = summarize([write_run(tmp_path, "exp", jobs)])
     lines = text.splitlines()
     assert lines[0].startswith("speed-up: samples/s ÷") and len(lines) == len(jobs) + 5
-    empty = ["MFU (%)", "GPU-h", "CPU-h", "energy (kWh)", "time used (%)"]
+    empty = ["MFU (%)", "GPU-h", "CPU-h", "energy (kWh)", "time used (%)", "predictions"]
     assert all(h in lines[1] for h in HEADERS if h not in empty)
     assert not any(h in lines[1] for h in empty)
     assert lines[-2] == f"no job has a value in: {', '.join(empty)}"
@@ -558,7 +585,7 @@ def test_the_local_demos_summary_has_no_blank_table(runner, tmp_path: Path, monk
     result = runner.invoke(main, ["--output-root", str(tmp_path), "summary", str(run)])
     assert result.exit_code == 0, result.output
     text = result.stdout
-    empty = ["MFU (%)", "GPU-h", "CPU-h", "energy (kWh)", "time used (%)"]
+    empty = ["MFU (%)", "GPU-h", "CPU-h", "energy (kWh)", "time used (%)", "predictions"]
     assert f"\nno job has a value in: {', '.join(empty)}\n" in text
     rows = [ln for ln in text.splitlines() if ln.startswith("engine-")]
     headers = [ln for ln in text.splitlines() if ln.startswith("config ")]
