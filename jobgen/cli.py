@@ -262,7 +262,7 @@ def submit(
             _test_only(prepared.run_dir, prepared.manifest)
         return
     click.echo(f"run: {prepared.run_dir}")
-    _submit_and_report(prepared.run_dir)
+    _submit_and_report(prepared.run_dir, fresh=True)
 
 
 def _test_only(run_dir: Path, manifest: dict[str, Any]) -> None:
@@ -278,10 +278,29 @@ def _test_only(run_dir: Path, manifest: dict[str, Any]) -> None:
     if refused:
         raise JobgenError(f"sbatch --test-only refused {len(refused)} of {total}; first: {refused[0]}")
     click.echo(f"sbatch --test-only accepts all {total}; submit without --test-only to queue them")
+    line = queue_line(manifest)
+    if line:
+        click.echo(line)
 
 
-def _submit_and_report(run_dir: Path) -> None:
+def queue_line(manifest: dict[str, Any]) -> str | None:
+    """How many of a run's jobs fit in the queue now, in one line (None: no limits to read)."""
+    from jobgen.commands import waves
+
+    queue = manifest.get("queue") or {}
+    room = backends.get(manifest["backend"]).queue_room(str(queue.get("qos") or ""), str(queue.get("account") or ""))
+    entries = manifest.get("arrays") or manifest["jobs"]
+    return room.fit_line(sum(waves.weight(e) for e in entries)) if room is not None else None
+
+
+def _submit_and_report(run_dir: Path, fresh: bool = False) -> None:
     from jobgen.commands import submit as sub
+    from jobgen.commands import waves
+
+    if fresh:
+        line = waves.first_wave(run_dir)
+        if line:
+            click.echo(line)
 
     def report(job: dict[str, Any]) -> None:
         if job.get("tasks"):
@@ -296,7 +315,11 @@ def _submit_and_report(run_dir: Path) -> None:
         else:
             click.echo(f"  {job['name']}: {job['state']}")
 
-    manifest = sub.submit_pending(run_dir, on_submit=report)
+    if waves.read(run_dir) is not None:
+        waves.top_up(run_dir, on_submit=report)
+        manifest = waves.load_manifest(run_dir)
+    else:
+        manifest = sub.submit_pending(run_dir, on_submit=report)
     if backends.get(manifest["backend"]).runs_here:
         from jobgen.results import halving as halving_view
         from jobgen.results.state_rule import (
@@ -317,7 +340,21 @@ def _submit_and_report(run_dir: Path) -> None:
         if failed:
             raise JobgenError(f"{len(failed)} job(s) did not complete: {', '.join(failed)}; see jobgen logs {run_dir}")
     else:
-        click.echo(f"{len(manifest['jobs'])} job(s) queued; follow with: jobgen status {run_dir}")
+        waiting = waves.count_waiting(run_dir)
+        queued = sum(1 for job in manifest["jobs"] if job.get("job_id"))
+        if waiting and not queued:
+            click.echo(
+                f"nothing fits in the queue now: {waiting} job(s) WAITING; once jobs have ended, run: "
+                f"jobgen top-up {run_dir} (jobgen status does it too)"
+            )
+        elif waiting:
+            click.echo(
+                f"{queued} job(s) queued, {waiting} WAITING for room in the queue (at most "
+                f"{(waves.read(run_dir) or {}).get('max_queued')} queued at once): each job that ends submits "
+                f"the next, and so do jobgen status and jobgen top-up; follow with: jobgen status {run_dir}"
+            )
+        else:
+            click.echo(f"{len(manifest['jobs'])} job(s) queued; follow with: jobgen status {run_dir}")
 
 
 def _one_run(ctx: click.Context, ref: str | None) -> Path:
@@ -454,6 +491,7 @@ def status(
     from jobgen.results.status import format_table
 
     run_dir = _one_run(ctx, run)
+    _top_up_quietly(run_dir)
     for n, view in enumerate(watch_status(run_dir, interval=interval, timeout=timeout, refresh=refresh)):
         click.echo(("\n" if n else "") + f"run: {run_dir}\n{format_table(view.header, view.rows)}")
         for line in view.warnings:
@@ -462,6 +500,37 @@ def status(
             click.echo(f"warning: {line}", err=True)
         if not watch:
             return
+
+
+def _top_up_quietly(run_dir: Path) -> None:
+    """Submit the waiting jobs of a run that waves and that fit now (launch.max_queued); a refusal is a
+    warning here: the command was asked for something else."""
+    from jobgen.commands import waves
+
+    try:
+        submitted, waiting = waves.top_up(run_dir)
+    except JobgenError as exc:
+        click.echo(f"warning: the run's waiting jobs were not submitted: {exc.message}", err=True)
+        return
+    if submitted:
+        click.echo(f"top-up: submitted {submitted} waiting job(s) of the sweep; {waiting} still WAITING", err=True)
+
+
+@main.command(name="top-up")
+@click.argument("run", shell_complete=run_refs)
+@click.option(
+    "--leaving",
+    metavar="JOB_ID",
+    help="The job running this on its way out (its batch script's exit path): not counted as queued.",
+)
+@click.pass_context
+def top_up(ctx: click.Context, run: str, leaving: str | None) -> None:
+    """Submit the jobs of RUN that wait for room in the queue (launch.max_queued) and fit now."""
+    from jobgen.commands import waves
+
+    run_dir = _one_run(ctx, run)
+    submitted, waiting = waves.top_up(run_dir, leaving=leaving, wait_if_last=leaving is not None)
+    click.echo(f"top-up: {run_dir}: submitted {submitted}, {waiting} still WAITING")
 
 
 @main.command()
@@ -822,7 +891,7 @@ def prefetch(ctx: click.Context, experiment: str, sets: tuple[str, ...], site: s
 @site_option
 def validate(experiments: tuple[str, ...], sets: tuple[str, ...], site: str | None) -> None:
     """Check experiment files: keys, values, sweep points, job shapes and templates."""
-    from jobgen.commands.validate import validate_file
+    from jobgen.commands.validate import queue_fit, validate_file
     from jobgen.experiment.sites import describe as describe_site
 
     for path in experiments:
@@ -830,6 +899,9 @@ def validate(experiments: tuple[str, ...], sets: tuple[str, ...], site: str | No
         click.echo(f"ok: {path} ({count} job{'s' if count != 1 else ''})")
         if given:
             click.echo(describe_site(given.record()))
+        line = queue_fit(path, list(sets), site)
+        if line:
+            click.echo(line)
 
 
 @main.command()

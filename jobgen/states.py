@@ -10,6 +10,7 @@ from typing import Any
 class State(str, enum.Enum):
     DRY_RUN = "DRY_RUN"
     NOT_SUBMITTED = "NOT_SUBMITTED"
+    WAITING = "WAITING"  # not submitted yet: waits for room in the queue (launch.max_queued)
     SUBMITTED = "SUBMITTED"
     PENDING = "PENDING"
     RUNNING = "RUNNING"

@@ -14,11 +14,14 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from jobgen.errors import JobgenError
 from jobgen.facts import JobShape
 from jobgen.states import JobInfo
+
+if TYPE_CHECKING:
+    from jobgen.backends._queue import QueueRoom
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,8 @@ class Scheduler:
     can_array: ClassVar[bool] = False  # launch.array: a sweep as one job array
     can_test_only: ClassVar[bool] = False  # submit --test-only: ask the scheduler without queueing
     can_retry: ClassVar[bool] = False  # slurm.retries: its batch script requeues a failed job elsewhere
+    # launch.max_queued: a job that ends submits the sweep's waiting jobs (its batch script's exit path)
+    can_wave: ClassVar[bool] = False
 
     # ---- rendering and submitting
     def python(self) -> str:
@@ -79,6 +84,11 @@ class Scheduler:
     def max_time(self, partition: str) -> int | None:
         """The longest time limit, in seconds, a job of this partition ("" = the default one) may ask
         for; None when there is none (or the scheduler keeps no time limits)."""
+        return None
+
+    def queue_room(self, qos: str = "", account: str = "") -> QueueRoom | None:
+        """The limits on queued jobs that apply to this user's jobs of this QOS and account ("" = the
+        defaults), with the jobs each counts now; None where the scheduler has no queue to fill."""
         return None
 
     def test_only(self, script: Path) -> tuple[bool, str]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from jobgen.backends import _tools as slurm
 from jobgen.backends._base import Attempt, Scheduler
+from jobgen.backends._queue import QueueRoom
 from jobgen.errors import SubmitError
 from jobgen.facts import JobShape, submit_tag
 from jobgen.states import Answer, JobInfo, State, from_slurm
@@ -84,6 +85,11 @@ class SlurmScheduler(Scheduler):
         out = slurm.ask(["scontrol", "show", "config"]) or ""
         match = re.search(r"^MaxArraySize\s*=\s*(\d+)", out, re.MULTILINE)
         return int(match.group(1)) if match else DEFAULT_MAX_ARRAY_SIZE
+
+    def queue_room(self, qos: str = "", account: str = "") -> QueueRoom | None:
+        from jobgen.backends import _queue
+
+        return _queue.read(qos, account)
 
     def max_time(self, partition: str) -> int | None:
         """The partition's MaxTime (`scontrol show partition`; "" = the one marked Default=YES)."""

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import re
+import selectors
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Callable
 
 from jobgen.errors import BackendError, SubmitError
@@ -30,6 +32,9 @@ UNREACHABLE = (
     "Transport endpoint",
     "Zero Bytes were transmitted",
 )
+# What sbatch prints, and then sleeps and retries for a minute or more, when the controller holds
+# MaxJobCount jobs already (jobgen.backends._queue).
+BUSY = "temporarily unable to accept job"
 # `scontrol show config` needs the controller; a login node without one should not wait long.
 CLUSTER_NAME_TIMEOUT_S = 10
 _JOB_ID = re.compile(r"(\d+)(?:;\S+)?")
@@ -122,12 +127,57 @@ def cluster_name() -> str | None:
 
 
 def submit(command: list[str], what: str) -> str:
-    """Run an sbatch command; the job id. A SubmitError says whether the job may be queued all the same."""
-    done = call(command, timeout=SUBMIT_TIMEOUT_S, what=what)
+    """Run an sbatch command; the job id. A SubmitError says whether the job may be queued all the same
+    (jobgen.backends._queue.submit also names the queue limit that refused it)."""
+    done = _submit_call(command, what)
     if done.returncode != 0:
         said = words(done)
-        raise SubmitError(f"{what}: {command[0]} failed: {said}", maybe_queued=unreachable(said))
+        # sbatch stopped while it retried a busy controller: it may have been between two tries, or in one.
+        raise SubmitError(f"{what}: {command[0]} failed: {said}", maybe_queued=unreachable(said) or BUSY in said)
     return parse_job_id(done.stdout)
+
+
+def _submit_call(command: list[str], what: str) -> subprocess.CompletedProcess[str]:
+    """call(), but sbatch is stopped as soon as it says the controller will not take the job now: it
+    would sleep and retry for minutes (MaxJobCount reached), and the cause, not a timeout, is the answer."""
+    if shutil.which(command[0]) is None:
+        return call(command, timeout=SUBMIT_TIMEOUT_S, what=what)
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    deadline = time.monotonic() + SUBMIT_TIMEOUT_S
+    fd_out, fd_err = proc.stdout.fileno(), proc.stderr.fileno()
+    chunks: dict[int, list[bytes]] = {fd_out: [], fd_err: []}
+    with proc, selectors.DefaultSelector() as sel:
+        for stream in (proc.stdout, proc.stderr):
+            sel.register(stream.fileno(), selectors.EVENT_READ)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                os.killpg(proc.pid, signal.SIGKILL)
+                raise SubmitError(f"{what}: {command[0]} did not answer in {SUBMIT_TIMEOUT_S:.0f} s; is slurmctld up?")
+            for key, _ in sel.select(min(left, 1.0)):
+                data = os.read(int(key.fd), 65536)
+                if not data:
+                    sel.unregister(key.fd)
+                    continue
+                chunks[int(key.fd)].append(data)
+                if BUSY in b"".join(chunks[fd_err]).decode(errors="replace"):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    return subprocess.CompletedProcess(
+                        command, 1, "", b"".join(chunks[fd_err]).decode(errors="replace")
+                    )
+        try:
+            code = proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise SubmitError(
+                f"{what}: {command[0]} did not answer in {SUBMIT_TIMEOUT_S:.0f} s; is slurmctld up?"
+            ) from None
+    out, err = (b"".join(chunks[fd]).decode(errors="replace") for fd in (fd_out, fd_err))
+    return subprocess.CompletedProcess(command, code, out, err)
 
 
 def unreachable(message: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from jobgen.backends import _queue
 from jobgen.backends import _tools as slurm
 from jobgen.backends._slurm import SlurmScheduler
 from jobgen.errors import SubmitError
@@ -21,13 +22,14 @@ class Sbatch(SlurmScheduler):
     can_array = True
     can_test_only = True
     can_retry = True
+    can_wave = True
 
     def submit_command(self, script: Path) -> list[str]:
         return ["sbatch", "--parsable", str(script)]
 
     def submit(self, run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
         return {
-            "job_id": slurm.submit(job["submit_command"], f"submitting {job['name']}"),
+            "job_id": _queue.submit(job["submit_command"], f"submitting {job['name']}"),
             "state": State.SUBMITTED.value,
             "submitted_at": now_iso(),
         }
@@ -39,12 +41,12 @@ class Sbatch(SlurmScheduler):
         command = job["submit_command"]
         for n in range(2, segments + 1):
             after = [*command[:-1], f"--dependency=afterany:{ids[-1]}", command[-1]]
-            ids.append(slurm.parse_job_id(slurm.run(after, what=f"submitting segment {n} of {job['name']}")))
+            ids.append(_queue.submit(after, f"submitting segment {n} of {job['name']}"))
         return {"job_id": ids[0], "segments": ids, "state": State.SUBMITTED.value, "submitted_at": now_iso()}
 
     def submit_array_task(self, run_dir: Path, array: dict[str, Any], index: int, what: str) -> str:
         command = ["sbatch", "--parsable", f"--array={index}", str(run_dir / array["script"])]
-        return f"{slurm.submit(command, what)}_{index}"
+        return f"{_queue.submit(command, what)}_{index}"
 
     def test_only(self, script: Path) -> tuple[bool, str]:
         """Ask sbatch whether it would accept a script, and when it would start; submits nothing."""

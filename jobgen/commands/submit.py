@@ -11,6 +11,7 @@ import contextlib
 import importlib.util
 import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 from jobgen import backends
 from jobgen.backends import Scheduler
+from jobgen.backends._queue import max_queued
 from jobgen.commands import limits
 from jobgen.errors import ConfigError, JobgenError, SubmitError
 from jobgen.experiment import config, resolved, sites
@@ -145,6 +147,7 @@ def _render(
         git_dirty=dirty,
         default_python=scheduler.python(),
         hf_home=hf_home(),
+        jobgen_python=sys.executable,
     )
     files: dict[str, str | bytes] = {"experiment.toml": exp.text, "code.patch": patch}
     files[resolved.FILE] = resolved.text(exp.raw)
@@ -184,6 +187,13 @@ def _render(
         manifest["container"] = container.record(jobs[0])  # [container] is one for the whole run
     if exp.launch.array:
         manifest["arrays"] = _arrays(jobs, entries, run, exp, files, scheduler, dry_run)
+    if scheduler.can_wave:  # what jobgen.commands.waves needs to size the waves when the run is submitted
+        manifest["queue"] = {
+            "max_queued": exp.launch.max_queued,
+            "reserve": exp.launch.queue_reserve,
+            "qos": exp.slurm.qos,
+            "account": exp.slurm.account,
+        }
     files[record.MANIFEST] = record.manifest_text(manifest)
     record.check_no_secrets({k: v for k, v in files.items() if isinstance(v, str)})
     return manifest, files
@@ -201,9 +211,14 @@ def _arrays(
     """Render the sweep as job arrays; the jobs then carry their array and task index."""
     from jobgen.plan.arrays import render_arrays
 
-    arrays = render_arrays(
-        jobs, [e["script"] for e in entries], run, exp.path, exp.launch.array_parallelism, scheduler.max_array_size()
-    )
+    size = scheduler.max_array_size()
+    if scheduler.can_wave and not dry_run:
+        # Waves submit whole arrays: none may be larger than a wave.
+        room = scheduler.queue_room(exp.slurm.qos, exp.slurm.account) if not exp.launch.max_queued else None
+        wave = max_queued(exp.launch.max_queued, exp.launch.queue_reserve, room)
+        if wave is not None and wave < len(jobs):
+            size = min(size, wave)
+    arrays = render_arrays(jobs, [e["script"] for e in entries], run, exp.path, exp.launch.array_parallelism, size)
     by_name = {e["name"]: e for e in entries}
     out = []
     for array in arrays:
@@ -265,6 +280,7 @@ def training_package_dir() -> Path:
 
 def submit_pending(run_dir: Path, on_submit: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Submit every job (or array) of a run that has no job id yet; record each one as soon as it is queued.
+    The WAITING jobs of a run that waves are jobgen.commands.waves.top_up's.
 
     Safe to call again (`--resume`), even at once from two shells: what was submitted is skipped, and a
     job whose submission was tried but not recorded (sbatch timed out, its reply was lost, the disk
@@ -274,24 +290,13 @@ def submit_pending(run_dir: Path, on_submit: Callable[[dict[str, Any]], None] | 
         manifest = record.load_manifest(run_dir)
         if manifest.get("dry_run"):
             raise JobgenError(f"{run_dir} is a dry run; submit the experiment file again without --dry-run")
-        backend = backends.get(manifest["backend"])
         key = "arrays" if manifest.get("arrays") else "jobs"
         pending = [e for e in manifest[key] if not e.get("job_id") and e["state"] == State.NOT_SUBMITTED.value]
-        tried = [e for e in pending if e.get("submit_tried_at")]
-        found = backend.find(run_dir, tried, min(e["submit_tried_at"] for e in tried)) if tried else {}
-        try:
-            _submit_all(run_dir, backend, manifest, key, pending, found, on_submit)
-            if backend.runs_here and manifest.get("halving"):
-                _resume_promoted(run_dir, backend, manifest)
-        except JobgenError as exc:
-            if isinstance(exc, SubmitError):
-                raise
-            raise JobgenError(
-                f"{exc.message}; then run: jobgen submit --resume {run_dir} (a job already queued is "
-                "found, not submitted twice)"
-            ) from None
-        finally:
-            record.compact(run_dir)  # the journal of this submission, folded into manifest.json once
+        submit_entries(run_dir, manifest, key, pending, on_submit)
+        backend = backends.get(manifest["backend"])
+        if backend.runs_here and manifest.get("halving"):
+            _resume_promoted(run_dir, backend, manifest)
+            record.compact(run_dir)
         return record.load_manifest(run_dir)
 
 
@@ -304,6 +309,31 @@ def _resume_promoted(run_dir: Path, backend: Scheduler, manifest: dict[str, Any]
         record.update_jobs(run_dir, {entry["name"]: backend.submit(run_dir, entry)})
 
     halving_view.resume_local(run_dir, Settings.from_record(manifest["halving"]), manifest["jobs"], run_one)
+
+
+def submit_entries(
+    run_dir: Path,
+    manifest: dict[str, Any],
+    key: str,
+    pending: list[dict[str, Any]],
+    on_submit: Callable[[dict[str, Any]], None] | None = None,
+) -> None:
+    """Submit these entries of a run's manifest (`key`: jobs or arrays), at most once each; the caller
+    holds the run's submit lock (record.run_lock)."""
+    backend = backends.get(manifest["backend"])
+    tried = [e for e in pending if e.get("submit_tried_at")]
+    found = backend.find(run_dir, tried, min(e["submit_tried_at"] for e in tried)) if tried else {}
+    try:
+        _submit_all(run_dir, backend, manifest, key, pending, found, on_submit)
+    except JobgenError as exc:
+        if isinstance(exc, SubmitError):
+            raise
+        raise JobgenError(
+            f"{exc.message}; then run: jobgen submit --resume {run_dir} (a job already queued is "
+            "found, not submitted twice)"
+        ) from None
+    finally:
+        record.compact(run_dir)  # the journal of this submission, folded into manifest.json once
 
 
 def _submit_all(

@@ -27,3 +27,13 @@ def checked(exp: Experiment) -> list[Job]:
     for job in jobs:
         render_job(job, run)
     return jobs
+
+
+def queue_fit(path: str | Path, sets: list[str] | None = None, site: str | None = None) -> str | None:
+    """One line: how many of the experiment's jobs (array tasks and chain segments one each) fit in the
+    cluster's queue now; None where its backend has no queue limits to read (or Slurm is not here)."""
+    from jobgen import backends
+
+    exp = load_experiment(path, sets=sets, site=site)
+    room = backends.get(exp.launch.backend).queue_room(exp.slurm.qos, exp.slurm.account)
+    return room.fit_line(len(plan(exp)) * max(1, exp.slurm.chain)) if room is not None else None

@@ -143,6 +143,20 @@ class LaunchSection:
     array_parallelism: int = opt(
         0, "Most array tasks running at once (--array=...%N); 0 = no limit.", min=0, max=1_000_000
     )
+    max_queued: int = opt(
+        0,
+        "Most of the sweep's jobs queued at once (array tasks, chain segments one each); the rest WAIT and "
+        "are submitted as jobs end. 0 = what the cluster's limits leave at submit (docs/guides/queue-limits.md).",
+        min=0,
+        max=10_000_000,
+    )
+    queue_reserve: int = opt(
+        1,
+        "With max_queued = 0: queue slots the sweep leaves free for your other jobs (at least the one a job "
+        "that ends submits the next into).",
+        min=0,
+        max=10_000_000,
+    )
     cache_dir: str = opt("", "Cache for tokenized data and built models; default OUTPUT_ROOT/.cache.")
 
 

@@ -196,6 +196,9 @@ def check_shape(exp: Experiment, where: str = "") -> None:
         problems.append(f"launch.array = true needs launch.backend = {able}, not {launch.backend!r}")
     if launch.array_parallelism and not launch.array:
         problems.append("launch.array_parallelism needs launch.array = true")
+    if launch.max_queued and not backends.get(launch.backend).can_wave:
+        able = " or ".join(repr(n) for n in backends.names() if backends.get(n).can_wave)
+        problems.append(f"launch.max_queued needs launch.backend = {able}, not {launch.backend!r}")
     if problems:
         raise _shape(exp, where, problems[0])
 

@@ -41,6 +41,8 @@ class RunInfo:
     version: str = __version__
     default_python: str = "python"
     hf_home: str = DEFAULT_HF_HOME  # the Hugging Face cache a container mounts ($HF_HOME at submit time)
+    # The interpreter jobgen runs in: a job that ends runs `python -m jobgen top-up` with it (waves).
+    jobgen_python: str = "python3"
 
     @property
     def code_dir(self) -> Path:
@@ -223,6 +225,7 @@ def job_context(job: Job, run: RunInfo) -> dict[str, Any]:
         ),
         "hf_home": run.hf_home,
         "retries": exp.slurm.retries,
+        "jobgen_python": run.jobgen_python,
         "strict": True,
     }
 

@@ -307,7 +307,7 @@ def _unfinished(row: JobRow, job: RunJob, problem: str | None, refresh: bool = F
 
 
 def _may_have_died(state: State, live: JobInfo | None) -> bool:
-    if state in (State.DRY_RUN, State.NOT_SUBMITTED):
+    if state in (State.DRY_RUN, State.NOT_SUBMITTED, State.WAITING):
         return False
     # Live info that says queued or running is current; without it, the logs are the freshest evidence.
     return live is None or state.is_final
@@ -318,6 +318,8 @@ def _explain_missing(
 ) -> str:
     if state is State.NOT_SUBMITTED:
         return f"not submitted: {error}" if error else "not submitted"
+    if state is State.WAITING:
+        return "waiting for room in the queue (launch.max_queued): submitted when jobs of the sweep end"
     if state is State.DRY_RUN:
         return "dry run: nothing was submitted"
     if problem and problem != NO_RESULT:

@@ -84,7 +84,7 @@ def _retries(job: JobRow) -> float | None:
     """Retries used: the batch shell's record says, and a job that ran without one was never retried."""
     if job.retries is not None:
         return float(job.retries.used)
-    return None if job.state in (State.DRY_RUN, State.NOT_SUBMITTED) else 0.0
+    return None if job.state in (State.DRY_RUN, State.NOT_SUBMITTED, State.WAITING) else 0.0
 
 
 def _usage(field: str) -> Callable[[JobRow], float | None]:

@@ -31,7 +31,7 @@ from training.contract import COMPUTE_DTYPES
 
 Accounting = Mapping[str, list[Attempt]]  # job id -> its attempts, as the scheduler's accounting says
 
-NEVER_SUBMITTED = frozenset({State.DRY_RUN, State.NOT_SUBMITTED})
+NEVER_SUBMITTED = frozenset({State.DRY_RUN, State.NOT_SUBMITTED, State.WAITING})
 
 
 @dataclass(frozen=True, slots=True)

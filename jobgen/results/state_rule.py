@@ -34,7 +34,7 @@ from jobgen.results.diagnose import CAUSE_STATES, LAST_LINE, Cause, find_cause
 from jobgen.states import FINAL_STATES, Answer, JobInfo, State
 from training.progress import where as progress_where
 
-NEVER_RAN = frozenset({State.DRY_RUN, State.NOT_SUBMITTED})
+NEVER_RAN = frozenset({State.DRY_RUN, State.NOT_SUBMITTED, State.WAITING})
 # A job recorded in one of these states is not asked about again (unless --refresh): it has ended for
 # good. Slurm requeues preempted and node-failed jobs by itself, so those are asked again.
 SETTLED = FINAL_STATES - {State.PREEMPTED, State.NODE_FAIL}

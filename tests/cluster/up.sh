@@ -31,6 +31,15 @@ D="${JOBGEN_CLUSTER_DIR:-/tmp/jobgen-cluster}"
 # First three octets of the private bridge's /24. Nothing else on the machine may use it.
 NET="${JOBGEN_CLUSTER_NET:-10.77.77}"
 WAIT_S="${JOBGEN_CLUSTER_WAIT_S:-45}"
+# Queue limits (tests/slurm/test_queue_limits.py): slurm.conf's MaxJobCount and MinJobAge, and
+# AccountingStorageEnforce (e.g. "limits": QOS and association MaxSubmitJobs hold; accounting only).
+MAX_JOB_COUNT="${JOBGEN_CLUSTER_MAX_JOB_COUNT:-100000}"
+MIN_JOB_AGE="${JOBGEN_CLUSTER_MIN_JOB_AGE:-3600}"
+ENFORCE="${JOBGEN_CLUSTER_ENFORCE:-}"
+for value in "$MAX_JOB_COUNT" "$MIN_JOB_AGE"; do
+    [[ "$value" =~ ^[0-9]+$ ]] || { echo "up.sh: JOBGEN_CLUSTER_MAX_JOB_COUNT/MIN_JOB_AGE must be numbers, got '$value'" >&2; exit 2; }
+done
+[[ "$ENFORCE" =~ ^[a-z,]*$ ]] || { echo "up.sh: JOBGEN_CLUSTER_ENFORCE must be words like limits,qos, got '$ENFORCE'" >&2; exit 2; }
 NODES=(n1 n2 n3)
 BRIDGE="$NAME-br"
 CTL_NS="$NAME-ctl"
@@ -132,7 +141,8 @@ if [ "$accounting" = 1 ]; then
     acct_lines="AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=$CTL_IP
 AccountingStoragePort=$DBD_PORT
-AccountingStoreFlags=job_script"
+AccountingStoreFlags=job_script${ENFORCE:+
+AccountingStorageEnforce=$ENFORCE}"
 else
     acct_lines="AccountingStorageType=accounting_storage/none"
 fi
@@ -178,10 +188,10 @@ JobRequeue=1
 # Small on purpose: jobgen must split larger sweeps into several arrays.
 MaxArraySize=11
 # Finished jobs stay visible to scontrol/squeue for an hour (status without accounting).
-MinJobAge=3600
+MinJobAge=$MIN_JOB_AGE
 # With them held that long, the default limit (10,000 jobs) would refuse bench/bench_scale.py's sweeps of
-# 10,000; a limit costs nothing until jobs fill it.
-MaxJobCount=100000
+# 10,000; a limit costs nothing until jobs fill it. (Queue-limit tests start a cluster with a low one.)
+MaxJobCount=$MAX_JOB_COUNT
 KillWait=10
 InactiveLimit=0
 GresTypes=gpu

@@ -1,0 +1,190 @@
+"""Queue limits and waves against stub Slurm tools: the limits read as they apply, the one-line causes,
+the sizes of the waves. tests/slurm/test_queue_limits.py runs the same on a real cluster with low limits."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from jobgen.backends import _queue
+from jobgen.cli import main
+from jobgen.commands import waves
+from jobgen.errors import SubmitError
+from tests.support.stub_tools import install_stubs
+
+SCONTROL = """
+if [ "$1 $2" = "show config" ]; then
+  printf 'ClusterName = c1\\nMaxJobCount = %s\\nMinJobAge = 300 sec\\nAccountingStorageType = %s\\nAccountingStorageEnforce = %s\\n' \\
+    "${MAXJ:-10000}" "${ACCT:-accounting_storage/none}" "${ENFORCE:-none}"
+  exit 0
+fi
+exit 1
+"""
+# The limits' question (-o %u|%T|%q|%a) gets $STATE/queue; the states' questions get nothing.
+SQUEUE = """
+case "$*" in *'%u|%T|%q|%a'*) cat "$STATE/queue" 2>/dev/null ;; esac
+exit 0
+"""
+SACCTMGR = """
+case "$*" in
+  *"show assoc"*) echo "acct1||10||" ;;
+  *"show user"*) echo "acct1" ;;
+  *"show qos"*) echo "small|5|" ;;
+esac
+"""
+SBATCH_OK = """
+n=$(( $(cat "$STATE/calls" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$STATE/calls"
+echo "$(( 100 + n ))"
+"""
+SBATCH_BUSY = """
+echo "sbatch: error: Slurm temporarily unable to accept job, sleeping and retrying" >&2
+sleep 120
+"""
+SBATCH_POLICY = """
+echo "sbatch: error: Batch job submission failed: Job violates accounting/QOS policy (job submit limit, user's size and/or time limits)" >&2
+exit 1
+"""
+
+
+def _queue_lines(state: Path, lines: list[str]) -> None:
+    (state / "queue").write_text("".join(line + "\n" for line in lines))
+
+
+def test_max_job_count_counts_every_record_and_keeps_one_back(tmp_path, monkeypatch):
+    state = install_stubs(tmp_path, monkeypatch, {"scontrol": SCONTROL, "squeue": SQUEUE})
+    monkeypatch.setenv("MAXJ", "20")
+    me = _queue.user()
+    # Ended jobs and other users' jobs count for MaxJobCount; only the user's queued ones are "yours".
+    _queue_lines(state, [f"{me}|RUNNING|normal|a", f"{me}|COMPLETED|normal|a", "bob|PENDING|normal|a"])
+    room = _queue.read()
+    assert room is not None and room.queued == 1
+    (limit,) = room.limits
+    assert (limit.name, limit.value, limit.counted, limit.room) == ("MaxJobCount", 20, 3, 16)
+    assert room.fit_line(16).startswith("queue: all 16 job(s) fit now (slurm.conf MaxJobCount = 20, 3 held")
+    assert room.fit_line(17).startswith("queue: 16 of the 17 job(s) fit now (slurm.conf MaxJobCount = 20")
+
+
+def test_submit_limits_only_where_enforced_and_counted_per_qos(tmp_path, monkeypatch):
+    state = install_stubs(tmp_path, monkeypatch, {"scontrol": SCONTROL, "squeue": SQUEUE, "sacctmgr": SACCTMGR})
+    me = _queue.user()
+    _queue_lines(
+        state,
+        [f"{me}|PENDING|small|acct1", f"{me}|RUNNING|small|acct1", f"{me}|PENDING|normal|acct1", "bob|PENDING|small|x"],
+    )
+    assert [lim.name for lim in _queue.read("small").limits] == ["MaxJobCount"]  # enforcement off: ignored
+    monkeypatch.setenv("ACCT", "accounting_storage/slurmdbd")
+    monkeypatch.setenv("ENFORCE", "associations,limits")
+    room = _queue.read("small")
+    by_name = {lim.name: lim for lim in room.limits}
+    assert by_name["MaxSubmitJobsPerUser"].counted == 2 and by_name["MaxSubmitJobsPerUser"].room == 3
+    assert by_name["MaxSubmitJobs"].counted == 3 and by_name["MaxSubmitJobs"].where == f"association acct1/{me}"
+    assert room.room == 3 and room.binding is by_name["MaxSubmitJobsPerUser"]
+    assert "queue: 3 of the 7 job(s) fit now (QOS small MaxSubmitJobsPerUser = 5, 2 of yours" in room.fit_line(7)
+
+
+def test_a_busy_controller_is_named_at_once_not_waited_for(tmp_path, monkeypatch):
+    state = install_stubs(tmp_path, monkeypatch, {"scontrol": SCONTROL, "squeue": SQUEUE, "sbatch": SBATCH_BUSY})
+    monkeypatch.setenv("MAXJ", "3")
+    _queue_lines(state, [f"{_queue.user()}|PENDING|normal|a"] * 2)
+    script = tmp_path / "job.sbatch"
+    script.write_text("#!/bin/bash\n")
+    started = time.monotonic()
+    with pytest.raises(SubmitError) as caught:
+        _queue.submit(["sbatch", "--parsable", str(script)], "submitting seed-1")
+    assert time.monotonic() - started < 10
+    message = caught.value.message
+    assert message.startswith("submitting seed-1: the controller holds as many jobs as slurm.conf's MaxJobCount")
+    assert "MaxJobCount = 3, 2 held" in message and "launch.max_queued" in message and "slurmctld up" not in message
+    assert caught.value.maybe_queued  # stopped between two tries, or in one: looked for before a resume
+
+
+def test_a_policy_refusal_names_the_full_limit(tmp_path, monkeypatch):
+    stubs = {"scontrol": SCONTROL, "squeue": SQUEUE, "sacctmgr": SACCTMGR, "sbatch": SBATCH_POLICY}
+    state = install_stubs(tmp_path, monkeypatch, stubs)
+    monkeypatch.setenv("ACCT", "accounting_storage/slurmdbd")
+    monkeypatch.setenv("ENFORCE", "limits")
+    _queue_lines(state, [f"{_queue.user()}|PENDING|small|acct1"] * 5)
+    script = tmp_path / "job.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --qos=small\n")
+    with pytest.raises(SubmitError) as caught:
+        _queue.submit(["sbatch", "--parsable", str(script)], "submitting seed-6")
+    assert "refused by QOS small MaxSubmitJobsPerUser = 5, 5 of yours queued in QOS small" in caught.value.message
+    assert not caught.value.maybe_queued
+
+
+@pytest.mark.parametrize(
+    ("entry", "weight"),
+    [({"name": "a"}, 1), ({"name": "a", "chain": 3}, 3), ({"name": "a", "tasks": ["x", "y", "z", "w"]}, 4)],
+)
+def test_array_tasks_and_chain_segments_count_one_each(entry, weight):
+    assert waves.weight(entry) == weight
+
+
+def test_waves_take_whole_entries_in_order():
+    entries = [{"name": "a", "tasks": ["1", "2"]}, {"name": "b"}, {"name": "c", "tasks": ["1", "2", "3"]}]
+    assert [e["name"] for e in waves._fitting(entries, 3)] == ["a", "b"]
+    assert waves._fitting(entries, 1) == []
+
+
+def test_max_queued_defaults_to_the_room_less_the_reserve():
+    qos = _queue.Limit("MaxSubmitJobsPerUser", "QOS q", 10, 4, "")
+    count = _queue.Limit("MaxJobCount", "slurm.conf", 100, 20, "", held_back=1)
+    assert waves.max_queued_for(0, 1, _queue.QueueRoom((qos, count), 4)) == 5
+    # MaxJobCount binding: half the room, the other half for the records of ended jobs.
+    assert waves.max_queued_for(0, 1, _queue.QueueRoom((count,), 4)) == 79 // 2 - 1
+    assert waves.max_queued_for(7, 1, _queue.QueueRoom((qos,), 4)) == 7  # the user's word
+    assert waves.max_queued_for(0, 1, _queue.QueueRoom((), 0)) is None
+    assert waves.max_queued_for(0, 9, _queue.QueueRoom((qos,), 4)) == 1
+
+
+SWEEP = """
+[experiment]
+name = "wave"
+[data]
+dataset = "imdb"
+[sweep.grid]
+"train.seed" = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+"""
+
+
+def test_submit_leaves_the_rest_waiting_and_status_tops_up(runner, tmp_path, monkeypatch):
+    stubs = {"scontrol": SCONTROL, "squeue": SQUEUE, "sbatch": SBATCH_OK, "sacct": "exit 1\n"}
+    state = install_stubs(tmp_path, monkeypatch, stubs)
+    monkeypatch.setenv("MAXJ", "9")  # room 8 (one kept back); half of it, less the reserve: 3 at a time
+    exp = tmp_path / "wave.toml"
+    exp.write_text(SWEEP)
+    root = ["--output-root", str(tmp_path / "runs")]
+    result = runner.invoke(main, [*root, "validate", str(exp)])
+    assert "queue: 8 of the 10 job(s) fit now (slurm.conf MaxJobCount = 9, 0 held" in result.output
+    result = runner.invoke(main, [*root, "submit", str(exp)])
+    assert result.exit_code == 0, result.output
+    assert "3 job(s) queued, 7 WAITING for room in the queue (at most 3 queued at once)" in result.output
+    (run_dir,) = (tmp_path / "runs" / "wave").iterdir()
+    jobs = json.loads((run_dir / "manifest.json").read_text())["jobs"]
+    assert [j["state"] for j in jobs] == ["SUBMITTED"] * 3 + ["WAITING"] * 7
+    assert (run_dir / "waves.json").exists()
+    script = (run_dir / jobs[0]["script"]).read_text()
+    assert f"{run_dir}/waves.json" in script and "-m jobgen top-up --leaving" in script
+
+    # The three ended (Slurm no longer knows them): status submits the next three and shows the rest.
+    result = runner.invoke(main, [*root, "status", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    assert "top-up: submitted 3 waiting job(s) of the sweep; 4 still WAITING" in result.output
+    assert result.output.count("WAITING") >= 4 and "PENDING" not in result.output.split("WAITING")[0][-200:]
+    result = runner.invoke(main, [*root, "summary", str(run_dir), "--no-combine"])
+    assert result.output.count("WAITING") == 4, result.output
+    # The controller now holds 8 records: nothing fits, nothing is submitted.
+    _queue_lines(state, ["x|COMPLETED|normal|a"] * 8)
+    result = runner.invoke(main, [*root, "top-up", str(run_dir)])
+    assert "submitted 0, 4 still WAITING" in result.output
+    _queue_lines(state, [])
+    result = runner.invoke(main, [*root, "submit", "--resume", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(main, [*root, "top-up", str(run_dir)])
+    assert "submitted 1, 0 still WAITING" in result.output
+    assert not (run_dir / "waves.json").exists()
+    ids = [j["job_id"] for j in json.loads((run_dir / "manifest.json").read_text())["jobs"]]
+    assert ids == [str(101 + i) for i in range(10)]  # each job submitted once
