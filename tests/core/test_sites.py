@@ -164,7 +164,10 @@ def test_no_scontrol_without_a_sites_file_or_without_cluster_names(tmp_path, mon
     path = experiment(tmp_path)
     result = runner.invoke(main, ["validate", str(path)])
     assert result.exit_code == 0, result.output
-    assert "site" not in result.output
+    assert "site" not in result.output and f"ok: {path}" in result.output
+    scontrol.unlink(missing_ok=True)  # validate asks Slurm's limits (how many jobs fit); sites are asked below
+    assert load_experiment(path).site is None
+    assert not scontrol.exists(), "scontrol was asked without a sites file"
     no_names = tmp_path / "plain.toml"
     no_names.write_text('[sites.a.slurm]\naccount = "x"\n')
     monkeypatch.setenv("JOBGEN_SITES_FILE", str(no_names))
