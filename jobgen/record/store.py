@@ -406,48 +406,26 @@ def _digest(raw: bytes) -> str:
 PROBE = "probe"  # manifest "kind" of a run made by `jobgen probe`
 
 
-KIND_CACHE = ".kind.json"  # run_kind's answer, by the digest of the manifest's bytes it was read from
-
-
 def run_kind(run_dir: Path) -> str:
     """ "dry" (`submit --dry-run`, `--test-only`), "probe" (`jobgen probe`) or "" (a submitted run). Set
     when the run is written and never changed: the manifest file alone tells; a damaged one counts as
-    a submitted run (its reader reports the damage).
+    a submitted run (its reader reports the damage). Every command that names an experiment asks it of
+    each of its runs: the answer is kept in the run's index by the manifest's stamp."""
+    from jobgen.record import index
 
-    Every command that names an experiment asks this of its runs (the latest real one is the one read).
-    Parsing a 10,000-job manifest costs tens of milliseconds; reading and hashing it, a few. So the
-    answer is kept in the run folder (KIND_CACHE) with the digest of the bytes it came from, and taken
-    while the manifest's bytes hash the same: the same bytes parse the same. A cache, never a record:
-    missing, damaged, stale or unwritable, it costs one parse."""
-    path = Path(run_dir) / MANIFEST
+    path = os.path.join(run_dir, MANIFEST)
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        with open(path, "rb", buffering=0) as fh:
+            mark = index.stamp(os.fstat(fh.fileno()))
+            known, kind = index.one(run_dir, MANIFEST, mark, "kind")
+            if known and type(kind) is str:
+                return kind
+            raw = fh.readall()
     except OSError:
         return ""  # unreadable: a damaged run, as _read_manifest says
-    digest = _digest(raw)
-    cache = Path(run_dir) / KIND_CACHE
-    try:
-        kept = loads(cache.read_bytes())
-        if type(kept) is dict and kept.get("digest") == digest and type(kept.get("kind")) is str:
-            return str(kept["kind"])
-    except (OSError, ValueError, RecursionError):
-        pass
     kind = _kind(raw)
-    _keep_kind(Path(run_dir), digest, kind)
+    index.keep_one(run_dir, MANIFEST, mark, "kind", kind)
     return kind
-
-
-def _keep_kind(run_dir: Path, digest: str, kind: str) -> None:
-    """Keep run_kind's answer for the manifest bytes of this digest (best effort: it is a cache)."""
-    cache = run_dir / KIND_CACHE
-    tmp = cache.with_name(f"{KIND_CACHE}.{secrets.token_hex(4)}.tmp")  # each writer its own: one rename wins
-    try:
-        tmp.write_text(json.dumps({"digest": digest, "kind": kind}), encoding="utf-8")
-        os.replace(tmp, cache)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
 
 
 def _kind(raw: bytes) -> str:
@@ -671,9 +649,7 @@ def _compact(run_dir: Path) -> None:
 def _write_next_generation(run_dir: Path, doc: dict[str, Any], exact: bool = False) -> str:
     """Write `doc` whole as the manifest of the next journal generation (a reader holding the old one
     then finds its journal gone and reads again); the digest of the bytes written. OSError leaves the
-    file and `doc`'s generation as they were. The run's kind is kept for those bytes (run_kind): the
-    next command that names the experiment does not parse the manifest to learn it. `exact`: see
-    manifest_bytes."""
+    file and `doc`'s generation as they were. `exact`: see manifest_bytes."""
     generation = doc.get("journal")
     doc["journal"] = int(generation or 0) + 1
     raw = manifest_bytes(doc, exact)
@@ -682,9 +658,7 @@ def _write_next_generation(run_dir: Path, doc: dict[str, Any], exact: bool = Fal
     except OSError:
         doc["journal"] = generation
         raise
-    digest = _digest(raw)
-    _keep_kind(run_dir, digest, _kind_of(doc))
-    return digest
+    return _digest(raw)
 
 
 def _size(path: Path) -> int:

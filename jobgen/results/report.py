@@ -68,11 +68,6 @@ code { font-size: 12px; }
 """
 
 
-# Where the page says when it was made: a tag no escaped text can hold (jobgen.results.kept keeps the
-# page of an unchanged run with it, and puts the time in when it writes the page again).
-CREATED = "<jobgen-created/>"
-
-
 def build_report(
     runs: Sequence[Run | Path],
     baseline: str | None = None,
@@ -118,6 +113,21 @@ def write_report(
 ) -> Path:
     check_folder(out)
     return write_page(out, build_report(runs, baseline, live_states))
+
+
+def report_page(run_dirs: Sequence[Path], out: Path, *, refresh: bool = False, baseline: str | None = None) -> Path:
+    """Write `jobgen report`'s page of these runs to `out`: the runs read (states settled, Slurm and the
+    accounting asked once), what was read of their records saved in each run's index."""
+    from jobgen.results.collect import look_and_ask
+    from jobgen.results.state_rule import read_some
+
+    check_folder(out)
+    loaded = read_some(run_dirs, refresh=refresh, meanwhile=look_and_ask)
+    html = build_report(loaded, baseline)
+    for run in loaded:
+        if isinstance(run, Run):
+            run.save_index()
+    return write_page(out, html)
 
 
 def check_folder(out: Path) -> None:

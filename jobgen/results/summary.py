@@ -50,6 +50,34 @@ def summarize(
     return RENDERERS[fmt](lines, color=color, width=width)
 
 
+def summary_text(
+    run_dirs: Sequence[Path],
+    *,
+    refresh: bool = False,
+    baseline: str | None = None,
+    fmt: str = "table",
+    plot: Path | None = None,
+    combine: bool = True,
+    color: bool = False,
+) -> tuple[str, list[str]]:
+    """(the summary of these runs as `jobgen summary` prints it, one warning per damaged record): the runs
+    read (states settled, Slurm and the accounting asked once), what was read saved in each run's index."""
+    from jobgen.results.collect import look_and_ask
+    from jobgen.results.state_rule import read_some
+
+    width = shutil.get_terminal_size((200, 24)).columns
+    loaded = read_some(run_dirs, refresh=refresh, meanwhile=look_and_ask)
+    text = summarize(loaded, baseline=baseline, fmt=fmt, plot=plot, combine=combine, color=color, width=width)
+    warnings = []
+    for run in loaded:
+        if isinstance(run, Path):
+            continue  # its manifest is damaged: the summary's own rows say so
+        problems = [line for job in run.jobs for line in job.problems()]
+        run.save_index()
+        warnings += [f"{run.run_dir}/{line}" for line in problems] + run.notes
+    return text, warnings
+
+
 def summary_lines(
     runs: Sequence[Run | Path], baseline: str | None = None, live_states: LiveStates | None = None, combine: bool = True
 ) -> list[Line]:
