@@ -79,10 +79,8 @@ class _Group(click.Group):
     command_class = _Command
 
     def invoke(self, ctx: click.Context) -> Any:
-        # No cyclic garbage collection while a command runs: it is short, and what it reads of a run is
-        # freed by reference counting. The collector's passes over every object alive (at 10,000 jobs the
-        # manifest, the verdicts and the rows are millions) took up to a third of a first `status`. A
-        # command that loops (status --watch) collects once per round (jobgen.commands.wait).
+        # No cycle collection while a command runs: its per-job objects live until it ends, and the
+        # collector's passes over them cost more than it frees (bench/bench_status.py, "gc on").
         collecting = gc.isenabled()
         gc.disable()
         try:

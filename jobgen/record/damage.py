@@ -53,7 +53,7 @@ def json_problem(path: Path | str, doc: Any, problem: str | None) -> str | None:
         return problem
     if not isinstance(doc, dict):
         return f"not a JSON object (a {type(doc).__name__})"
-    name = path if isinstance(path, str) else path.name  # a str: no pathlib per record at 10,000 jobs
+    name = path if isinstance(path, str) else path.name  # a str: no pathlib per record
     wanted = SCHEMAS.get(name)
     if wanted is not None and doc.get("schema") != wanted:
         return f"schema {one_line(repr(doc.get('schema')))[:30]} is not {wanted} (written by another jobgen?)"

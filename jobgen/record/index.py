@@ -2,10 +2,10 @@
 
 One file per run (INDEX, SQLite by the standard library), written only by jobgen's commands. Each row
 holds what was read from one record (a job's file, a job's folder, the manifest): the record's stamp
-(inode, size, mtime, ctime), the fingerprint of the code that read it, and the facts read, a JSON object
+(inode, size, mtime, ctime), the fingerprint of the code that read it, and what was read, a JSON object
 by key (the damage check's verdict, a result's numbers, a job's progress, which records a folder holds).
 
-The one staleness rule: a kept fact is used only while the record's stamp and the reading code's
+The one staleness rule: what was read is used only while the record's stamp and the reading code's
 fingerprint are both those it was kept with; anything else is read from the record again. The index
 holds nothing the records cannot give again: a missing, truncated, locked or garbage index costs time,
 never an answer, and the next command that can write it writes a sound one.
@@ -33,7 +33,7 @@ BUSY_MS = 2_000  # how long a command waits for another's write before it reads 
 
 Stamp = tuple[int, int, int, int]  # inode, size, mtime, ctime (ns): what os.stat says of one version
 
-_SCHEMA = "CREATE TABLE IF NOT EXISTS facts (path TEXT PRIMARY KEY, stamp TEXT NOT NULL, code TEXT NOT NULL, facts TEXT NOT NULL)"
+_SCHEMA = "CREATE TABLE IF NOT EXISTS records (path TEXT PRIMARY KEY, stamp TEXT NOT NULL, code TEXT NOT NULL, read TEXT NOT NULL)"
 # SQLite's codes for a file that is not a sound database: it is rebuilt, not trusted.
 _DAMAGED = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
 
@@ -70,13 +70,13 @@ class Index:
     """A run's index, read at the first question and written by `save`.
 
     `row(rel, stamp)` gives what was read from the record at `rel` (under the run folder) when its
-    stamp is `stamp`, with this code; `keep` adds a fact of the version read. Every failure to read the
+    stamp is `stamp`, with this code; `keep` adds what was read of the version read. Every failure to read the
     index reads as "nothing kept"; every failure to write it keeps nothing."""
 
     def __init__(self, run_dir: Path | str) -> None:
         self.path = os.path.join(run_dir, INDEX)
-        self._rows: dict[str, tuple[str, str]] | None = None  # path -> (stamp, facts as JSON text)
-        self._facts: dict[str, tuple[str, dict[str, Any]]] = {}  # decoded, and what keep() added
+        self._rows: dict[str, tuple[str, str]] | None = None  # path -> (stamp, read as JSON text)
+        self._decoded: dict[str, tuple[str, dict[str, Any]]] = {}  # decoded, and what keep() added
         self._changed: set[str] = set()
         self._damaged = False
 
@@ -91,51 +91,52 @@ class Index:
             return {}
         try:
             with contextlib.closing(_connect(self.path)) as db:
-                found = db.execute("SELECT path, stamp, facts FROM facts WHERE code = ?", (fingerprint(),))
-                return {path: (mark, facts) for path, mark, facts in found}
+                found = db.execute("SELECT path, stamp, read FROM records WHERE code = ?", (fingerprint(),))
+                return {path: (mark, read) for path, mark, read in found}
         except sqlite3.Error as exc:
             self._damaged = _is_damaged(exc)
             return {}
 
     def row(self, rel: str, mark: Stamp) -> dict[str, Any] | None:
-        """Every fact kept of this version of the record, None when none is."""
+        """What was read of this version of the record, by key; None when nothing is kept."""
         text = _text(mark)
-        found = self._facts.get(rel)
+        found = self._decoded.get(rel)
         if found is not None:
             return found[1] if found[0] == text else None
         row = self.rows.get(rel)
         if row is None or row[0] != text:
             return None
         try:
-            facts = loads(row[1])
+            read = loads(row[1])
         except (ValueError, RecursionError):
             return None
-        if type(facts) is not dict:
+        if type(read) is not dict:
             return None
-        self._facts[rel] = (text, facts)
-        return facts
+        self._decoded[rel] = (text, read)
+        return read
 
     def get(self, rel: str, mark: Stamp, key: str) -> tuple[bool, Any]:
-        """(True, the fact) when this version of the record was read for `key`, else (False, None)."""
-        facts = self.row(rel, mark)
-        if facts is not None and key in facts:
-            return True, facts[key]
+        """(True, the value) when this version of the record was read for `key`, else (False, None)."""
+        read = self.row(rel, mark)
+        if read is not None and key in read:
+            return True, read[key]
         return False, None
 
     def knows(self, rel: str) -> bool:
-        """Whether a version of the record was read by this code (a fact of it may be kept)."""
-        return rel in self._facts or rel in self.rows
+        """Whether a version of the record was read by this code."""
+        return rel in self._decoded or rel in self.rows
 
     def keep(self, rel: str, mark: Stamp, key: str, value: Any) -> None:
-        """Keep a fact (a JSON value) of this version of the record, unless it changed too recently."""
+        """Keep what was read for `key` (a JSON value) of this version of the record, unless it changed
+        too recently."""
         if time.time_ns() - mark[2] < SETTLED_NS:
             return
-        facts = self.row(rel, mark)
-        if facts is None:
-            facts = {}
-            self._facts[rel] = (_text(mark), facts)
-        if key not in facts or facts[key] != value:
-            facts[key] = value
+        read = self.row(rel, mark)
+        if read is None:
+            read = {}
+            self._decoded[rel] = (_text(mark), read)
+        if key not in read or read[key] != value:
+            read[key] = value
             self._changed.add(rel)
 
     def save(self) -> None:
@@ -144,7 +145,7 @@ class Index:
         if not self._changed:
             return
         code = fingerprint()
-        rows = [(rel, self._facts[rel][0], code, dumps(self._facts[rel][1]).decode()) for rel in self._changed]
+        rows = [(rel, self._decoded[rel][0], code, dumps(self._decoded[rel][1]).decode()) for rel in self._changed]
         if self._damaged:
             self._replace(rows)
         else:
@@ -185,7 +186,7 @@ def _write(path: str, rows: list[tuple[str, str, str, str]]) -> None:
         db.execute(_SCHEMA)
         db.execute("BEGIN IMMEDIATE")  # the write lock first: a second writer waits, then writes after
         try:
-            db.executemany("INSERT OR REPLACE INTO facts VALUES (?, ?, ?, ?)", rows)
+            db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?)", rows)
             db.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
@@ -205,18 +206,19 @@ def one(run_dir: Path | str, rel: str, mark: Stamp, key: str) -> tuple[bool, Any
     try:
         with contextlib.closing(_connect(path)) as db:
             row = db.execute(
-                "SELECT facts FROM facts WHERE path = ? AND stamp = ? AND code = ?", (rel, _text(mark), fingerprint())
+                "SELECT read FROM records WHERE path = ? AND stamp = ? AND code = ?", (rel, _text(mark), fingerprint())
             ).fetchone()
-        facts = loads(row[0]) if row else None
+        read = loads(row[0]) if row else None
     except (sqlite3.Error, ValueError, RecursionError):
         return False, None
-    if type(facts) is dict and key in facts:
-        return True, facts[key]
+    if type(read) is dict and key in read:
+        return True, read[key]
     return False, None
 
 
 def keep_one(run_dir: Path | str, rel: str, mark: Stamp, key: str, value: Any) -> None:
-    """Keep one fact of one record as its only one (a run's kind), without loading the whole index."""
+    """Keep what was read for `key` of one record as its only value (a run's kind), without loading
+    the whole index."""
     index = Index(run_dir)
     index._rows = {}  # the row is written whole: what else it held is not needed
     index.keep(rel, mark, key, value)

@@ -122,8 +122,7 @@ class RunJob:
 
     @property
     def folder(self) -> str:
-        """job_dir as a plain string: pathlib on the path every job takes costs more than the JSON at
-        10,000 jobs."""
+        """job_dir as a plain string (no pathlib object per job)."""
         if not self._folder:
             self._folder = os.path.join(self.run_dir, self.dir)
         return self._folder
@@ -175,11 +174,8 @@ class RunJob:
             if type(others) is list and all(type(name) is str for name in others):
                 self._others = tuple(others)
             return self._present
-        # Not known: one listing of the folder (after its stamp) says which records exist, so an absent
-        # one costs no stat. A failed stat raises, the dearest way to learn that a file is not there:
-        # with three of five records absent, a first status of 10,000 ended jobs spent a quarter of its
-        # samples (py-spy) on the stat line, most of them failing. The same listing names the job's
-        # other files: its logs are found among them (file_names), not by a listing of their own.
+        # Not known: one listing (after the folder's stamp) says which records exist and names the
+        # job's other files, its logs among them: no failed stat per absent record, no second listing.
         try:
             names = os.listdir(self.folder)
         except OSError:
@@ -271,9 +267,8 @@ class RunJob:
         return self._stat(name)
 
     def _read_first(self, name: str, index: Index) -> None:
-        """Read a record the run's index know nothing of at once, its stamp taken from the read: a
-        stat first would only look up a fact there is none of (at a first status of 10,000 ended jobs,
-        20,000 stats of the records it reads anyway)."""
+        """Read a record the run's index knows nothing of at once, its stamp taken from the read (a stat
+        first would only look up a row there is none of)."""
         present = self._present if self._listed else self._listing()
         if present is None or name not in present or index.knows(self.dir + "/" + name):
             return  # absent, or asked of the file system and the index as usual
@@ -377,11 +372,9 @@ class RunJob:
         return out
 
     def _look_kept(self, index: Index) -> list[str] | None:
-        """The first look at a job's records by the short way, when the run's index know its folder and
-        the damage check's verdict of each record's version there: one stat per record present (none of
-        one absent), the index taken as they are. None when one is not known so: the marks taken so far
-        stand, _problem asks the rest. At 10,000 jobs, status, summary and report each look at 50,000
-        records, most of them absent or unchanged."""
+        """The first look at a job's records when the run's index knows its folder and the damage check's
+        verdict of each record's version there: one stat per record present, none per record absent.
+        None when one is not known so: the marks taken so far stand, _problem asks the rest."""
         present = self._listing()
         if present is None or self._listed_now:
             return None  # listed now: its records are read at once (_read_first), stamped by the reads

@@ -112,8 +112,7 @@ def tail_lines(path: Path) -> list[str]:
 
 
 def _tail_bytes(path: Path | str) -> bytes | None:
-    """The log's last TAIL_BYTES (None: it cannot be read). Unbuffered, one read at the offset its size
-    gives: a first status of 10,000 jobs that ended without their result reads 10,000 logs for why."""
+    """The log's last TAIL_BYTES (None: it cannot be read), read from the offset its size gives."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:

@@ -150,7 +150,7 @@ def _look_and_keep(runs: Sequence[Run]) -> Callable[[], object]:
 
 
 def format_table(header: list[str], rows: list[list[str]]) -> str:
-    # One format string for every row: a table of 10,000 jobs is 100,000 cells.
+    # One format string for every row: a big sweep's table has a cell per job and column.
     table = [[str(c) for c in row] for row in [header, *rows]]
     widths = [max(map(len, col)) for col in zip(*table, strict=False)]
     line = "  ".join(f"{{:<{w}}}" for w in widths)

@@ -135,7 +135,7 @@ def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
         metrics = {}
         for name, of, combine in _ALONE:
             value = of(first)
-            # Stat(value, None, 1) without the named tuple's own __new__ (150,000 calls at 10,000 jobs).
+            # Stat(value, None, 1) without the named tuple's own __new__ (called per job and metric).
             metrics[name] = combine([value]) if combine else NO_VALUE if value is None else _new(Stat, (value, None, 1))
         label, run_ids, state = first.name, [first.run_id], first.state.value
         excluded = tuple(sorted(set(first.retries.excluded))) if first.retries else ()
@@ -167,7 +167,7 @@ def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
 
 
 # (name, of, combine) of each metric, combine None for the default one (Stat.of): a line of one job takes
-# its value as is, without the call (a line per job of a 10,000-job sweep, a dozen metrics each).
+# its value as is, without the call (most lines of a big sweep are one job each).
 _new = tuple.__new__
 _ALONE = tuple((m.name, m.of, None if m.combine == Stat.of else m.combine) for m in METRICS)
 
@@ -523,8 +523,8 @@ def _column_style(header: str) -> dict[str, Any]:
     return {"justify": "right" if header in NUMERIC else "left", "overflow": "fold"}
 
 
-# rich lays a table out at about 2 ms a row (measured): nothing on a screenful, 20 s for 10,000 jobs.
-# Past this many rows the same columns are aligned here, which is what `| less` or a file wants anyway.
+# rich's layout cost grows with every row: past this many the same columns are aligned here, which is
+# what `| less` or a file wants anyway.
 RICH_MAX_ROWS = 300
 NOTE_WIDTH = 40
 ANSI = {"green": "\x1b[32m", "cyan": "\x1b[36m", "yellow": "\x1b[33m", "red": "\x1b[31m"}
@@ -535,7 +535,7 @@ def plain_table(lines: list[Line], color: bool = False) -> str:
     rows = [cells(ln) for ln in lines]
     for row in rows:
         row[-1] = row[-1] if len(row[-1]) <= NOTE_WIDTH else row[-1][: NOTE_WIDTH - 1] + "…"
-    # Column by column (one C-level pass each): a 10,000-row table has 240,000 cells.
+    # Column by column: one C-level pass each.
     widths = [
         max(len(h), max(map(len, column), default=0))
         for h, column in zip(HEADERS, zip(*rows, strict=True), strict=False)

@@ -248,7 +248,7 @@ def test_a_file_that_just_changed_is_checked_again_next_time(runner, run: Path) 
     (run / "jobs" / "hurt" / "progress.json").write_text(json.dumps(PROGRESS))  # now
     assert _warnings(runner, run) == []
     with contextlib.closing(sqlite3.connect(run / "index.sqlite")) as db:
-        kept = {path for (path,) in db.execute("SELECT path FROM facts")}
+        kept = {path for (path,) in db.execute("SELECT path FROM records")}
     assert "jobs/hurt/progress.json" not in kept and "jobs/hurt/spec.json" in kept
 
 

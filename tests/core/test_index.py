@@ -28,7 +28,7 @@ PAST = time.time() - 60
 
 
 def _settle(run: Path) -> None:
-    """Every job file and folder as if written a minute ago: old enough for its facts to be kept."""
+    """Every job file and folder as if written a minute ago: old enough for what is read of it to be kept."""
     for path in sorted((run / "jobs").rglob("*"), reverse=True):
         os.utime(path, (PAST, PAST))
     os.utime(run / "jobs", (PAST, PAST))
@@ -303,7 +303,9 @@ def test_a_result_written_after_the_look_is_checked_once_looked_at_again(run: Pa
 def _rows(run: Path) -> dict[str, tuple[str, str, dict]]:
     """The index's rows: path -> (stamp, code fingerprint, what was read)."""
     with contextlib.closing(sqlite3.connect(run / INDEX)) as db:
-        return {path: (mark, code, json.loads(facts)) for path, mark, code, facts in db.execute("SELECT * FROM facts")}
+        return {
+            path: (mark, code, json.loads(facts)) for path, mark, code, facts in db.execute("SELECT * FROM records")
+        }
 
 
 def _sound(run: Path) -> bool:
@@ -372,11 +374,11 @@ def test_what_other_code_read_is_read_again(runner, run: Path, monkeypatch: pyte
     """Rows kept by another fingerprint (edited reading code), even with this code's stamps: not taken."""
     _summary(runner, run)
     with contextlib.closing(sqlite3.connect(run / INDEX)) as db:
-        for path, _, _, facts in db.execute("SELECT * FROM facts").fetchall():
+        for path, _, _, facts in db.execute("SELECT * FROM records").fetchall():
             doc = json.loads(facts)
             if "result" in doc:
                 doc["result"]["test_acc"] = 0.01  # what the other code read
-            db.execute("UPDATE facts SET code = 'other', facts = ? WHERE path = ?", (json.dumps(doc), path))
+            db.execute("UPDATE records SET code = 'other', read = ? WHERE path = ?", (json.dumps(doc), path))
         db.commit()
     assert _summary(runner, run) == {"job0": 0.5, "job1": 0.6, "job2": 0.7}
     assert {code for _, code, _ in _rows(run).values()} == {index_module.fingerprint()}  # written by this code
@@ -408,12 +410,12 @@ def test_the_fingerprint_is_of_the_source(tmp_path: Path) -> None:
     assert other == index_module.fingerprint() and len(other) == 32 and int(other, 16) >= 0
 
 
-def test_facts_of_the_wrong_shape_cost_time_not_answers(runner, run: Path) -> None:
+def test_values_of_the_wrong_shape_cost_time_not_answers(runner, run: Path) -> None:
     good = _summary(runner, run)
     with contextlib.closing(sqlite3.connect(run / INDEX)) as db:
         wrong = json.dumps({"result": [1, 2], "problem": 3, "present": "x", "retries": [1], "asked": "x"})
-        db.execute("UPDATE facts SET facts = ? WHERE path LIKE 'jobs/job0/%'", (wrong,))
-        db.execute("UPDATE facts SET facts = '{not json' WHERE path LIKE 'jobs/job1/%'")
+        db.execute("UPDATE records SET read = ? WHERE path LIKE 'jobs/job0/%'", (wrong,))
+        db.execute("UPDATE records SET read = '{not json' WHERE path LIKE 'jobs/job1/%'")
         db.commit()
     assert _summary(runner, run) == good
     rows, warnings = _status(runner, run)
