@@ -3,7 +3,7 @@
 #
 #   bash bench/gpu_check.sh [gpu_check.py arguments]     # e.g. --steps 30 --sweep-steps 400
 #
-# Packages the machine lacks travel as wheels in ./.whl (see README, "Checking the GPU paths"):
+# Packages the machine lacks travel as wheels in ./.whl (see docs/contributing.md, "Checking the GPU paths"):
 # they are installed into /tmp/site first. Output and a JSON report go to $OUT (or ./gpu-check).
 set -euo pipefail
 cd "$(dirname "$0")/.."

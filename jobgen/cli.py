@@ -162,7 +162,7 @@ class _OutFile(click.Path):
 SET_HELP = (
     "Override one experiment key, e.g. --set train.epochs=1 --set slurm.partition=debug (VALUE as in TOML; repeatable)."
 )
-# The site's defaults sit under the experiment file (jobgen/experiment/sites.py; README "Sites").
+# The site's defaults sit under the experiment file (jobgen/experiment/sites.py; docs/guides/sites.md).
 site_option = click.option(
     "--site",
     metavar="NAME",

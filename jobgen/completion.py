@@ -1,7 +1,7 @@
 """Shell completion (Click's own mechanism): experiment files, experiment names and run ids.
 
 Enable it with one line in the shell's start-up file, e.g. `eval "$(_JOBGEN_COMPLETE=bash_source jobgen)"`
-(README, "Shell completion"). Completion runs on every Tab press: it only lists folders, never parses a
+(docs/getting-started.md, "Shell completion"). Completion runs on every Tab press: it only lists folders, never parses a
 manifest or imports anything heavy.
 """
 

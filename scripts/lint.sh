@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy --strict jobgen training
-.venv/bin/mypy --strict tests/support/api_example.py   # the README's example of jobgen.api, as a user's file
-echo "lint: ruff check, ruff format --check and mypy --strict jobgen training (and the README API example) passed"
+.venv/bin/mypy --strict tests/support/api_example.py   # the docs' example of jobgen.api, as a user's file
+echo "lint: ruff check, ruff format --check and mypy --strict jobgen training (and the docs' API example) passed"

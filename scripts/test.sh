@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, real Slurm included: install ./.venv (dev extras), start the test clusters
 # (tests/cluster/up.sh: slurmctld + 3 slurmd nodes each; needs root) and Chromium (scripts/browser.sh),
+# build the docs site (mkdocs build --strict),
 # run pytest on $JOBGEN_TEST_WORKERS pytest-xdist workers (default 3), stop the clusters. Extra
 # arguments go to pytest.
 #
@@ -22,6 +23,8 @@ export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/jobgen-test/to
 .venv/bin/python -m tests.support.warm_builds > .venv/warm_builds.log 2>&1 &
 warm_builds=$!
 bash scripts/lint.sh        # ruff check, ruff format --check, mypy --strict jobgen (as pre-commit does)
+# The docs site (mkdocs.yml): a broken link or anchor, or a page left out of the navigation, fails the run.
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir .venv/docs-site   # not --quiet: it hides the warnings --strict counts
 bash scripts/browser.sh     # Chromium, for the report's headless-browser test
 bash tests/cluster/up.sh --accounting   # the first cluster alone: it installs Slurm when missing
 trap '.venv/bin/python -m tests.support.slurm_cluster down --workers "$workers" >/dev/null 2>&1 || true' EXIT

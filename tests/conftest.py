@@ -21,6 +21,8 @@ sys.path.insert(0, str(REPO))  # tests/ helpers import as `tests.x`
 # (TaskPlugin=task/none), so each rank would start as many spinning OpenMP threads as the machine has
 # cores. Set before anything imports torch. A value the caller set is kept.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The tools the dev install brings (shellcheck, ruff) are found beside this interpreter, activated or not.
+os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
 pytest_plugins = ["tests.support.conftest_slurm"] if (REPO / "tests" / "support" / "conftest_slurm.py").exists() else []
 

@@ -41,7 +41,7 @@ __all__ = [
 
 LAUNCHERS = ("srun", "torchrun", "accelerate")
 # The container runtimes jobgen ships a template partial for (jobgen/templates/_container_NAME.j2);
-# a partial of that name beside launch.template adds one (see the README, "Containers").
+# a partial of that name beside launch.template adds one (docs/guides/containers.md).
 CONTAINER_RUNTIMES = ("apptainer", "singularity", "pyxis", "charliecloud")
 BACKENDS = backends.names()
 

@@ -81,7 +81,7 @@ def choose(name: str | None = None) -> Site | None:
             raise ConfigError(f"JOBGEN_SITES_FILE={path}: no such file; point it at your sites file, or unset it")
         if name:
             raise ConfigError(
-                f"{source} {name}: there is no sites file ({path}); write one (see the README, 'Sites') "
+                f"{source} {name}: there is no sites file ({path}); write one (see docs/guides/sites.md) "
                 "or point JOBGEN_SITES_FILE at it"
             )
         return None

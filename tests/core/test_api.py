@@ -85,11 +85,11 @@ def test_wait_gives_up_with_a_timeout_error(tmp_path: Path, runner, monkeypatch:
     assert shown.output.strip().splitlines()[-1] == caught.value.format_message().join(["Error: ", ""])
 
 
-def test_the_readme_example_is_the_typed_file():
-    """The README's API example is tests/support/api_example.py, which scripts/lint.sh types with mypy --strict
-    and tests/training/test_local_demo.py runs."""
-    readme = (REPO / "README.md").read_text()
-    block = re.search(r"<!-- api-example:start -->\n```python\n(.*?)```\n<!-- api-example:end -->", readme, re.S)
-    assert block, "the README has no API example between its markers"
+def test_the_docs_example_is_the_typed_file():
+    """The API example of docs/guides/diff-rerun-api.md is tests/support/api_example.py, which
+    scripts/lint.sh types with mypy --strict and tests/training/test_local_demo.py runs."""
+    page = (REPO / "docs" / "guides" / "diff-rerun-api.md").read_text()
+    block = re.search(r"<!-- api-example:start -->\n```python\n(.*?)```\n<!-- api-example:end -->", page, re.S)
+    assert block, "docs/guides/diff-rerun-api.md has no API example between its markers"
     assert block.group(1) == (REPO / "tests" / "support" / "api_example.py").read_text()
     assert "mypy --strict tests/support/api_example.py" in (REPO / "scripts" / "lint.sh").read_text()

@@ -194,7 +194,8 @@ def test_a_damaged_manifest_is_one_line_error(runner, root: Path):
 
 
 def test_the_readme_example_is_what_diff_prints(runner, tmp_path: Path):
-    """The runs behind README "Comparing two runs": one key, one code line and torch differ."""
+    """The runs behind the docs' "Comparing two runs" (docs/guides/diff-rerun-api.md): one key, one code
+    line and torch differ."""
     root = tmp_path / "runs"
     toml = '[experiment]\nname = "local_demo"\n\n[train]\nepochs = 2\n'
 
@@ -212,8 +213,8 @@ def test_the_readme_example_is_what_diff_prints(runner, tmp_path: Path):
     result["versions"]["torch"] = "2.6.0"
     (b / "jobs/torch_fp32/result.json").write_text(json.dumps(result))
     shown = _diff(runner, root, "20261129-200000-ab12", "local_demo").stdout.replace(str(root), "runs")
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    block = readme.split("    $ jobgen diff 20261129-200000-ab12 local_demo\n", 1)[1].split("\n\n#", 1)[
+    page = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "diff-rerun-api.md").read_text()
+    block = page.split("    $ jobgen diff 20261129-200000-ab12 local_demo\n", 1)[1].split("\n\n#", 1)[
         0
     ]  # to the next heading
     assert shown.strip() == "\n".join(line[4:] for line in block.splitlines()).strip()

@@ -361,9 +361,9 @@ def test_bad_random_search(tmp_path: Path, runner, text: str, words: list[str], 
         assert not root.exists() or not any(root.rglob("*")), "a failed submit left files behind"
 
 
-def test_the_readme_example_is_a_valid_random_search(tmp_path: Path):
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("### Random search", 1)[1]
+def test_the_docs_example_is_a_valid_random_search(tmp_path: Path):
+    page = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "sweeps.md").read_text()
+    section = page.split("## Random search", 1)[1]
     example = section.split("```toml\n", 1)[1].split("```", 1)[0]
     jobs = plan(_load(tmp_path, BASE + "\n" + example))
     assert len(jobs) == 8 and all(1e-5 <= j.exp.train.lr <= 1e-3 for j in jobs)

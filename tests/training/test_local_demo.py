@@ -1,6 +1,7 @@
-"""The local demo sweep, run once for the module by the README's example of jobgen.api
-(tests/support/api_example.py, the same text): the example runs as written, and the summary, plot and report
-of the real four-engine run it made carry what each job's files say."""
+"""The local demo sweep, run once for the module by the docs' example of jobgen.api
+(docs/guides/diff-rerun-api.md; tests/support/api_example.py is the same text): the example runs as
+written, and the summary, plot and report of the real four-engine run it made carry what each job's
+files say."""
 
 from __future__ import annotations
 
