@@ -483,14 +483,11 @@ class Run:
     # Set by `--refresh` (jobgen.results.state_rule.settle): Slurm is asked again about every job, its usage
     # too, and what the manifest kept of it is not taken.
     refresh: bool = False
-    # What says later whether the record is still the one read (jobgen.record.store.unchanged); no digest
-    # when a journal was replayed.
+    # The digest of the manifest's bytes read: a write of the whole document is made only while the file
+    # still holds them (jobgen.record.store.update_read); none when a journal was replayed.
     digest: str | None = field(default=None, repr=False)
-    journal: str = field(default="", repr=False)
     # No float in the manifest read is a NaN or an infinity (jobgen.record.store.ManifestRead.exact).
     exact: bool = field(default=False, repr=False)
-    # When it was loaded (time.time_ns()): a file changed since is not taken for the version read.
-    loaded_ns: int = field(default=0, repr=False)
     # The accounting's answer asked for ahead, while the records were read (jobgen.results.collect.look_and_ask):
     # (the question, the function that waits for the answer).
     ahead: tuple[dict[str, list[str]], Callable[[], Any]] | None = field(default=None, repr=False)
@@ -500,7 +497,6 @@ class Run:
     @classmethod
     def load(cls, run_dir: Path) -> Run:
         """The run at `run_dir`; a missing or damaged manifest is a one-line error naming the file."""
-        started = time.time_ns()
         read = store.read_manifest(run_dir)
         manifest = read.doc
         folder = Path(run_dir)
@@ -512,26 +508,24 @@ class Run:
             jobs,
             index,
             digest=read.digest,
-            journal=read.journal,
             exact=read.exact,
-            loaded_ns=started,
         )
 
     def record(self, updates: dict[str, dict[str, Any]]) -> None:
         """Write these fields of the named jobs to the run's record and to their entries here, each only
         where the job's id is still the one read (a requeue meanwhile gave it another). The manifest read
         is written whole when it is still the one on disk (jobgen.record.store.update_read); the run then
-        stands for the record as written (its digest), so what a command keeps of it holds."""
+        stands for the record as written (its digest), so a second write in the same command is whole too."""
         ids = {job.name: job.job_id for job in self.jobs}
         self.exact = self.exact and store.finite(updates)
         written = store.update_read(self.run_dir, self.manifest, self.digest, updates, if_job_id=ids, exact=self.exact)
         if written is None:
-            self.digest = None  # the record changed since it was read: nothing kept of this read holds
+            self.digest = None  # the record changed since it was read: later changes go through the journal
             self.exact = False
             for job in self.jobs:
                 job.entry.update(updates.get(job.name, {}))
         else:
-            self.digest, self.journal = written
+            self.digest = written[0]
 
     def problems(self) -> list[str]:
         """One line per damaged record of its jobs (RunJob.problems); what was read is saved in the index."""
