@@ -6,10 +6,12 @@ import what they need inside their own bodies.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import sys
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +104,17 @@ class _Group(click.Group):
         finally:
             if collecting:
                 gc.enable()  # in-process callers (tests, notebooks) get their collector back
+
+
+@contextlib.contextmanager
+def _json_alone(fmt: str) -> Iterator[None]:
+    """With --format json, what is printed inside (a local job's output, a library's words) goes to
+    stderr, so that stdout holds the JSON the command prints after it alone."""
+    if fmt != "json":
+        yield
+        return
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
 
 
 def _debug(ctx: click.Context) -> bool:
@@ -383,19 +396,20 @@ def probe(
     def started(run_dir: Path) -> None:
         click.echo(f"probe run: {run_dir} (waiting for its jobs)", err=fmt == "json")
 
-    done = probing.probe(
-        experiment,
-        _root(ctx),
-        backend=backend,
-        sets=list(sets),
-        site=site,
-        steps=steps,
-        warmup_steps=warmup_steps,
-        eval_samples=eval_samples,
-        timeout=timeout,
-        interval=interval,
-        on_run=started,
-    )
+    with _json_alone(fmt):
+        done = probing.probe(
+            experiment,
+            _root(ctx),
+            backend=backend,
+            sets=list(sets),
+            site=site,
+            steps=steps,
+            warmup_steps=warmup_steps,
+            eval_samples=eval_samples,
+            timeout=timeout,
+            interval=interval,
+            on_run=started,
+        )
     if fmt == "json":
         click.echo(json.dumps([p.as_json() for p in done.points], indent=2))
         return
@@ -585,15 +599,17 @@ def summary(
     """Time and accuracy of every job of RUNS (run folders, experiment names or files; default: the latest run)."""
     from jobgen.results.summary import summary_text
 
-    text, warnings = summary_text(
-        _many_runs(ctx, runs, all_runs),
-        refresh=refresh,
-        baseline=baseline,
-        fmt=fmt,
-        plot=Path(plot) if plot else None,
-        combine=combine,
-        color=fmt == "table" and sys.stdout.isatty(),
-    )
+    color = fmt == "table" and sys.stdout.isatty()
+    with _json_alone(fmt):
+        text, warnings = summary_text(
+            _many_runs(ctx, runs, all_runs),
+            refresh=refresh,
+            baseline=baseline,
+            fmt=fmt,
+            plot=Path(plot) if plot else None,
+            combine=combine,
+            color=color,
+        )
     click.echo(text, nl=False)
     for line in warnings:
         click.echo(f"warning: {line}", err=True)
@@ -613,7 +629,7 @@ def diff(ctx: click.Context, a: str, b: str, job: str | None, fmt: str) -> None:
 
     A and B are run folders, run ids or experiment names (its latest run). To compare two jobs, write
     RUN:JOB for each, or give --job NAME for a job both runs have (a job's resolved spec.json is
-    compared instead of the run's experiment.toml).
+    compared instead of the run's resolved experiment, experiment.resolved.toml).
     """
     from jobgen.results.diff import diff as diff_sides
     from jobgen.results.diff import render_json, render_text
@@ -621,11 +637,14 @@ def diff(ctx: click.Context, a: str, b: str, job: str | None, fmt: str) -> None:
     one, two = _side(ctx, a, job), _side(ctx, b, job)
     if (one.job is None) != (two.job is None):
         raise click.UsageError("compare two runs, or two jobs (RUN:JOB for both, or --job NAME)", ctx)
-    doc = diff_sides(one, two)
+    with _json_alone(fmt):
+        doc = diff_sides(one, two)
     click.echo(render_json(doc) if fmt == "json" else render_text(doc), nl=False)
     _warn([one.run] if one.run.run_dir == two.run.run_dir else [one.run, two.run])
     for line in doc["warnings"]:
         click.echo(f"warning: {line}", err=True)
+    for line in doc["notes"]:
+        click.echo(f"note: {line}", err=True)
 
 
 @main.command()

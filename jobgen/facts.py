@@ -38,8 +38,8 @@ def now_iso() -> str:
 
 def aware_time(value: object) -> dt.datetime | None:
     """A time as the records and Slurm write it (ISO 8601), aware: jobgen's are UTC, Slurm's naive ones
-    are this machine's local time. None for anything else. The same text is read once per time zone:
-    a sweep's 10,000 jobs share a few dozen submission and start times."""
+    are this machine's local time. None for anything else. The same text is read once per time zone
+    (a sweep's jobs share a few submission and start times)."""
     if not isinstance(value, str):
         return None
     return _aware_time(value, time.tzname, time.timezone, time.altzone)

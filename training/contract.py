@@ -14,6 +14,7 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import difflib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -42,6 +43,89 @@ WandbMode = Literal["offline", "online", "disabled"]  # as wandb.init types it
 WANDB_MODES: tuple[WandbMode, ...] = ("offline", "online", "disabled")
 SPLITS = ("train", "validation", "test")
 TINY_MODEL = "builtin:tiny"  # built on the fly by training/model.py
+TINY_DECODER = "builtin:tiny-decoder"  # a Llama-shaped decoder, built on the fly the same way
+BUILTIN_MODELS = (TINY_MODEL, TINY_DECODER)
+PEFT_METHODS = ("none", "lora")
+# The linear layers LoRA can adapt in each built-in model (their blocks' layers), known without loading it.
+BUILTIN_LINEAR = {
+    TINY_MODEL: ("q_lin", "k_lin", "v_lin", "out_lin", "lin1", "lin2"),
+    TINY_DECODER: ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+}
+# The classification heads peft trains in full under LoRA (task SEQ_CLS's modules_to_save), never adapts.
+HEAD_MODULES = ("classifier", "score")
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a problem type means for every engine: the head's `problem_type` on the Hugging Face config
+    (which picks the loss: cross-entropy, BCE with logits, MSE), the metrics scored and the default
+    primary metric (training/metrics.py computes them)."""
+
+    hf_problem_type: str
+    metrics: tuple[str, ...]
+    primary: str
+
+
+# The one table of problem types. `f1` (F1 of class 1) is scored for two classes only.
+TASKS: dict[str, Task] = {
+    "single_label": Task("single_label_classification", ("accuracy", "macro_f1", "f1", "mcc"), "accuracy"),
+    "multi_label": Task("multi_label_classification", ("micro_f1", "macro_f1"), "micro_f1"),
+    "regression": Task("regression", ("pearson", "spearman", "mse"), "pearson"),
+}
+PROBLEM_TYPES = (AUTO, *TASKS)
+METRICS = ("accuracy", "macro_f1", "f1", "mcc", "pearson", "spearman", "mse", "micro_f1")
+LOWER_IS_BETTER = ("mse",)
+
+
+def primary_metric(problem_type: str, chosen: str = AUTO) -> str:
+    """The metric best-checkpoint selection and `jobgen summary` use: data.primary_metric, or the
+    problem type's default."""
+    return TASKS[problem_type].primary if chosen == AUTO else chosen
+
+
+def metric_problem(problem_type: str, metric: str) -> str | None:
+    """Why `metric` cannot be the primary metric of `problem_type`; None when it can."""
+    if metric == AUTO or problem_type == AUTO or metric in TASKS[problem_type].metrics:
+        return None
+    return f"{metric!r} is not scored for {problem_type}; use one of {', '.join(TASKS[problem_type].metrics)}"
+
+
+# data.preset = "glue/<task>": the GLUE tasks on the hub. GLUE's test labels are hidden, so the
+# validation split is the test split and validation is carved from train (data.val_fraction, seeded).
+GLUE_DATASET = "nyu-mll/glue"
+_GLUE: dict[str, tuple[str, str, str, str]] = {  # task: text field, pair field, problem type, primary metric
+    "cola": ("sentence", "", "single_label", "mcc"),
+    "sst2": ("sentence", "", "single_label", "accuracy"),
+    "mrpc": ("sentence1", "sentence2", "single_label", "f1"),
+    "qqp": ("question1", "question2", "single_label", "f1"),
+    "stsb": ("sentence1", "sentence2", "regression", "pearson"),
+    "mnli": ("premise", "hypothesis", "single_label", "accuracy"),
+    "qnli": ("question", "sentence", "single_label", "accuracy"),
+    "rte": ("sentence1", "sentence2", "single_label", "accuracy"),
+}
+
+
+def _glue(task: str) -> dict[str, Any]:
+    text, pair, problem_type, metric = _GLUE[task]
+    values: dict[str, Any] = {
+        "dataset": GLUE_DATASET,
+        "config": task,
+        "text_field": text,
+        "text_pair_field": pair,
+        "label_field": "label",
+        "train_split": "train",
+        "validation_split": "",
+        "test_split": "validation",
+        "problem_type": problem_type,
+        "primary_metric": metric,
+    }
+    if task == "mnli":  # scored on both: the matched split is the test split, mismatched is also tested
+        values |= {"test_split": "validation_matched", "extra_test_splits": ["validation_mismatched"]}
+    return values
+
+
+PRESETS: dict[str, dict[str, Any]] = {f"glue/{task}": _glue(task) for task in _GLUE}
 # Upper bounds shared by the keys that count the same thing (here and in jobgen's [slurm] section): far
 # above any real job, far below what would overflow a C int in Slurm or a tensor index.
 MAX_NODES = 10_000
@@ -108,7 +192,25 @@ class Train:
     )
     num_nodes: int = opt(0, "Nodes the engine uses; 0 = slurm.nodes (must equal it).", min=0, max=MAX_NODES)
     devices: int = opt(0, "Devices (ranks) per node; 0 = slurm.gpus_per_node, or 1.", min=0, max=MAX_DEVICES)
-    model: str = opt("distilbert-base-uncased", "Hugging Face model name, local path, or builtin:tiny.")
+    model: str = opt(
+        "distilbert-base-uncased", "Hugging Face model name, local path, builtin:tiny or builtin:tiny-decoder."
+    )
+    peft: str = opt(
+        "none",
+        "none = every weight trains; lora = LoRA adapters plus the classification head (docs/guides/lora.md).",
+        choices=PEFT_METHODS,
+    )
+    lora_r: int = opt(8, "LoRA rank (train.peft = 'lora').", min=1, max=4096)
+    lora_alpha: int = opt(16, "LoRA alpha: the adapters' update is scaled by lora_alpha / lora_r.", min=1, max=100_000)
+    lora_dropout: float = opt(0.1, "Dropout on the LoRA adapters' input.", min=0, max=0.9)
+    lora_target_modules: list[str] = opt(
+        [],
+        "Modules LoRA adapts, by name (e.g. ['q_proj', 'v_proj']); empty = peft's for the model type.",
+        kind="modules",
+    )
+    gradient_checkpointing: bool = opt(
+        False, "Recompute activations in the backward pass (non-reentrant): less memory, more compute."
+    )
     epochs: int = opt(3, "Training epochs.", min=1, max=100_000)
     batch_size: int = opt(16, "Per-device training batch size.", min=1, max=1_000_000)
     eval_batch_size: int = opt(64, "Per-device evaluation batch size.", min=1, max=1_000_000)
@@ -130,6 +232,9 @@ class Train:
     )
     mlflow_uri: str = opt(
         "", "MLflow tracking URI; empty = $MLFLOW_TRACKING_URI on the node, else RUN/mlruns (a file store)."
+    )
+    save_predictions: bool = opt(
+        False, "Write jobs/<job>/predictions.csv: row, label, prediction, score of every test sample."
     )
 
     @property
@@ -164,6 +269,20 @@ class Data:
         "dynamic", "dynamic = pad each batch to its longest; max_length = pad all to max_length.", choices=PADDINGS
     )
     group_by_length: bool = opt(False, "Batch samples of similar length together (less padding).")
+    preset: str = opt(
+        "",
+        "A known task filling the data keys left at their defaults: glue/<task> (cola, sst2, ...).",
+        choices=("", *PRESETS),
+    )
+    problem_type: str = opt(
+        AUTO, "single_label, multi_label or regression; auto = from the labels.", choices=PROBLEM_TYPES
+    )
+    primary_metric: str = opt(
+        AUTO,
+        "Metric that picks the best epoch and leads the summary; auto = the problem type's.",
+        choices=(AUTO, *METRICS),
+    )
+    extra_test_splits: list[str] = opt([], "Further source splits scored like the test split (MNLI mismatched).")
 
 
 SECTIONS: dict[str, type] = {"train": Train, "data": Data}
@@ -185,6 +304,13 @@ def _check_loggers(v: list[str]) -> str | None:
     if bad:
         return f"{show(bad[0])} is not one of {', '.join(LOGGERS)}{suggest(str(bad[0]), LOGGERS)}"
     return f"{v!r} names a logger twice" if len(set(v)) != len(v) else None
+
+
+def _check_modules(v: list[str]) -> str | None:
+    for name in v:
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*", name):
+            return f"{show(name)} is not a module name (letters, digits, _ and dots, e.g. 'q_proj')"
+    return f"{v!r} names a module twice" if len(set(v)) != len(v) else None
 
 
 def _check_encoding(v: str) -> str | None:
@@ -217,6 +343,7 @@ def _check_files(v: dict[str, str]) -> str | None:
 
 KIND_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "loggers": _check_loggers,
+    "modules": _check_modules,
     "encoding": _check_encoding,
     "partition": _check_partition,
     "files": _check_files,
@@ -277,6 +404,25 @@ def shape_problems(t: Train) -> list[tuple[str, str]]:
                 "more devices, or a *_offload DeepSpeed stage",
             )
         )
+    heads = [name for name in t.lora_target_modules if name.rsplit(".", 1)[-1] in HEAD_MODULES]
+    if t.peft == "lora" and heads:
+        out.append(
+            (
+                "train.lora_target_modules",
+                f"{t.lora_target_modules!r} names {heads[0]!r}, the classification head: LoRA never adapts it, "
+                "it trains in full (peft's modules_to_save); leave it out",
+            )
+        )
+    layers = BUILTIN_LINEAR.get(t.model, ())
+    missing = [name for name in t.lora_target_modules if layers and name.rsplit(".", 1)[-1] not in layers]
+    if t.peft == "lora" and missing and not heads:
+        out.append(
+            (
+                "train.lora_target_modules",
+                f"{t.lora_target_modules!r} names {missing[0]!r}, which {t.model} has not; its layers: "
+                f"{', '.join(layers)}",
+            )
+        )
     if t.engine == "fabric" and is_deepspeed(t.strategy) and t.grad_accum > 1:
         out.append(
             (
@@ -285,6 +431,28 @@ def shape_problems(t: Train) -> list[tuple[str, str]]:
                 "engine 'lightning' or grad_accum = 1",
             )
         )
+    return out
+
+
+def with_preset(data: Data) -> Data:
+    """`data` with its preset's values in the keys it left at their defaults (a key set to anything
+    else is the user's and stays)."""
+    if data.preset not in PRESETS:  # none, or one the checks refuse
+        return data
+    defaults = Data()
+    changes = {k: v for k, v in PRESETS[data.preset].items() if getattr(data, k) == getattr(defaults, k)}
+    return dataclasses.replace(data, **changes)
+
+
+def data_problems(d: Data) -> list[tuple[str, str]]:
+    """(dotted key, problem) for data keys that cannot go together (after the preset is applied)."""
+    d = with_preset(d)
+    out = []
+    problem = metric_problem(d.problem_type, d.primary_metric)
+    if problem:
+        out.append(("data.primary_metric", problem))
+    if d.extra_test_splits and (d.partition or d.dataset == "builtin:synthetic"):
+        out.append(("data.extra_test_splits", "names a dataset's own splits; a pooled partition has none"))
     return out
 
 

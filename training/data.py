@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 
 SYNTHETIC = "builtin:synthetic"
 SPLITS = ("train", "validation", "test")
+# Each sample's row in the source data (its position in its source split; in the pool's order when
+# data.partition pools the splits): predictions.csv's `row`.
+SOURCE_ROW = "jobgen_row"
+LAYOUT = 2  # of the tokenized cache: bump when its columns change, so old caches are not read
 FORMATS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
 
@@ -34,10 +38,19 @@ class Prepared:
     """What every engine gets: tokenized splits, the label names and where to load the model from."""
 
     splits: DatasetDict
-    label_names: list[str]
+    label_names: list[str]  # class names; ["value"] for regression (one output)
     model_source: str
     tokenizer: Any
     from_cache: bool
+    problem_type: str = "single_label"  # a key of training.contract.TASKS, resolved from the labels
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.label_names)
+
+    def test_splits(self) -> list[str]:
+        """The splits the best weights are scored on: "test", then data.extra_test_splits'."""
+        return ["test", *sorted(k for k in self.splits if k.startswith(EXTRA_TEST))]
 
 
 def _hash(obj: Any) -> str:
@@ -101,11 +114,26 @@ def _guess_format(files: dict[str, str]) -> str:
     return cast(str, found.pop())  # None was ruled out above
 
 
+EXTRA_TEST = "test_"  # data.extra_test_splits' split "x" is prepared as "test_x"
+
+
 def make_splits(raw: DatasetDict, data: DataSpec, seed: int) -> DatasetDict:
-    """train/validation/test: a seeded partition of all rows pooled, or the dataset's own splits."""
+    """train/validation/test (and test_<name> for data.extra_test_splits): a seeded partition of all rows
+    pooled, or the dataset's own splits. Every row carries its SOURCE_ROW."""
     import datasets
 
-    raw = datasets.DatasetDict({k: v.filter(_has_text(data)) for k, v in raw.items()})
+    offsets, at = {}, 0
+    for name in [k for k in SPLITS if k in raw] + [k for k in raw if k not in SPLITS]:  # the pool's order
+        offsets[name], at = at, at + len(raw[name])
+    pooled = bool(data.partition or data.dataset == SYNTHETIC)
+    raw = datasets.DatasetDict(
+        {
+            k: v.add_column(SOURCE_ROW, [i + (offsets[k] if pooled else 0) for i in range(len(v))]).filter(
+                _has_text(data)
+            )
+            for k, v in raw.items()
+        }
+    )
     # The synthetic set is one pool: it is always cut, by default into synthetic.DEFAULT_SIZES.
     sizes = data.partition or (synthetic.DEFAULT_SIZES if data.dataset == SYNTHETIC else ())
     if sizes:
@@ -142,13 +170,17 @@ def _own_splits(raw: DatasetDict, data: DataSpec, seed: int) -> DatasetDict:
     for role in (data.train_split, data.test_split, data.validation_split):
         if role and role not in raw:
             raise SpecError(f"split {role!r} not in the dataset; it has {sorted(raw)}")
+    for role in data.extra_test_splits:
+        if role not in raw:
+            raise SpecError(f"data.extra_test_splits: split {role!r} not in the dataset; it has {sorted(raw)}")
     train = raw[data.train_split]
     if data.validation_split:
         validation = raw[data.validation_split]
     else:
         cut = train.train_test_split(test_size=data.val_fraction, seed=seed)
         train, validation = cut["train"], cut["test"]
-    return datasets.DatasetDict({"train": train, "validation": validation, "test": raw[data.test_split]})
+    extra = {f"{EXTRA_TEST}{role}": raw[role] for role in data.extra_test_splits}
+    return datasets.DatasetDict({"train": train, "validation": validation, "test": raw[data.test_split], **extra})
 
 
 def _cap(ds: Dataset, n: int, seed: int) -> Dataset:
@@ -156,18 +188,65 @@ def _cap(ds: Dataset, n: int, seed: int) -> Dataset:
     return ds if len(ds) <= n else ds.shuffle(seed=seed).select(range(n))
 
 
-def label_names(splits: DatasetDict, label_field: str) -> list[str]:
-    """Class names, sorted; string labels and int labels alike (ints keep their numeric order)."""
+def problem_type(splits: DatasetDict, label_field: str) -> str:
+    """From the labels: lists are multi_label, a float that is not a whole number makes regression,
+    anything else is single_label (class names, ints, whole floats)."""
     feature = splits["train"].features[label_field]
     if hasattr(feature, "names"):
-        return list(feature.names)
-    values = {v for ds in splits.values() for v in ds[label_field]}
-    return [str(v) for v in sorted(values)]
+        return "single_label"
+    values = [v for ds in splits.values() for v in ds[label_field]]
+    if any(isinstance(v, list) for v in values):
+        return "multi_label"
+    if any(isinstance(v, float) and not v.is_integer() for v in values):
+        return "regression"
+    return "single_label"
 
 
-def label_ids(splits: DatasetDict, label_field: str, names: list[str]) -> DatasetDict:
+def label_names(splits: DatasetDict, label_field: str, problem: str = "single_label") -> list[str]:
+    """Class names, sorted; string labels and int labels alike (ints keep their numeric order).
+    Multi-label: the classes of every list; regression: ["value"], its one output."""
+    if problem == "regression":
+        return ["value"]
+    feature = splits["train"].features[label_field]
+    inner = getattr(feature, "feature", None)  # a list of class labels
+    if hasattr(feature, "names") or hasattr(inner, "names"):
+        return list(getattr(feature, "names", None) or inner.names)  # type: ignore[union-attr]
+    values: set[Any] = set()
+    for ds in splits.values():
+        for v in ds[label_field]:
+            if problem == "multi_label":
+                values.update(v if isinstance(v, list) else [v])
+            else:
+                values.add(v)
+    try:
+        return [str(v) for v in sorted(values)]
+    except TypeError:  # mixed kinds: order by their text
+        return sorted(str(v) for v in values)
+
+
+def label_ids(splits: DatasetDict, label_field: str, names: list[str], problem: str = "single_label") -> DatasetDict:
+    """The `labels` column the model trains on: class ids, multi-hot floats, or the float target.
+    Class labels (datasets' ClassLabel, as GLUE's) hold the class id already; other values are names."""
     index = {name: i for i, name in enumerate(names)}
-    return splits.map(lambda b: {"labels": [index[str(v)] for v in b[label_field]]}, batched=True)
+    feature = splits["train"].features[label_field]
+    if hasattr(feature, "names") or hasattr(getattr(feature, "feature", None), "names"):
+        index |= {str(i): i for i in range(len(names))}
+
+    def one(v: Any) -> Any:
+        if problem == "regression":
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise SpecError(f"data.problem_type = 'regression' needs numbers in {label_field!r}, got {v!r}")
+            return float(v)
+        if problem == "multi_label":
+            hot = [0.0] * len(names)
+            for item in v if isinstance(v, list) else [v]:
+                hot[index[str(item)]] = 1.0
+            return hot
+        if isinstance(v, list):
+            raise SpecError(f"{label_field!r} holds lists: set data.problem_type = 'multi_label'")
+        return index[str(v)]
+
+    return splits.map(lambda b: {"labels": [one(v) for v in b[label_field]]}, batched=True)
 
 
 # ---- tokenization -------------------------------------------------------------------------------
@@ -182,7 +261,7 @@ def tokenize(splits: DatasetDict, tokenizer: Any, data: DataSpec, num_proc: int 
         enc["length"] = [len(ids) for ids in enc["input_ids"]]
         return dict(enc)
 
-    keep = {"labels"}
+    keep = {"labels", SOURCE_ROW}
     drop = [c for c in splits["train"].column_names if c not in keep]
     return splits.map(encode, batched=True, remove_columns=drop, num_proc=num_proc)
 
@@ -222,22 +301,27 @@ def prepare(spec: Spec) -> Prepared:
                 raw.append(make_splits(load_raw(spec), spec.data, spec.train.seed))
             return raw[0]
 
+        def problem() -> str:
+            chosen = spec.data.problem_type
+            return problem_type(splits(), spec.data.label_field) if chosen == "auto" else chosen
+
         def corpus() -> tuple[list[str], list[str]]:
-            return train_texts(splits()["train"], spec.data), label_names(splits(), spec.data.label_field)
+            return train_texts(splits()["train"], spec.data), label_names(splits(), spec.data.label_field, problem())
 
         source = model_lib.resolve_source(spec, key, corpus)
         tokenizer = model_lib.load_tokenizer(source)
-        tok_key = _hash([key, tokenizer_fingerprint(tokenizer), spec.data.max_length])
+        tok_key = _hash([key, tokenizer_fingerprint(tokenizer), spec.data.max_length, LAYOUT])
         final = spec.cache_dir / "tokenized" / tok_key
         hit = final.exists()
         if not hit:
-            names = label_names(splits(), spec.data.label_field)
+            kind = problem()
+            names = label_names(splits(), spec.data.label_field, kind)
             encoded = tokenize(
-                label_ids(splits(), spec.data.label_field, names),
+                label_ids(splits(), spec.data.label_field, names, kind),
                 tokenizer,
                 spec.data,
                 num_proc=2 if len(splits()["train"]) > 20000 else None,
             )
-            save_atomically(encoded, {"label_names": names}, final)
+            save_atomically(encoded, {"label_names": names, "problem_type": kind}, final)
     meta = json.loads((final / "jobgen_meta.json").read_text())
-    return Prepared(load_from_disk(str(final)), meta["label_names"], source, tokenizer, hit)
+    return Prepared(load_from_disk(str(final)), meta["label_names"], source, tokenizer, hit, meta["problem_type"])

@@ -173,7 +173,7 @@ class Collator:
     def __call__(self, rows: list[dict[str, Any]]) -> MutableMapping[str, Any]:
         import torch
 
-        features = [{k: v for k, v in r.items() if k not in ("length", "row")} for r in rows]
+        features = [{k: v for k, v in r.items() if k not in ("length", "row", "jobgen_row")} for r in rows]
         batch: MutableMapping[str, Any] = self.tokenizer.pad(  # a transformers BatchEncoding
             features,
             padding=self.padding,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from training import console, requeue
+from training import adapter, console, requeue
 from training.engines.common import parameter_shards
 from training.loaders import model_inputs
 from training.metrics import Scores
@@ -52,7 +52,7 @@ class Job:
     optimizer: Any
     scheduler: Any
     loaders: dict[str, Any]
-    num_classes: int
+    prepared: Any  # training.data.Prepared: the problem type, the classes, the test splits' rows
     stats: Stats
     log: MetricsLog
     watcher: requeue.Watcher | None
@@ -108,7 +108,7 @@ def _remove(path: Path) -> None:
 
 def save_best(job: Job) -> None:
     """The weights of the best validation epoch so far, the ones `test` scores (as Lightning's
-    ModelCheckpoint(monitor="val_acc") does: kept when strictly better than every earlier epoch)."""
+    ModelCheckpoint does: kept when the primary metric is strictly better than every earlier epoch's)."""
     directory = job.spec.checkpoint_dir
     tmp, final = directory / f".tmp-{BEST}", directory / BEST
     if job.rt.rank == 0:
@@ -123,9 +123,9 @@ def save_best(job: Job) -> None:
     job.rt.barrier()
 
 
-def best_epoch(val_acc: list[float]) -> int | None:
-    """The first epoch with the highest validation accuracy."""
-    return max(range(len(val_acc)), key=lambda i: (val_acc[i], -i)) if val_acc else None
+def best_epoch(values: list[float]) -> int | None:
+    """The first epoch with the highest value (Stats.val_primary(): the primary metric, higher better)."""
+    return max(range(len(values)), key=lambda i: (values[i], -i)) if values else None
 
 
 def resume(job: Job) -> None:
@@ -145,15 +145,14 @@ def evaluate(job: Job, split: str) -> dict[str, Any]:
     import torch
 
     job.model.eval()
-    scores = Scores(job.num_classes, job.rt.device)
+    truth = job.prepared.splits[split]["labels"]
+    scores = Scores(job.prepared.problem_type, job.prepared.num_labels, job.rt.device, truth)
     with torch.no_grad(), job.rt.autocast():
         for batch in job.loaders[split]:
             batch = job.rt.to_device(batch)
             scores.update(job.model(**model_inputs(batch)).logits.float(), batch["labels"], batch["row"])
     job.model.train()
-    result = scores.compute()
-    job.stats.scored[split] = result["scored"]
-    return result
+    return scores.compute()
 
 
 def _step(job: Job, batch: dict[str, Any], index: int, last: int) -> tuple[float, bool]:
@@ -226,7 +225,7 @@ def fit(job: Job) -> None:
     console.set_rank(job.rt.rank)
     resume(job)
     # Epochs whose validation ran are done; a mid-epoch checkpoint resumes at progress["batch"].
-    for epoch in range(len(stats.val_acc_per_epoch), t.epochs):
+    for epoch in range(stats.epochs_validated(), t.epochs):
         if t.max_steps and job.progress["global_step"] >= t.max_steps:
             break
         outcome = train_epoch(job, epoch)
@@ -238,10 +237,10 @@ def fit(job: Job) -> None:
         console.phase(f"validating epoch {epoch + 1}/{t.epochs}")
         with Clock(stats, "eval"):
             val = evaluate(job, "validation")
-        console.say(epoch_line("validation", val["acc"], val["scored"], epoch=epoch, epochs=t.epochs))
+        console.say(epoch_line("validation", val, epoch=epoch, epochs=t.epochs, primary=stats.primary_metric))
         console.phase("checkpointing")
-        stats.val_acc_per_epoch.append(val["acc"])
-        if best_epoch(stats.val_acc_per_epoch) == epoch:
+        stats.add_validation(val)
+        if best_epoch(stats.val_primary()) == epoch:
             save_best(job)
         job.log.add(epoch=epoch, step=job.progress["global_step"], split="validation", acc=val["acc"], f1=val["f1"])
         job.progress.update(epoch=epoch + 1, batch=0)
@@ -251,23 +250,27 @@ def fit(job: Job) -> None:
             break
     job.clock.flush(job.rt.reduce_sum)
     stats.parameters = parameter_shards(job.model, job.rt.rank, job.rt.world, job.rt.reduce_sum)
-    stats.epochs_done = len(stats.val_acc_per_epoch)
+    stats.epochs_done = stats.epochs_validated()
     stats.optimizer_steps = job.progress["global_step"]
 
 
 def test(job: Job) -> None:
-    """Score the test split with the best validation epoch's weights."""
-    best = best_epoch(job.stats.val_acc_per_epoch)
-    if best is not None and best != len(job.stats.val_acc_per_epoch) - 1:
+    """Score the test splits with the best validation epoch's weights."""
+    best = best_epoch(job.stats.val_primary())
+    if best is not None and best != job.stats.epochs_validated() - 1:
         job.rt.load(job.spec.checkpoint_dir / BEST, {"model": job.model})
     job.stats.tested_epoch = best
     console.phase("testing")
-    with Clock(job.stats, "eval"):
-        scores = evaluate(job, "test")
     note = f"weights of epoch {best + 1}" if best is not None else ""
-    console.say(epoch_line("test", scores["acc"], scores["scored"], f1=scores["f1"], note=note))
-    job.stats.test_acc, job.stats.test_f1 = scores["acc"], scores["f1"]
+    for split in job.prepared.test_splits():
+        with Clock(job.stats, "eval"):
+            result = evaluate(job, split)
+        console.say(epoch_line(split, result, note=note, primary=job.stats.primary_metric))
+        job.stats.add_test(split, result, job.spec, job.prepared, job.rt.rank)
+        if split == "test":
+            scores = result
     job.log.add(
         epoch=job.stats.epochs_done, step=job.progress["global_step"], split="test", acc=scores["acc"], f1=scores["f1"]
     )
     job.log.flush()
+    adapter.save(job.model, job.spec.job_dir, job.rt.rank)  # the weights just tested

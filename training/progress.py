@@ -26,6 +26,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 PREFIX = "training: "
 HEARTBEAT_ENV = "JOBGEN_HEARTBEAT_S"
@@ -43,8 +44,8 @@ PROGRESS_LINE = re.compile(
     rf"(?: samples/s (?P<samples_per_s>{_NUMBER}) \({RATE_WINDOW}\))?$"
 )
 EPOCH_LINE = re.compile(
-    rf"^{PREFIX}(?:epoch (?P<epoch>\d+)/(?P<epochs>\d+) (?P<split>validation)|(?P<test>test)) acc (?P<acc>{_NUMBER})"
-    r"(?: f1 \S+)? \(\d+ rows(?:, [^)]*)?\)$"
+    rf"^{PREFIX}(?:epoch (?P<epoch>\d+)/(?P<epochs>\d+) (?P<split>validation)|(?P<test>test)(?: [\w.-]+)?)"
+    rf"(?: acc (?P<acc>{_NUMBER}))?(?: [a-z0-9_]+ \S+)* \(\d+ rows(?:, [^)]*)?\)$"
 )
 HEARTBEAT_LINE = re.compile(rf"^{PREFIX}(?P<phase>[a-z][\w /.-]*?), (?P<seconds>\d+) s so far$")
 
@@ -78,13 +79,30 @@ def progress_line(
 
 
 def epoch_line(
-    split: str, acc: float, rows: int, *, epoch: int = 0, epochs: int = 0, f1: float | None = None, note: str = ""
+    split: str,
+    scores: dict[str, Any],
+    *,
+    epoch: int = 0,
+    epochs: int = 0,
+    note: str = "",
+    primary: str = "accuracy",
 ) -> str:
     """'training: epoch 2/3 validation acc 0.9100 (300 rows)', or for the test split
-    'training: test acc 0.9400 f1 0.9455 (400 rows, weights of epoch 2)' (`epoch` counts from 0)."""
-    head = f"epoch {epoch + 1}/{epochs} validation" if split == "validation" else "test"
-    score = f" f1 {f1:.4f}" if f1 is not None else ""
-    return f"{PREFIX}{head} acc {acc:.4f}{score} ({rows} rows{', ' + note if note else ''})"
+    'training: test acc 0.9400 f1 0.9455 (400 rows, weights of epoch 2)' (`epoch` counts from 0), from
+    Scores.compute()'s dict; the primary metric is added when it is another (' mcc 0.4512'), and a
+    further test split is named ('test validation_mismatched acc ...')."""
+    if split == "validation":
+        head = f"epoch {epoch + 1}/{epochs} validation"
+    else:
+        head = "test" if split == "test" else f"test {split.removeprefix('test_')}"
+    parts = [] if scores["acc"] is None else [f"acc {scores['acc']:.4f}"]
+    if split != "validation" and scores["f1"] is not None:
+        parts.append(f"f1 {scores['f1']:.4f}")
+    if primary not in ("accuracy", "f1") or scores["acc"] is None:
+        value = scores["metrics"].get(primary)
+        parts.append(f"{primary} {'-' if value is None else f'{value:.4f}'}")
+    rows = scores["scored"]
+    return f"{PREFIX}{head} {' '.join(parts)} ({rows} rows{', ' + note if note else ''})"
 
 
 def result_line(samples_per_s: float | None, train_s: float) -> str:

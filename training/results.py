@@ -43,9 +43,13 @@ class Stats:
     trained_samples: int = 0  # rows trained (all ranks), top-up repeats included
     repeated_samples: int = 0  # of those, top-up repeats that keep ranks in step
     scored: dict[str, int] = field(default_factory=dict)  # rows each split was scored on (all ranks)
-    val_acc_per_epoch: list[float] = field(default_factory=list)
+    val_acc_per_epoch: list[float] = field(default_factory=list)  # classification only
+    val_metrics_per_epoch: list[dict[str, Any]] = field(default_factory=list)  # one per validated epoch
+    primary_metric: str = "accuracy"  # picks the best epoch (training.contract.primary_metric)
     test_acc: float | None = None
     test_f1: float | None = None
+    test_metrics_by_split: dict[str, dict[str, Any]] = field(default_factory=dict)  # "test" first
+    predictions: str | None = None  # predictions.csv, when written
     tested_epoch: int | None = None  # the (best validation) epoch whose weights the test scored
     parameters: dict[str, Any] = field(default_factory=dict)  # {"total": n, "per_rank": [held by rank r]}
     epochs_done: int = 0
@@ -65,6 +69,7 @@ class Stats:
             "repeated_samples",
             "scored",
             "val_acc_per_epoch",
+            "val_metrics_per_epoch",
         )
         times = dict(self.times_s, total=self.times_s["total"] + time.perf_counter() - self.attempt_started)
         return {"times_s": times, **{k: getattr(self, k) for k in keep}}
@@ -76,6 +81,33 @@ class Stats:
                 self.times_s = {k: self.times_s.get(k, 0.0) + value.get(k, 0.0) for k in self.times_s | value}
             else:
                 setattr(self, key, value)
+
+    def epochs_validated(self) -> int:
+        return len(self.val_metrics_per_epoch)
+
+    def val_primary(self) -> list[float]:
+        """Each validated epoch's primary metric, as `max` compares them (see `best_epoch`)."""
+        from training.metrics import better
+
+        return [better(self.primary_metric, m.get(self.primary_metric)) for m in self.val_metrics_per_epoch]
+
+    def add_validation(self, scores: dict[str, Any]) -> None:
+        """One epoch's validation (Scores.compute()'s dict)."""
+        self.val_metrics_per_epoch.append(scores["metrics"])
+        if scores["acc"] is not None:
+            self.val_acc_per_epoch.append(scores["acc"])
+        self.scored["validation"] = scores["scored"]
+
+    def add_test(self, split: str, scores: dict[str, Any], spec: Spec, prepared: Any, rank: int) -> None:
+        """One test split's scores (the best weights); the test split's predictions.csv on rank 0."""
+        self.test_metrics_by_split[split] = scores["metrics"]
+        self.scored[split] = scores["scored"]
+        if split != "test":
+            return
+        self.test_acc, self.test_f1 = scores["acc"], scores["f1"]
+        if spec.train.save_predictions and rank == 0:
+            path = write_predictions(spec.job_dir / PREDICTIONS_FILE, scores["predictions"], prepared.splits["test"])
+            self.predictions = path.name
 
     def finish(self) -> None:
         self.times_s["total"] += time.perf_counter() - self.attempt_started
@@ -139,7 +171,7 @@ def _fmt(value: Any) -> Any:
 
 def _versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {}
-    for name in ("torch", "lightning", "transformers", "datasets", "torchmetrics", "deepspeed", "jobgen"):
+    for name in ("torch", "lightning", "transformers", "datasets", "torchmetrics", "deepspeed", "peft", "jobgen"):
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -229,8 +261,49 @@ def peak_memory_mb(on_gpu: bool) -> dict[str, float | None]:
     return {"host_rss": round(rss, 1), "gpu_max_allocated": None if gpu is None else round(gpu, 1)}
 
 
+PREDICTIONS_FILE = "predictions.csv"
+
+
+def write_predictions(path: Path, preds: Any, rows: Any) -> Path:
+    """predictions.csv: row (the sample's row in the source data), label, prediction, score; one line
+    per sample, sorted by row. Classes are ids (the model config's id2label names them); multi-label
+    cells list the classes (and the predicted ones' probabilities) separated by spaces. Floats are
+    written in full (repr), so the metrics recompute exactly from the file."""
+    from training.data import SOURCE_ROW
+
+    source = rows[SOURCE_ROW]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["row", "label", "prediction", "score"])
+    lines = []
+    for i, position in enumerate(preds.row.tolist()):
+        if preds.problem_type == "multi_label":
+            label = " ".join(str(c) for c in preds.label[i].nonzero()[0].tolist())
+            picked = preds.prediction[i].nonzero()[0].tolist()
+            prediction = " ".join(str(c) for c in picked)
+            score = " ".join(repr(float(preds.score[i][c])) for c in picked)
+        elif preds.problem_type == "regression":
+            label, prediction, score = (repr(float(x[i])) for x in (preds.label, preds.prediction, preds.score))
+        else:
+            label, prediction = str(int(preds.label[i])), str(int(preds.prediction[i]))
+            score = repr(float(preds.score[i]))
+        lines.append((int(source[position]), label, prediction, score))
+    writer.writerows(sorted(lines))
+    atomic_write(path, out.getvalue())
+    return path
+
+
+def _metrics_out(values: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if values is None else dict(values)
+
+
 def build_result(spec: Spec, stats: Stats, requeue_count: int) -> dict[str, Any]:
     t = spec.train
+    tested = stats.tested_epoch
+    by_split = {
+        k.removeprefix("test_") if k != "test" else spec.data.test_split: v
+        for k, v in stats.test_metrics_by_split.items()
+    }
     train_s = stats.times_s["train"]
     slots = stats.padded_slots
     return {
@@ -266,6 +339,14 @@ def build_result(spec: Spec, stats: Stats, requeue_count: int) -> dict[str, Any]
         "best_val_acc": round(max(stats.val_acc_per_epoch), 5) if stats.val_acc_per_epoch else None,
         "test_acc": stats.test_acc,
         "test_f1": stats.test_f1,
+        "primary_metric": stats.primary_metric,
+        "test_metrics": _metrics_out(stats.test_metrics_by_split.get("test")),
+        "val_metrics": _metrics_out(
+            stats.val_metrics_per_epoch[tested] if tested is not None and tested < stats.epochs_validated() else None
+        ),
+        # Every tested split by its source name (data.test_split, then data.extra_test_splits).
+        "test_metrics_by_split": by_split,
+        "predictions": stats.predictions,
         "tested_epoch": stats.tested_epoch,
         "epochs_done": stats.epochs_done,
         "optimizer_steps": stats.optimizer_steps,

@@ -58,6 +58,9 @@ def _run(spec: Spec) -> int:
     with Clock(stats, "data_prep"):
         prepared = data.prepare(spec)
     _say_ready(spec, prepared)
+    from training.metrics import resolve_primary
+
+    stats.primary_metric = resolve_primary(prepared.problem_type, spec.data.primary_metric, prepared.num_labels)
     prepared = probe.slice_eval(spec, prepared)
     console.phase(f"starting the {spec.train.engine} engine")
     engine = importlib.import_module(ENGINE_MODULES[spec.train.engine])
@@ -131,7 +134,9 @@ def prepare_only(spec: Spec) -> int:
     disable_progress_bar()
     prepared = data.prepare(spec)
     _say_ready(spec, prepared)
-    model_lib.load_model(prepared.model_source, prepared.label_names)  # downloads into the HF cache once
+    model_lib.load_model(
+        prepared.model_source, prepared.label_names, prepared.problem_type
+    )  # downloads into the HF cache once
     print(f"training: model {prepared.model_source} ready", flush=True)
     return 0
 

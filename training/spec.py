@@ -94,6 +94,7 @@ def validate(spec: Spec) -> None:
         + contract.section_problems("data", spec.data)
     ]
     problems += [f"{key} = {problem}" for key, problem in contract.shape_problems(spec.train)]
+    problems += [f"{key} = {problem}" for key, problem in contract.data_problems(spec.data)]
     if problems:
         raise SpecError(problems[0])
 
@@ -105,7 +106,8 @@ def from_dict(raw: dict[str, Any]) -> Spec:
     train = _build(TrainSpec, raw.pop("train", {}), "train")
     # 0 = "as many as the job has": jobgen fills these in; a spec written by hand runs one process.
     train = dataclasses.replace(train, num_nodes=train.num_nodes or 1, devices=train.devices or 1)
-    data = _build(DataSpec, raw.pop("data", {}), "data")
+    # A preset fills the data keys the spec left at their defaults (jobgen writes them as the user did).
+    data = contract.with_preset(_build(DataSpec, raw.pop("data", {}), "data"))
     requeue = _build(RequeueSpec, raw.pop("requeue", {}), "requeue")
     if "job_dir" not in raw:
         raise SpecError("spec has no job_dir")

@@ -138,7 +138,7 @@ class Scheduler:
                     folder, _, name = pattern.rpartition("/")
                     by_folder.setdefault(folder, []).append(name)
         found: set[Path] = set()
-        for folder, names in by_folder.items():  # each folder listed once (the report lists 10,000 of them)
+        for folder, names in by_folder.items():  # each folder listed once, however many patterns name it
             base = job_dir / folder if folder else job_dir
             matches = _matcher(tuple(names))
             try:
@@ -161,8 +161,8 @@ class Scheduler:
     def log_names_among(
         self, folder: str, names: Iterable[str], marks: dict[str, os.stat_result | None] | None = None
     ) -> list[str]:
-        """logs_among as the logs' names in the job's `folder`, in the same order: no Path per log (a
-        report of 10,000 jobs links 20,000 of them, and pathlib's parse of each cost it 0.1 s)."""
+        """logs_among as the logs' names in the job's `folder`, in the same order, without a Path per log
+        (a report links every log of every job)."""
         matches = _matcher(self._log_patterns)
         return _names_in_order(folder, [name for name in names if matches(name)], marks)
 
@@ -172,12 +172,12 @@ class Scheduler:
         return self._logs_in_job_folder
 
     @functools.cached_property
-    def _logs_in_job_folder(self) -> bool:  # asked for each job of a 10,000-job report
+    def _logs_in_job_folder(self) -> bool:  # asked for each job of a report: worked out once
         return all("/" not in pattern for pattern in self._log_patterns)
 
     @functools.cached_property
     def _log_patterns(self) -> tuple[str, ...]:
-        """Every log pattern, both streams (asked for each job of a 10,000-job report)."""
+        """Every log pattern, both streams (worked out once: asked for each job of a report)."""
         return tuple(p for patterns in self.logs.values() for p in patterns)
 
     # ---- rules

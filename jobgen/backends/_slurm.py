@@ -163,9 +163,7 @@ def extra_clashes(s: Mapping[str, Any], extra: Mapping[str, Any]) -> list[tuple[
 SACCT_FIELDS = "JobID,State,ExitCode,Elapsed,NNodes,NodeList,Submit,Start,End"
 
 
-# sacct takes the ids as one argument, which Linux caps at 128 KiB (MAX_ARG_STRLEN): the ids go in as few
-# calls as fit in SACCT_ARG_BYTES each. Fewer, longer questions are the cheaper ones: 10,000 array task
-# ids took 1.74 s asked in 10 chunks of 1,000 and 0.61 s asked in one (the test cluster's slurmdbd).
+# Below Linux's 128 KiB cap on one argument (MAX_ARG_STRLEN): sacct answers few long calls faster than many short.
 SACCT_ARG_BYTES = 120_000
 
 
@@ -188,9 +186,8 @@ def query(job_ids: list[str]) -> Answer:
     the ended jobs neither gave an exit code. When neither squeue nor scontrol answered (a controller
     down or too busy), the answer says so (Answer.silent): its silence about a job is no news of it.
 
-    One process per tool for the whole list (sacct in chunks), never one per job: a sweep of 10,000
-    jobs costs a handful of Slurm calls, not 10,000 (submitit#1759); a sweep the controller still holds,
-    queued, running or just ended, costs one squeue.
+    One process per tool for the whole list (sacct in chunks), never one per job (submitit#1759): a
+    sweep the controller still holds, queued, running or just ended, costs one squeue.
     """
     return query_later(job_ids)()
 
@@ -235,8 +232,8 @@ def _query(ids: list[str], said: tuple[str | None, str]) -> Answer:
 
 def sacct_ids(ids: list[str]) -> list[str]:
     """The ids to hand sacct for these jobs: the tasks of an array (<array id>_<task>) as the array's id,
-    which sacct answers with a line per task. A sweep of 10,000 tasks in arrays of 1,000 is one short
-    list, not ten chunks of task ids; the tasks not asked about are left out of the answer."""
+    which sacct answers with a line per task: a sweep of arrays is a short list, not chunks of task ids.
+    The tasks not asked about are left out of the answer."""
     return list(dict.fromkeys(jid.split("_", 1)[0] for jid in ids))
 
 
@@ -286,8 +283,8 @@ def usage(job_ids: list[str]) -> dict[str, list[Attempt]]:
 
 
 def usage_later(job_ids: list[str]) -> Callable[[], dict[str, list[Attempt]]]:
-    """usage, its first sacct started now (the only one up to 10,000 jobs; any others, one after the
-    other, by the function returned, which gives the answer)."""
+    """usage, its first sacct started now (the ids of further chunks are asked one after the other by
+    the function returned, which gives the answer)."""
     ids = list(dict.fromkeys(j for j in job_ids if j))
     chunks = sacct_chunks(sacct_ids(ids))
     first = slurm.ask_later(_usage_command(chunks[0])) if chunks else None
@@ -385,8 +382,7 @@ def _squeue(
     before (query_later)."""
     said, why = asked if asked is not None else slurm.ask_why(_squeue_command())
     out: dict[str, JobInfo] = {}
-    # What follows the id, read once: the tasks of a sweep that ended in the same second on the same
-    # node print the same fields (10,000 ended tasks of one sweep: some 800 different ones).
+    # What follows the id, read once: a sweep's tasks that ended in the same second on one node say the same.
     infos: dict[str, JobInfo | None] = {}
     for line in said.splitlines() if said is not None else []:
         named, _, rest = line.partition("|")

@@ -1,13 +1,13 @@
 """`jobgen rerun RUN [JOB...]`: a new run made from an old run's record, not from today's files.
 
 The new run sits beside the old one and holds its experiment.toml, code.patch and code/training/
-snapshot, and for each job its recorded spec.json and script with only the run's folder and id
-changed: the script's PYTHONPATH names the new run's copy of the old snapshot, the spec keeps the
-seed and every key. `--set KEY=VALUE` renders the recorded experiment again (its recorded overrides
-and site, then the new items); the manifest's "rerun" entry names the run repeated, the jobs, the
-items and what differed. What cannot be repeated as recorded is drift: no code snapshot, a package
-whose version differs where the jobs will run, a script this jobgen renders differently. Drift is
-refused (DriftError) unless allowed.
+snapshot, its resolved experiment (the new `--set` items applied), and for each job its recorded
+spec.json and script with only the run's folder and id changed: the script's PYTHONPATH names the new
+run's copy of the old snapshot, the spec keeps the seed and every key. `--set KEY=VALUE` renders the
+recorded experiment again (its recorded overrides and site, then the new items); the manifest's
+"rerun" entry names the run repeated, the jobs, the items and what differed. What cannot be repeated
+as recorded is drift: no code snapshot, a package whose version differs where the jobs will run, a
+script this jobgen renders differently. Drift is refused (DriftError) unless allowed.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 from jobgen import __version__, backends
 from jobgen.commands.submit import Files, customize, training_package_dir, write_new_run
 from jobgen.errors import DriftError, JobgenError
-from jobgen.experiment import config, sites
+from jobgen.experiment import config, resolved, sites
 from jobgen.plan.plan import Job, cache_dir_for, plan
 from jobgen.plan.render import RunInfo, render_job
 from jobgen.plan.spec import build_spec
@@ -92,6 +92,7 @@ def rerun(
     drift += package_drift
     scheduler = backends.get(old.backend)
     experiment = recorded_experiment(old, sets) if sets else None
+    tree = resolved_experiment(old, sets)
 
     def make(run_id: str, new_dir: Path) -> tuple[dict[str, Any], Files]:
         changed = drift + (_render_drifts(old, recorded, run_id, new_dir) if experiment is not None else [])
@@ -104,6 +105,8 @@ def rerun(
             )
         made = _render(experiment, recorded, run_id, new_dir, _git(old)) if experiment is not None else {}
         files: Files = {name: (old.run_dir / name).read_bytes() for name in KEPT if (old.run_dir / name).is_file()}
+        if tree is not None:
+            files[resolved.FILE] = resolved.text(tree)
         entries = []
         for rec in recorded:
             spec, script = made.get(rec.job.name) or _moved(old, rec, run_id, new_dir)
@@ -221,6 +224,16 @@ def recorded_experiment(old: Run, sets: list[str]) -> config.Experiment:
     text, raw = config.read_toml(path, "the recorded experiment", " in the recorded experiment")
     exp = config.build(raw, path=Path(str(old.manifest.get("experiment_file") or path)), text=text, display=str(path))
     return customize(exp, old.backend, [*(old.manifest.get("overrides") or []), *sets], _site(old), array=False)
+
+
+def resolved_experiment(old: Run, sets: list[str]) -> dict[str, Any] | None:
+    """The old run's resolved experiment (rebuilt from its record when it kept none) with `sets` applied;
+    None when its record cannot give one (the new run then has none either, as the old one)."""
+    try:
+        tree, _ = resolved.read(old.run_dir, old.manifest)
+    except JobgenError:
+        return None
+    return config.set_items(tree, sets, str(old.run_dir / resolved.FILE))
 
 
 def _site(old: Run) -> sites.Site | None:

@@ -20,7 +20,7 @@ from jobgen import backends
 from jobgen.backends import Scheduler
 from jobgen.commands import limits
 from jobgen.errors import ConfigError, JobgenError, SubmitError
-from jobgen.experiment import config, sites
+from jobgen.experiment import config, resolved, sites
 from jobgen.facts import now_iso
 from jobgen.plan import container
 from jobgen.plan.container import DEFAULT_HF_HOME
@@ -146,6 +146,7 @@ def _render(
         hf_home=hf_home(),
     )
     files: dict[str, str | bytes] = {"experiment.toml": exp.text, "code.patch": patch}
+    files[resolved.FILE] = resolved.text(exp.raw)
     missing = container.missing_mount_points(jobs[0], run_dir, cache_dir_for(jobs[0], root), run.hf_home)
     if missing:
         raise ConfigError(f"{exp.label}: container.image: {missing[0]}")

@@ -46,7 +46,7 @@ AUTO = "auto"  # slurm.time / slurm.mem: from the newest probe of the same point
 # The longest slurm.time accepted: a year. Longer is a typo (99999999-00:00:00), not a job.
 MAX_TIME_DAYS = 365
 BUILTIN = "builtin:"
-BUILTIN_MODELS = (contract.TINY_MODEL,)
+BUILTIN_MODELS = contract.BUILTIN_MODELS
 _SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "CONT", "URG")
 
 # #SBATCH flags that jobgen writes itself: set them through their typed keys instead.
@@ -243,22 +243,29 @@ def with_sets(exp: Experiment, sets: list[str]) -> Experiment:
     """
     if not sets:
         return exp
-    raw = _copy_tables(exp.raw)
+    raw = set_items(exp.raw, sets, exp.label)
+    return build(raw, path=exp.path, text=exp.text, display=exp.label, where="--set")
+
+
+def set_items(tree: dict[str, Any], sets: list[str], label: str) -> dict[str, Any]:
+    """A copy of a parsed experiment with `--set KEY=VALUE` items applied, not validated; a key the
+    sweep varies, or one below a value that is not a table, is a ConfigError naming `label`."""
+    raw = _copy_tables(tree)
     swept = _swept_keys(raw.get("sweep"))
     for item in sets:
         key, value = parse_set(item)
         clash = next((s for s in swept if key == s or key.startswith(s + ".") or s.startswith(key + ".")), None)
         if clash:
-            raise ConfigError(f"{exp.label}: --set {key}: the sweep sets {clash!r} per job; change it in [sweep]")
+            raise ConfigError(f"{label}: --set {key}: the sweep sets {clash!r} per job; change it in [sweep]")
         node = raw
         *parents, last = key.split(".")
         for part in parents:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                raise ConfigError(f"{exp.label}: --set {key}: {part!r} is not a table here")
+                raise ConfigError(f"{label}: --set {key}: {part!r} is not a table here")
             node = child
         node[last] = value
-    return build(raw, path=exp.path, text=exp.text, display=exp.label, where="--set")
+    return raw
 
 
 def parse_set(item: str) -> tuple[str, Any]:
@@ -564,8 +571,11 @@ def _check_paths(exp: Experiment, ctx: _Context) -> None:
             f"{_show(model)}: no such model folder (paths are relative to {exp.base_dir}); "
             "give a folder that exists, a hub name such as 'org/name', or builtin:tiny",
         )
-    if not exp.data.dataset and not exp.data.files:
-        ctx.fail("data.dataset", "no data: set data.dataset (e.g. 'imdb') or data.files")
+    # Data named by the sweep is checked in each job's own tree (`where` names its point).
+    swept = _swept_keys({"grid": exp.sweep.grid, "points": exp.sweep.points, "random": exp.sweep.random})
+    named = exp.data.dataset or exp.data.files or exp.data.preset or {"data.dataset", "data.preset"} & swept
+    if not named:
+        ctx.fail("data.dataset", "no data: set data.dataset (e.g. 'imdb'), data.files or data.preset")
     for name in exp.env.vars:
         if not ENV_NAME_RE.fullmatch(name):
             ctx.fail(f"env.vars.{name}", "not a valid environment variable name")

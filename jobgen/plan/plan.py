@@ -188,6 +188,7 @@ def check_shape(exp: Experiment, where: str = "") -> None:
             f"{train.engine} needs one task per device; set slurm.ntasks_per_node = {train.devices} (or 0)"
         )
     problems += [f"{key} = {problem}" for key, problem in contract.shape_problems(train)]
+    problems += [f"{key} = {problem}" for key, problem in contract.data_problems(exp.data)]
     if slurm.gpu_type and not slurm.gpus_per_node:
         problems.append(f"slurm.gpu_type = {slurm.gpu_type!r} needs slurm.gpus_per_node > 0")
     if launch.array and not backends.get(launch.backend).can_array:

@@ -75,6 +75,26 @@ class Result:
     parameters: int | None = None  # the whole model's parameter elements
     tokens_per_s: float | None = None  # real (non-padding) tokens, all ranks
     gpus: tuple[str, ...] = ()  # the GPUs rank 0 saw (ran_on.gpus); () on CPU
+    primary_metric: str | None = None  # the metric that picked the best epoch (training.contract.METRICS)
+    test_metrics: dict[str, Any] | None = None  # {metric: value} of the test split (numbers only)
+    val_metrics: dict[str, Any] | None = None  # of the tested epoch's validation
+    predictions: str | None = None  # the job folder's predictions.csv, when written (its file name)
+
+    @property
+    def test_primary(self) -> float | None:
+        return (
+            None
+            if self.test_metrics is None or self.primary_metric is None
+            else self.test_metrics.get(self.primary_metric)
+        )
+
+    @property
+    def val_primary(self) -> float | None:
+        return (
+            None
+            if self.val_metrics is None or self.primary_metric is None
+            else self.val_metrics.get(self.primary_metric)
+        )
 
 
 @dataclass
@@ -504,7 +524,23 @@ def result_fields(data: Mapping[str, Any]) -> dict[str, Any]:
         "parameters": _int(_object(get("parameters")).get("total")),
         "tokens_per_s": _num(throughput.get("tokens_per_s")),
         "gpus": [g for g in _list(_object(get("ran_on")).get("gpus")) if isinstance(g, str)],
+        "primary_metric": _str(get("primary_metric")),
+        "test_metrics": _metrics(get("test_metrics")),
+        "val_metrics": _metrics(get("val_metrics")),
+        "predictions": _file_name(get("predictions")),
     }
+
+
+def _metrics(value: Any) -> dict[str, float] | None:
+    """A result's {metric: value}: the numbers only (an undefined metric is null there), or None."""
+    if type(value) is not dict:
+        return None
+    return {k: float(v) for k, v in value.items() if type(k) is str and type(v) in (int, float)}
+
+
+def _file_name(value: Any) -> str | None:
+    """A file the job wrote into its own folder: a plain name, never a path elsewhere."""
+    return value if isinstance(value, str) and value and "/" not in value and value not in (".", "..") else None
 
 
 def _object(value: Any) -> Mapping[str, Any]:

@@ -106,6 +106,10 @@ METRICS = (
     Metric("best_val_acc", _result(lambda r: r.best_val_acc)),
     Metric("test_acc", _result(lambda r: r.test_acc)),
     Metric("test_f1", _result(lambda r: r.test_f1)),
+    # The job's primary metric (result.json primary_metric: accuracy, mcc, pearson...): what picked its
+    # best epoch. The line names it (primary_metric); a line whose jobs name different ones has none.
+    Metric("test_primary", _result(lambda r: r.test_primary)),
+    Metric("val_primary", _result(lambda r: r.val_primary)),
     Metric("requeues", _result(lambda r: None if r.requeue_count is None else float(r.requeue_count)), count=True),
     # slurm.retries: requeues after a failure, by the batch shell (part of the requeues above).
     Metric("retries", _retries, count=True),
@@ -197,6 +201,38 @@ def _efficiency(line: Line) -> str:
     return "" if line.scaling_efficiency is None else _percent(line.scaling_efficiency)
 
 
+def primary_metric(line: Line) -> str | None:
+    """The primary metric the line's jobs name, when they all name the same one."""
+    names = {job.result.primary_metric for job in line.jobs if job.result is not None}
+    names.discard(None)
+    return names.pop() if len(names) == 1 else None
+
+
+def _primary(name: str) -> Callable[[Line], str]:
+    def cell(line: Line) -> str:
+        stat = line.metrics[name]
+        metric = primary_metric(line)
+        if stat.mean is None or metric is None:
+            return ""
+        return f"{metric} {_stat(stat, '{:.4f}'.format)}"
+
+    return cell
+
+
+def predictions(line: Line) -> list[str]:
+    """The line's jobs' predictions.csv files (training.save_predictions), as paths."""
+    return [
+        f"{job.job_dir}/{job.result.predictions}"
+        for job in line.jobs
+        if job.result is not None and job.result.predictions and job.job_dir
+    ]
+
+
+def _predictions(line: Line) -> str:
+    found = predictions(line)
+    return found[0] if len(found) == 1 else f"{len(found)} files" if found else ""
+
+
 def _config(key: str) -> Callable[[Line], str]:
     return lambda line: line.config[key] or ""
 
@@ -226,6 +262,8 @@ COLUMNS = (
     Column("best val acc (%)", _best_val, numeric=True, terminal="best val\nacc (%)"),
     Column("test acc (%)", _metric("test_acc", _percent), numeric=True, terminal="test acc\n(%)"),
     Column("test F1 (%)", _metric("test_f1", _percent), numeric=True, terminal="test F1\n(%)"),
+    Column("val metric", _primary("val_primary"), numeric=True, terminal="val\nmetric"),
+    Column("test metric", _primary("test_primary"), numeric=True, terminal="test\nmetric"),
     Column("requeues", _metric("requeues", "{:g}".format), numeric=True, terminal="re-\nqueues"),
     Column("retries", _metric("retries", "{:g}".format), numeric=True, terminal="re-\ntries"),
     Column("speed-up", _speedup, numeric=True, terminal="speed-\nup"),
@@ -235,5 +273,6 @@ COLUMNS = (
     Column("CPU-h", _metric("cpu_hours", amount), numeric=True),
     Column("energy (kWh)", _metric("energy_kwh", amount), numeric=True, terminal="energy\n(kWh)"),
     Column("time used (%)", _metric("time_used_fraction", _percent), numeric=True, terminal="time\nused (%)"),
+    Column("predictions", _predictions),
     Column("note", lambda line: line.problem or line.detail),
 )

@@ -186,8 +186,7 @@ def from_attempts(attempts: list[Attempt], asked_gpus: int | None = None) -> Usa
     ran = [a for a in attempts if a.started]
     if not ran:
         return Usage(None, None, None, None, "sacct", ran=False)
-    # The GPUs of each attempt, the request's where the accounting lists none (no copy of the attempt
-    # made for it: dataclasses.replace cost a 10,000-job summary 0.02 s).
+    # Each attempt's GPUs, the request's where the accounting lists none (beside it: no copy of each attempt).
     gpus = [a.gpus if a.gpus is not None else asked_gpus for a in ran]
     limits = [a.limit_s for a in ran]
     energy = [a.energy_j for a in ran]

@@ -143,7 +143,7 @@ def last_exception_line(lines: list[str]) -> str | None:
 
 
 def _rel(path: Path, base: Path) -> str:
-    # As Path.relative_to, on strings: once per job of a first status of 10,000 ended jobs.
+    # As Path.relative_to, on strings: a status asks it once per ended job.
     text, root = str(path), str(base).rstrip("/") + "/"
     if text.startswith(root) and len(text) > len(root):
         return text[len(root) :]

@@ -1,10 +1,13 @@
 """What differs between two runs, or two jobs: `jobgen diff A B`.
 
-Everything compared is what the runs recorded (docs/contracts.md): experiment.toml (a job: its
-resolved spec.json), the git SHA, code.patch and the code/training/ snapshot, the package versions
-and hosts in result.json, the site in the manifest, and the results, read through the summary's own
-rows. Each group holds only what differs; an empty group means "no differences". Damaged records are
-named in `warnings` (one line each) and left out, never raised.
+Everything compared is what the runs recorded (docs/contracts.md): the resolved experiment (the file
+with its site's values and --set items applied; a job: its resolved spec.json), the git SHA,
+code.patch and the code/training/ snapshot, the package versions and hosts in result.json, the site
+in the manifest, and the results, read through the summary's own rows. Each group holds only what
+differs; an empty group means "no differences". A side none of whose jobs has a result (a dry run, a
+pending job) is named in `not_run`, and its packages and hosts are not compared. Damaged records are
+named in `warnings` (one line each) and left out, never raised; `notes` say what was read instead of
+a record a run does not have (a run recorded before runs kept their resolved experiment).
 """
 
 from __future__ import annotations
@@ -12,21 +15,16 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jobgen.errors import JobgenError
+from jobgen.experiment import resolved
 from jobgen.record.model import Run, RunJob
 from jobgen.results.collect import collect_run
 from jobgen.results.summary import HEADERS, build_lines, cells, record
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 MAX_LINES = 200  # of one file's unified diff; the rest is counted in a note
 # spec.json keys that name where a job lives, not what it ran: they differ between any two runs.
@@ -63,15 +61,21 @@ def diff(a: Side, b: Side) -> dict[str, Any]:
     if a.run.run_dir.resolve() == b.run.run_dir.resolve() and (a.job and a.job.name) == (b.job and b.job.name):
         raise JobgenError(f"{a.label} is both A and B: name two different runs (or jobs) to diff")
     warnings: list[str] = []
+    notes: list[str] = []
+    rows_a, rows_b = _rows(a), _rows(b)
+    not_run = {"a": _not_run(a, rows_a), "b": _not_run(b, rows_b)}
+    ran = not_run["a"] is None and not_run["b"] is None
     return {
         "a": _head(a),
         "b": _head(b),
-        "experiment": _changed(_settings(a, warnings), _settings(b, warnings)),
+        "not_run": not_run,
+        "experiment": _changed(_settings(a, "A", warnings, notes), _settings(b, "B", warnings, notes)),
         "code": _code(a, b, warnings),
-        "packages": _changed(_packages(a), _packages(b)),
-        "cluster": _changed(_cluster(a), _cluster(b)),
-        "results": _results(a, b),
+        "packages": _changed(_packages(a), _packages(b)) if ran else {},
+        "cluster": _changed(_cluster(a, ran), _cluster(b, ran)),
+        "results": _results(a, b, rows_a, rows_b),
         "warnings": warnings,
+        "notes": notes,
     }
 
 
@@ -99,19 +103,36 @@ def flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 # --- experiment keys --------------------------------------------------------------------------------------
 
 
-def _settings(side: Side, warnings: list[str]) -> dict[str, Any]:
-    """A job: its resolved spec (Slurm resources aside, under cluster); a run: its experiment.toml."""
+def _settings(side: Side, name: str, warnings: list[str], notes: list[str]) -> dict[str, Any]:
+    """A job: its resolved spec (Slurm resources aside, under cluster); a run: its resolved experiment."""
     if side.job:
         spec = {k: v for k, v in side.job.spec().items() if k not in (*PLACES, "slurm")}
         return flatten(spec)
-    path = side.run.run_dir / "experiment.toml"
     try:
-        return flatten(tomllib.loads(path.read_text(encoding="utf-8")))
-    except FileNotFoundError:
-        warnings.append(f"{path}: missing; its experiment keys are not compared")
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        warnings.append(f"{path}: unreadable or not TOML ({exc}); ignored")
-    return {}
+        tree, recorded = resolved.read(side.run.run_dir, side.run.manifest)
+    except JobgenError as exc:
+        warnings.append(f"{exc.message}; its experiment keys are not compared")
+        return {}
+    if not recorded:
+        notes.append(
+            f"{name} was recorded before runs kept {resolved.FILE}: its experiment keys are its experiment.toml "
+            "with the --set items and site values its manifest names"
+        )
+    return flatten(tree)
+
+
+def _not_run(side: Side, rows: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """Why none of the side's jobs has a result yet (a dry run, jobs that wait or run); None when one has."""
+    if any(True for _ in _results_of(side)):
+        return None
+    if side.run.dry_run:
+        return "a dry run, none of its jobs ran"
+    states = ", ".join(sorted({str(row["state"]) for row in rows.values()})) or "no state"
+    if side.job:
+        return f"job {side.job.name} is {states}, with no result yet"
+    if len(side.jobs) == 1:
+        return f"its one job is {states}, with no result yet"
+    return f"none of its {len(side.jobs)} jobs has a result yet: {states}"
 
 
 # --- code -------------------------------------------------------------------------------------------------
@@ -219,12 +240,14 @@ def _packages(side: Side) -> dict[str, Any]:
     return _merge(pairs())
 
 
-def _cluster(side: Side) -> dict[str, Any]:
+def _cluster(side: Side, ran: bool) -> dict[str, Any]:
+    """Site, the jobs' Slurm resources, and where they ran (only when both sides ran: `ran`)."""
+
     def pairs() -> Iterable[tuple[str, Any]]:
         site = side.run.manifest.get("site")
         if isinstance(site, dict):
             yield "site", site.get("name")
-        for doc in _results_of(side):
+        for doc in _results_of(side) if ran else ():
             slurm, ran_on = doc.get("slurm"), doc.get("ran_on")
             yield "nodelist", slurm.get("nodelist") if isinstance(slurm, dict) else None
             yield "host", ran_on.get("host") if isinstance(ran_on, dict) else None
@@ -238,9 +261,10 @@ def _cluster(side: Side) -> dict[str, Any]:
 # --- results ----------------------------------------------------------------------------------------------
 
 
-def _results(a: Side, b: Side) -> list[dict[str, Any]]:
+def _results(
+    a: Side, b: Side, rows_a: Mapping[str, dict[str, Any]], rows_b: Mapping[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
     """Each job present in both (two jobs: the pair), its numbers side by side, from the summary's rows."""
-    rows_a, rows_b = _rows(a), _rows(b)
     if a.job and b.job:
         names = [(a.job.name, b.job.name)]
     else:
@@ -274,16 +298,20 @@ def _rows(side: Side) -> dict[str, dict[str, Any]]:
 
 
 def render_json(doc: Mapping[str, Any]) -> str:
-    shown = {k: v for k, v in doc.items() if k != "warnings"}
+    shown = {k: v for k, v in doc.items() if k not in ("warnings", "notes")}
     shown["results"] = [{k: v for k, v in r.items() if k != "text"} for r in doc["results"]]
     return json.dumps(shown, indent=2, ensure_ascii=False) + "\n"
 
 
 def render_text(doc: Mapping[str, Any]) -> str:
     out = [f"A: {_name(doc['a'])}", f"B: {_name(doc['b'])}", ""]
-    out += _pairs("experiment keys", doc["experiment"])
+    out += _pairs("experiment keys", doc["experiment"], unset="(not set)")
     out += _code_text(doc["code"])
-    out += _pairs("packages", doc["packages"])
+    not_run = [f"{side.upper()} has not run: {why}" for side, why in doc["not_run"].items() if why]
+    if not_run:
+        out += [f"packages and hosts: not compared ({'; '.join(not_run)})", ""]
+    else:
+        out += _pairs("packages", doc["packages"])
     out += _pairs("cluster and nodes", doc["cluster"])
     out += _results_text(doc["results"])
     return "\n".join(out).rstrip("\n") + "\n"
@@ -293,15 +321,15 @@ def _name(head: Mapping[str, Any]) -> str:
     return str(head["run"]) + (f" (job {head['job']})" if head["job"] else "")
 
 
-def _pairs(title: str, pairs: Mapping[str, Pair]) -> list[str]:
+def _pairs(title: str, pairs: Mapping[str, Pair], unset: str = "(none)") -> list[str]:
     if not pairs:
         return [f"{title}: no differences", ""]
-    return [f"{title}: {len(pairs)} differ{'s' if len(pairs) == 1 else ''}", *_pair_lines(pairs), ""]
+    return [f"{title}: {len(pairs)} differ{'s' if len(pairs) == 1 else ''}", *_pair_lines(pairs, unset), ""]
 
 
-def _pair_lines(pairs: Mapping[str, Pair]) -> list[str]:
+def _pair_lines(pairs: Mapping[str, Pair], unset: str = "(none)") -> list[str]:
     width = max(len(k) for k in pairs)
-    return [f"  {k:<{width}}  {_show(a)}  ->  {_show(b)}" for k, (a, b) in pairs.items()]
+    return [f"  {k:<{width}}  {_show(a, unset)}  ->  {_show(b, unset)}" for k, (a, b) in pairs.items()]
 
 
 def _code_text(code: Mapping[str, Any]) -> list[str]:
@@ -316,8 +344,8 @@ def _code_text(code: Mapping[str, Any]) -> list[str]:
     return [*out, ""]
 
 
-def _show(value: Any) -> str:
-    return "(none)" if value is None else value if isinstance(value, str) else json.dumps(value)
+def _show(value: Any, unset: str = "(none)") -> str:
+    return unset if value is None else value if isinstance(value, str) else json.dumps(value)
 
 
 def _indent(text: str) -> list[str]:

@@ -149,8 +149,9 @@ def _table(lines: list[Line], colors: dict[int, str]) -> str:
     wider than TABLE_PX: the page never scrolls sideways on a 1000-px screen. Columns that no job has a
     value in are left out, and a line says which."""
     rows = [cells(line) for line in lines]
-    shown = [i for i, h in enumerate(HEADERS) if h in ALWAYS or any(row[i] for row in rows)]
-    empty = [h for i, h in enumerate(HEADERS) if i not in shown]
+    # The predictions files are linked in the logs column, by name, rather than spelled out as paths.
+    shown = [i for i, h in enumerate(HEADERS) if h in ALWAYS or (h not in LINKED and any(row[i] for row in rows))]
+    empty = [h for i, h in enumerate(HEADERS) if i not in shown and h not in LINKED]
     log_cells = [_log_links(line.jobs) for line in lines]
     widths = {i: _column_px(HEADERS[i], [row[i] for row in rows]) for i in shown}
     widths[LOGS] = LOGS_PX
@@ -189,6 +190,7 @@ TABLE_PX = 900
 LOGS, LOGS_PX = -1, 130  # the logs column, last, after the summary's columns
 CONFIG_MAX_PX, NOTE_MAX_PX = 220, 240  # these two wrap (CSS max-width), every other cell stays whole
 ALWAYS = ("config", "state")
+LINKED = ("predictions",)  # columns the logs column links instead
 CLASSES = {"config": "config", "note": "note"}
 NOTE_CHARS = 60
 
@@ -282,6 +284,9 @@ def _log_links(jobs: list[JobRow]) -> str:
             logs.named(job.source, job.backend) if job.source is not None else [(p.name, str(p)) for p in _logs(job)]
         )
         links.extend(f'<a href="{_href(path)}">{_escape(name)}</a>' for name, path in found)
+        if job.result is not None and job.result.predictions and job.job_dir:  # train.save_predictions
+            path = os.path.join(job.job_dir, job.result.predictions)
+            links.append(f'<a href="{_href(path)}">{_escape(job.result.predictions)}</a>')
     return " ".join(links) or "&mdash;"
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from jobgen.errors import JobgenError
 from jobgen.record.model import Run
 from jobgen.results.collect import JobRow, LiveStates, collect
-from jobgen.results.columns import COLUMNS, METRICS, NO_VALUE, SUMMED, Line, Stat, amount
+from jobgen.results.columns import COLUMNS, METRICS, NO_VALUE, SUMMED, Line, Stat, amount, predictions, primary_metric
 from jobgen.results.diagnose import LAST_LINE
 from jobgen.states import State
 
@@ -301,6 +301,7 @@ FIELDS = (
     + ["devices_per_node", "accelerator", "state", "n"]
     + [name for metric in METRICS for name in (metric.name, f"{metric.name}_std")]
     + ["peak_mem_kind", "speedup", "scaling_efficiency", "usage_from", "baseline", "excluded_nodes", "problem", "hint"]
+    + ["primary_metric", "test_metrics", "test_metrics_std", "val_metrics", "val_metrics_std", "predictions"]
 )
 
 
@@ -329,8 +330,24 @@ def record(line: Line) -> dict[str, Any]:
         excluded_nodes=",".join(line.excluded) or None,
         problem=line.problem or None,
         hint=line.hint or None,
+        primary_metric=primary_metric(line),
     )
+    for split in ("test", "val"):
+        means, stds = _metric_stats(line, f"{split}_metrics")
+        out[f"{split}_metrics"], out[f"{split}_metrics_std"] = means, stds
+    out["predictions"] = predictions(line) or None
     return out
+
+
+def _metric_stats(line: Line, key: str) -> tuple[dict[str, float | None] | None, dict[str, float | None] | None]:
+    """Mean and standard deviation of each of result.json's `key` metrics over the line's jobs."""
+    found = [getattr(job.result, key) for job in line.jobs if job.result is not None]
+    found = [m for m in found if m]
+    if not found:
+        return None, None
+    names = sorted({name for m in found for name in m})
+    stats = {name: Stat.of(m.get(name) for m in found) for name in names}
+    return {k: _round(s.mean) for k, s in stats.items()}, {k: _round(s.std) for k, s in stats.items()}
 
 
 def _round(value: float | None) -> float | None:
@@ -396,6 +413,8 @@ def render_csv(lines: list[Line], **_: Any) -> str:
 
 
 def _csv_value(value: Any) -> Any:
+    if isinstance(value, (dict, list)):  # the metrics by name, the predictions files: one JSON cell
+        return json.dumps(value, ensure_ascii=False)
     return ("true" if value else "false") if isinstance(value, bool) else value
 
 
@@ -454,11 +473,14 @@ def render_table(lines: list[Line], color: bool = False, width: int | None = Non
 
     width = width or shutil.get_terminal_size((200, 24)).columns
     rows = [cells(ln) for ln in lines]
+    kept = kept_columns(rows)
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=color, no_color=not color, width=width)
     for caption in speedup_caption(lines):
         console.print(Text(caption))
-    for n, shown in enumerate(column_groups(_natural_widths(rows), width)):
+    natural = _natural_widths(rows)
+    for n, group in enumerate(column_groups([natural[i] for i in kept], width)):
+        shown = [kept[i] for i in group]
         if n:
             console.print()
         table = Table(box=box.SIMPLE_HEAD, header_style="bold", show_edge=False, pad_edge=False)
@@ -470,6 +492,8 @@ def render_table(lines: list[Line], color: bool = False, width: int | None = Non
                 texts[STATE].stylize(STATE_STYLES.get(line.state, "red"))
             table.add_row(*texts.values(), style="bold" if line.is_baseline else None)
         console.print(table)
+    for empty in empty_columns_text(kept):
+        console.print(Text(empty))
     for total in totals_text(lines):
         console.print(Text(total))
     for note in notes(lines):
@@ -478,6 +502,21 @@ def render_table(lines: list[Line], color: bool = False, width: int | None = Non
 
 
 STATE = HEADERS.index("state")
+# Shown even when every cell is blank: what a row is, where it stands, and the notes' column (it is
+# last, where column_groups drops it first).
+ALWAYS = ("config", "state", "note")
+
+
+def kept_columns(rows: list[list[str]]) -> list[int]:
+    """The terminal's columns: those some row has a value in (and ALWAYS), as indices into HEADERS.
+    A column no job has a value in (GPU-h where nothing was accounted) would be a blank table."""
+    return [i for i, h in enumerate(HEADERS) if h in ALWAYS or any(row[i] for row in rows)]
+
+
+def empty_columns_text(kept: list[int]) -> list[str]:
+    """One line naming the columns left out for having no value, as the report names them."""
+    empty = [h for i, h in enumerate(HEADERS) if i not in kept]
+    return [f"no job has a value in: {', '.join(empty)}"] if empty else []
 
 
 def column_groups(natural: list[int], width: int) -> list[list[int]]:
@@ -487,7 +526,7 @@ def column_groups(natural: list[int], width: int) -> list[list[int]]:
     Notes are repeated in full under the tables, so the note column is the first thing to go. A cell is
     never folded or cut to make a table fit (a number split over two lines reads as two numbers).
     """
-    every = list(range(len(HEADERS)))
+    every = list(range(len(natural)))
 
     def fits(columns: list[int]) -> bool:
         return sum(natural[i] + COLUMN_GAP for i in columns) <= width
@@ -532,28 +571,33 @@ ANSI = {"green": "\x1b[32m", "cyan": "\x1b[36m", "yellow": "\x1b[33m", "red": "\
 
 def plain_table(lines: list[Line], color: bool = False) -> str:
     """The terminal table without rich: same columns, same notes, aligned by hand."""
-    rows = [cells(ln) for ln in lines]
+    every = [cells(ln) for ln in lines]
+    kept = kept_columns(every)
+    headers = [HEADERS[i] for i in kept]
+    rows = [[row[i] for i in kept] for row in every]
     for row in rows:
         row[-1] = row[-1] if len(row[-1]) <= NOTE_WIDTH else row[-1][: NOTE_WIDTH - 1] + "…"
     # Column by column: one C-level pass each.
     widths = [
         max(len(h), max(map(len, column), default=0))
-        for h, column in zip(HEADERS, zip(*rows, strict=True), strict=False)
+        for h, column in zip(headers, zip(*rows, strict=True), strict=False)
     ]
-    widths += [len(h) for h in HEADERS[len(widths) :]]  # no rows at all
+    widths += [len(h) for h in headers[len(widths) :]]  # no rows at all
     # One format for every row: each cell padded as ljust/rjust would, in one call per row.
-    fields = [f"{{:{'>' if h in NUMERIC else '<'}{w}}}" for h, w in zip(HEADERS, widths, strict=True)]
+    fields = [f"{{:{'>' if h in NUMERIC else '<'}{w}}}" for h, w in zip(headers, widths, strict=True)]
     row_format = "  ".join(fields)
+    state_at = headers.index("state")
 
     def join(values: list[str], state: str | None = None) -> str:
         if state is None or not color:
             return row_format.format(*values).rstrip()
         padded = [field.format(v) for field, v in zip(fields, values, strict=True)]
-        padded[STATE] = f"{ANSI[STATE_STYLES.get(state, 'red')]}{padded[STATE]}\x1b[0m"
+        padded[state_at] = f"{ANSI[STATE_STYLES.get(state, 'red')]}{padded[state_at]}\x1b[0m"
         return "  ".join(padded).rstrip()
 
-    out = [*speedup_caption(lines), join(list(HEADERS)), "  ".join("─" * w for w in widths)]
+    out = [*speedup_caption(lines), join(headers), "  ".join("─" * w for w in widths)]
     out += [join(row, line.state) for row, line in zip(rows, lines, strict=True)]
+    out += empty_columns_text(kept)
     out += totals_text(lines)
     out += [f"• {note}" for note in notes(lines)]
     return "\n".join(out) + "\n"

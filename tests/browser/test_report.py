@@ -44,6 +44,7 @@ JOBS = [
         {"train.engine": "lightning"},
         train_s=80.0,
         test_acc=0.934,
+        predictions=True,  # train.save_predictions: linked beside the job's logs
         slurm=REQUEST,
         ran_s=150,
         state="COMPLETED",
@@ -144,6 +145,10 @@ def test_report_has_one_row_per_job_and_loads_nothing(tmp_path: Path, runner) ->
     assert page.links, "no log links"
     for href in page.links:
         assert _target(out, href).is_file(), href
+    predictions = [href for href in page.links if href.endswith("/predictions.csv")]
+    assert [_target(out, href).parent.name for href in predictions] == ["engine-lightning"]
+    assert "<th>predictions</th>" not in html  # linked by name, not spelled out as a column of paths
+    assert any(cell.strip() == "accuracy 0.9340" for row in page.rows for cell in row)  # the primary, named
     assert any(href.endswith("engine-torch/slurm-4000.out") for href in page.links)
     # Curves and the time/accuracy and cost/accuracy charts, one coloured line per job that logged metrics.
     assert html.count('<svg xmlns="http://www.w3.org/2000/svg" class="chart') == 6

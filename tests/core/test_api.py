@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 from pathlib import Path
 
@@ -55,6 +56,9 @@ def test_load_plan_submit_results_rerun(tmp_path: Path, runner, checkout: Path, 
 
 
 def _csv(value: object) -> str:
+    """A cell as the CSV writes it: metrics by name as one JSON cell, booleans as JSON writes them."""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False)
     return "" if value is None else ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 

@@ -56,6 +56,31 @@ CASES = [
     ("cpus-zero", with_lines(slurm="cpus_per_task = 0"), 1, ["slurm.cpus_per_task", "positive"]),
     ("lr-string", with_lines(train='lr = "fast"'), 1, ["train.lr", "expected float"]),
     ("compile-string", with_lines(train='compile = "yes"'), 1, ["train.compile", "expected bool"]),
+    ("peft-unknown", with_lines(train='peft = "qlora"'), 1, ["train.peft", "not one of none, lora"]),
+    ("lora-r-zero", with_lines(train='peft = "lora"\nlora_r = 0'), 1, ["train.lora_r", "positive"]),
+    ("lora-dropout-one", with_lines(train="lora_dropout = 1.0"), 1, ["train.lora_dropout", "at most 0.9"]),
+    ("lora-modules-string", with_lines(train='lora_target_modules = "q_proj"'), 1, ["train.lora_target_modules"]),
+    ("lora-module-name", with_lines(train='lora_target_modules = ["q proj"]'), 1, ["'q proj' is not a module name"]),
+    (
+        "lora-on-the-head",
+        with_lines(train='peft = "lora"\nlora_target_modules = ["q_proj", "score"]'),
+        1,
+        ["train.lora_target_modules", "'score', the classification head", "leave it out"],
+    ),
+    (
+        "lora-layer-the-builtin-lacks",
+        BASE.replace('"distilbert-base-uncased"', '"builtin:tiny-decoder"').replace(
+            "[train]\n", '[train]\npeft = "lora"\nlora_target_modules = ["q_lin"]\n'
+        ),
+        1,
+        ["train.lora_target_modules", "'q_lin', which builtin:tiny-decoder has not", "q_proj"],
+    ),
+    (
+        "builtin-decoder-typo",
+        BASE.replace('"distilbert-base-uncased"', '"builtin:tiny-decodr"'),
+        1,
+        ["builtin:tiny-decoder"],
+    ),
     ("time-words", BASE.replace('"01:00:00"', '"2 hours"'), 1, ["slurm.time", "HH:MM:SS"]),
     ("time-too-many-parts", BASE.replace('"01:00:00"', '"1:2:3:4"'), 1, ["slurm.time", "not a Slurm time"]),
     ("time-int", BASE.replace('"01:00:00"', "60"), 1, ["slurm.time", "expected str"]),
@@ -224,6 +249,21 @@ CASES = [
         0,
         [],
     ),
+    (
+        "metric-of-another-problem-type",
+        with_lines(data='problem_type = "regression"\nprimary_metric = "mcc"'),
+        1,
+        ["data.primary_metric", "'mcc' is not scored for regression", "pearson, spearman, mse"],
+    ),
+    (
+        "metric-of-the-preset-s-problem-type",
+        with_lines(data='preset = "glue/stsb"\nprimary_metric = "accuracy"'),
+        1,
+        ["data.primary_metric", "'accuracy' is not scored for regression"],
+    ),
+    ("unknown-preset", with_lines(data='preset = "glue/colaa"'), 1, ["data.preset", "did you mean 'glue/cola'"]),
+    ("unknown-problem-type", with_lines(data='problem_type = "binary"'), 1, ["data.problem_type", "is not one of"]),
+    ("glue-preset", with_lines(data='preset = "glue/mnli"'), 0, []),
     (
         "accelerate-with-hf-trainer",
         with_lines(launch='launcher = "accelerate"').replace('"lightning"', '"hf_trainer"'),

@@ -103,6 +103,10 @@ def test_a_value_outside_the_choices_is_refused_by_both_sides(tmp_path: Path, se
             {"engine": "fabric", "strategy": "deepspeed_stage_2", "grad_accum": 2, "devices": 2},
             "train.grad_accum = 2 with engine 'fabric'",
         ),
+        (
+            {"peft": "lora", "lora_target_modules": ["q_proj", "classifier"]},
+            "train.lora_target_modules = .* names 'classifier', the classification head",
+        ),
     ],
 )
 def test_the_shape_rules_are_the_same_on_both_sides(tmp_path: Path, train: dict[str, Any], message: str) -> None:

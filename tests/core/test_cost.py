@@ -3,6 +3,7 @@ none, MFU against the GPU table, and the rules every size must keep (totals, sca
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -337,8 +338,8 @@ def test_a_copied_run_is_summarized_from_what_its_manifest_recorded(tmp_path: Pa
 def test_blank_cells_are_blank_in_every_format(tmp_path: Path) -> None:
     run = write_run(tmp_path, "exp", [FakeJob("a", state="COMPLETED", slurm=REQUEST, ran_s=1800)])
     csv_text = summarize([run], fmt="csv")
-    header, row = csv_text.splitlines()
-    values = dict(zip(header.split(","), row.split(","), strict=True))
+    header, row = csv.reader(csv_text.splitlines())
+    values = dict(zip(header, row, strict=True))
     assert values["energy_kwh"] == "" and values["gpu_hours"] == "4.0"
     table = summarize([run], width=400)
     assert "total of 1 job: 4.00 GPU-h, 12.0 CPU-h, energy unknown" in table

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jobgen.cli import main
+from jobgen.commands import submit as sub
+from jobgen.commands.submit import load_experiment
+from jobgen.experiment import resolved
+from tests.core.conftest import stub_tool
+from tests.core.test_rerun import EXP, checkout  # noqa: F401 - the fixture: a checkout with the stand-in entrypoint
 from tests.data.summary.synth import FakeJob, write_run
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 TOML = '[experiment]\nname = "exp"\n\n[train]\nepochs = 2\nlr = 0.001\n\n[slurm]\npartition = "gpu"\n'
 CODE = "def train():\n    return 1\n"
@@ -113,7 +126,8 @@ def test_json_shape_is_stable(runner, root: Path):
     _run(root, ID_A)
     _run(root, ID_B)
     doc = _json(runner, root, ID_A, ID_B)
-    assert list(doc) == ["a", "b", "experiment", "code", "packages", "cluster", "results"]
+    assert list(doc) == ["a", "b", "not_run", "experiment", "code", "packages", "cluster", "results"]
+    assert doc["not_run"] == {"a": None, "b": None}
     assert doc["a"] == {"run": str((root / "exp" / ID_A).resolve()), "run_id": ID_A, "job": None}
     assert set(doc["results"][0]) == {"job", "state", "train_s", "samples_per_s", "test_acc", "best_val_acc", "test_f1"}
     assert doc["results"][0]["state"] == ["COMPLETED", "COMPLETED"]
@@ -218,3 +232,145 @@ def test_the_readme_example_is_what_diff_prints(runner, tmp_path: Path):
         0
     ]  # to the next heading
     assert shown.strip() == "\n".join(line[4:] for line in block.splitlines()).strip()
+
+
+# --- real runs: the resolved experiment ------------------------------------------------------------------
+# Made by `jobgen submit` with the local backend and the stand-in entrypoint of test_rerun (a job writes
+# its result in a second), by dry runs, and by `jobgen rerun`.
+
+LOCAL = EXP.replace("seed = 5", "seed = 5\nlr = 0.003")
+
+
+def _submit(runner, root: Path, tmp_path: Path, *extra: str, text: str = LOCAL) -> Path:
+    path = tmp_path / "exp.toml"
+    path.write_text(text)
+    result = runner.invoke(main, ["--output-root", str(root), "submit", str(path), *extra])
+    assert result.exit_code == 0, result.output
+    return max((root / "exp").iterdir(), key=lambda p: (p / "manifest.json").stat().st_mtime_ns)
+
+
+@pytest.mark.usefixtures("checkout")
+def test_one_set_item_is_the_one_experiment_key_that_differs(runner, root: Path, tmp_path: Path):
+    a = _submit(runner, root, tmp_path)
+    b = _submit(runner, root, tmp_path, "--set", "train.lr=0.001")
+    assert (a / "experiment.toml").read_text() == (b / "experiment.toml").read_text()
+    doc = _json(runner, root, str(a), str(b))
+    assert doc["experiment"] == {"train.lr": [0.003, 0.001]}
+    assert doc["not_run"] == {"a": None, "b": None}
+    text = _diff(runner, root, str(a), str(b))
+    assert "experiment keys: 1 differs\n  train.lr  0.003  ->  0.001\n" in text.stdout
+    assert "note:" not in text.stderr
+    # A key the file leaves to its default is "(not set)" on the side that did not set it.
+    c = _submit(runner, root, tmp_path, "--set", "train.warmup_ratio=0.2")
+    doc = _json(runner, root, str(a), str(c))
+    assert doc["experiment"] == {"train.warmup_ratio": [None, 0.2]}
+    assert "train.warmup_ratio  (not set)  ->  0.2" in _diff(runner, root, str(a), str(c)).stdout
+
+
+@pytest.mark.usefixtures("checkout")
+def test_one_site_value_is_the_one_experiment_key_that_differs(
+    runner, root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    sites_file = tmp_path / "sites.toml"
+    monkeypatch.setenv("JOBGEN_SITES_FILE", str(sites_file))
+    sites_file.write_text('[sites.here.slurm]\npartition = "small"\n')
+    a = _submit(runner, root, tmp_path, "--site", "here")
+    sites_file.write_text('[sites.here.slurm]\npartition = "big"\n')
+    b = _submit(runner, root, tmp_path, "--site", "here")
+    doc = _json(runner, root, str(a), str(b))
+    assert doc["experiment"] == {"slurm.partition": ["small", "big"]}
+    assert doc["cluster"] == {"slurm.partition": ["small", "big"]}  # each job's Slurm resources, as before
+
+
+@pytest.mark.usefixtures("checkout")
+def test_a_rerun_with_one_set_item_differs_by_that_key(runner, root: Path, tmp_path: Path):
+    a = _submit(runner, root, tmp_path, "--set", "train.lr=0.001")
+    result = runner.invoke(main, ["--output-root", str(root), "rerun", str(a), "exp", "--set", "train.epochs=2"])
+    assert result.exit_code == 0, result.output
+    b = max((root / "exp").iterdir(), key=lambda p: (p / "manifest.json").stat().st_mtime_ns)
+    assert b != a
+    doc = _json(runner, root, str(a), str(b))
+    assert doc["experiment"] == {"train.epochs": [1, 2]}  # train.lr=0.001 of the first run is on both sides
+    assert doc["results"][0]["test_acc"] == [0.51, 0.52]
+
+
+@pytest.mark.usefixtures("checkout")
+def test_a_side_that_has_not_run_says_so_in_one_line(runner, root: Path, tmp_path: Path, bin_dir: Path):
+    ran = _submit(runner, root, tmp_path)
+    dry = _submit(runner, root, tmp_path, "--dry-run")
+    packages = json.loads((ran / "jobs" / "exp" / "result.json").read_text())["ran_on"]["packages"]
+    assert len(packages) > 20  # what the old diff listed as "-> (none)", one line each
+
+    text = _diff(runner, root, str(ran), str(dry)).stdout
+    assert "packages and hosts: not compared (B has not run: a dry run, none of its jobs ran)\n" in text
+    assert "(none)" not in text and "packages:" not in text
+    assert "experiment keys: no differences" in text and "cluster and nodes: no differences" in text
+    assert "exp: COMPLETED -> DRY_RUN" in text
+    doc = _json(runner, root, str(ran), str(dry))
+    assert doc["not_run"] == {"a": None, "b": "a dry run, none of its jobs ran"}
+    assert doc["packages"] == {} and doc["cluster"] == {} and doc["experiment"] == {}
+
+    # A job Slurm has not started: submitted to a stand-in sbatch, no result yet.
+    stub_tool(bin_dir, "sbatch", "echo 4242\n")
+    queued = _submit(runner, root, tmp_path, text=LOCAL.replace('backend = "local"', 'backend = "sbatch"'))
+    text = _diff(runner, root, f"{ran}:exp", f"{queued}:exp").stdout
+    assert "packages and hosts: not compared (B has not run: job exp is SUBMITTED, with no result yet)\n" in text
+    assert "(none)" not in text.split("cluster and nodes")[0]
+    doc = _json(runner, root, str(ran), str(queued))
+    assert doc["not_run"] == {"a": None, "b": "its one job is SUBMITTED, with no result yet"}
+    doc = _json(runner, root, f"{queued}:exp", f"{ran}:exp")
+    assert doc["not_run"] == {"a": "job exp is SUBMITTED, with no result yet", "b": None}
+    assert doc["packages"] == {} and "host" not in doc["cluster"] and "nodelist" not in doc["cluster"]
+
+
+@pytest.mark.usefixtures("checkout")
+def test_a_run_recorded_before_the_resolved_experiment_is_rebuilt_from_its_manifest(runner, root: Path, tmp_path: Path):
+    old = _submit(runner, root, tmp_path, "--set", "train.lr=0.001")
+    (old / "experiment.resolved.toml").unlink()  # as a run written before runs kept it
+    same = _submit(runner, root, tmp_path, "--set", "train.lr=0.001")
+    result = _diff(runner, root, str(old), str(same))
+    assert result.exit_code == 0, result.output
+    assert "experiment keys: no differences" in result.stdout  # its --set item, read from the manifest
+    notes = [ln for ln in result.stderr.splitlines() if ln.startswith("note:")]
+    assert notes == [
+        "note: A was recorded before runs kept experiment.resolved.toml: its experiment keys are its "
+        "experiment.toml with the --set items and site values its manifest names"
+    ]
+    plain = _submit(runner, root, tmp_path)
+    assert _json(runner, root, str(old), str(plain))["experiment"] == {"train.lr": [0.001, 0.003]}
+
+
+def test_the_resolved_experiment_is_what_the_jobs_were_planned_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The file holds experiment.toml + site values + --set items, and reads back as the same tree."""
+    sites_file = tmp_path / "sites.toml"
+    sites_file.write_text('[sites.here.slurm]\npartition = "small"\naccount = "abc"\n')
+    monkeypatch.setenv("JOBGEN_SITES_FILE", str(sites_file))
+    path = tmp_path / "exp.toml"
+    path.write_text(LOCAL.replace("[train]", '[slurm]\naccount = "mine"\n\n[train]') + SWEEP_GRID)
+    prepared = sub.prepare(path, tmp_path / "runs", dry_run=True, sets=["train.lr=0.001"], site="here")
+    text = (prepared.run_dir / "experiment.resolved.toml").read_text()
+    tree = tomllib.loads(text)
+    assert tree["train"]["lr"] == 0.001 and tree["train"]["seed"] == 5
+    assert tree["slurm"] == {"account": "mine", "partition": "small"}  # site < file
+    assert tree["sweep"] == {"grid": {"train.epochs": [1, 2]}}
+    assert tree == load_experiment(path, sets=["train.lr=0.001"], site="here").raw
+    assert text.startswith("# What this run's jobs were planned from")
+
+
+SWEEP_GRID = '\n[sweep.grid]\n"train.epochs" = [1, 2]\n'
+_KEYS = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=6)
+_SCALARS = (
+    st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=False)
+    | st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+)
+_VALUES = st.recursive(
+    _SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=3), max_leaves=8
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_KEYS, st.dictionaries(_KEYS, _VALUES, max_size=4), max_size=4))
+def test_the_toml_writer_gives_back_the_same_tree(tree: dict):
+    assert tomllib.loads(resolved.dumps(tree)) == tree

@@ -87,8 +87,16 @@ def test_other_lines_are_not_progress() -> None:
         "RuntimeError: training: epoch 2/3 45% step 1/2",
     ):
         assert progress.parse(text) is None and not progress.is_progress(text), text
-    assert progress.EPOCH_LINE.match(progress.epoch_line("validation", 0.91, 300, epoch=1, epochs=3))
-    assert progress.EPOCH_LINE.match(progress.epoch_line("test", 0.94, 400, f1=0.95, note="weights of epoch 2"))
+    val = {"acc": 0.91, "f1": None, "scored": 300, "metrics": {"accuracy": 0.91, "mcc": 0.8}}
+    assert progress.EPOCH_LINE.match(progress.epoch_line("validation", val, epoch=1, epochs=3))
+    test = {"acc": 0.94, "f1": 0.95, "scored": 400, "metrics": {"accuracy": 0.94, "f1": 0.95, "mcc": 0.8}}
+    line = progress.epoch_line("test", test, note="weights of epoch 2", primary="mcc")
+    assert line == "training: test acc 0.9400 f1 0.9500 mcc 0.8000 (400 rows, weights of epoch 2)"
+    assert progress.EPOCH_LINE.match(line)
+    stsb = {"acc": None, "f1": None, "scored": 7, "metrics": {"pearson": 0.5, "spearman": None, "mse": 1.0}}
+    line = progress.epoch_line("test_validation_mismatched", stsb, primary="pearson")
+    assert line == "training: test validation_mismatched pearson 0.5000 (7 rows)"
+    assert progress.EPOCH_LINE.match(line)
     assert progress.is_progress(progress.heartbeat_line("validating epoch 2/3", 12.7))
     assert progress.heartbeat_line("preparing data", 12.7) == "training: preparing data, 12 s so far"
 

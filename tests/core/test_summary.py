@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from jobgen.cli import main
 from jobgen.errors import JobgenError
 from jobgen.results.columns import duration, whole_seconds
 from jobgen.results.summary import FIELDS, HEADERS, TERMINAL_HEADERS, config_key, summarize
@@ -104,6 +105,33 @@ def test_csv_and_json_carry_the_result_files_values(tmp_path: Path) -> None:
     assert list(next(iter(by_csv.values()))) == FIELDS
 
 
+def test_the_primary_metric_is_named_and_the_predictions_linked(tmp_path: Path) -> None:
+    """A CoLA-like job (primary MCC, predictions saved) beside an accuracy one: the table names each
+    line's primary metric with its value, and the rows carry the metrics by name and the file."""
+    jobs = [
+        FakeJob("cola", {"data.preset": "glue/cola"}, primary="mcc", mcc=0.4512, predictions=True),
+        FakeJob("sst2", {"data.preset": "glue/sst2"}, test_acc=0.91),
+    ]
+    run = write_run(tmp_path, "glue", jobs)
+    text = summarize([run], fmt="table", width=400)
+    rows_shown = [ln for ln in text.splitlines() if not ln.startswith("speed-up:")]
+    cola = next(ln for ln in rows_shown if "cola" in ln)
+    sst2 = next(ln for ln in rows_shown if "sst2" in ln)
+    assert "mcc 0.4512" in cola and "mcc 0.4612" in cola  # test, and the tested epoch's validation
+    assert str(run / "jobs" / "cola" / "predictions.csv") in cola or "predictions.csv" in cola
+    assert "accuracy 0.9100" in sst2 and "predictions.csv" not in sst2
+    rows = {r["config"]: r for r in json.loads(summarize([run], fmt="json"))["rows"]}
+    assert rows["cola"]["primary_metric"] == "mcc" and rows["sst2"]["primary_metric"] == "accuracy"
+    assert rows["cola"]["test_primary"] == pytest.approx(0.4512)
+    assert rows["cola"]["test_metrics"] == {"accuracy": 0.87, "f1": 0.86, "macro_f1": 0.86, "mcc": 0.4512}
+    assert rows["cola"]["val_metrics"] == {"accuracy": 0.88, "mcc": 0.4612}  # an undefined metric is left out
+    assert rows["cola"]["predictions"] == [f"{run / 'jobs' / 'cola'}/predictions.csv"]
+    assert rows["sst2"]["predictions"] is None
+    assert Path(rows["cola"]["predictions"][0]).read_text().startswith("row,label,prediction,score")
+    by_csv = _rows(summarize([run], fmt="csv"))
+    assert json.loads(by_csv["cola"]["test_metrics"]) == rows["cola"]["test_metrics"]
+
+
 @pytest.mark.parametrize("fmt", ["table", "markdown"])
 def test_human_formats_fill_every_column(tmp_path: Path, fmt: str) -> None:
     run = write_run(tmp_path, "exp", CONFIGS)
@@ -139,7 +167,9 @@ def test_narrow_terminal_stacks_two_tables_and_loses_no_column(tmp_path: Path) -
     text = summarize([write_run(tmp_path, "exp", CONFIGS)], width=120)
     torch_lines = [ln for ln in text.splitlines() if ln.startswith("engine-torch")]
     assert len(torch_lines) == 3  # packed in order: each table as wide as fits, then the rest
-    assert "auto" in torch_lines[0] and "5m00s" in torch_lines[0] and "baseline" in torch_lines[1]
+    assert "auto" in torch_lines[0] and "5m00s" in torch_lines[0] and "baseline" in torch_lines[2]
+    # No job of these was accounted: those columns would be a table of blanks; one line names them.
+    assert "no job has a value in: MFU (%), GPU-h, CPU-h, energy (kWh), time used (%), predictions\n" in text
 
 
 @pytest.mark.parametrize("width", [40, 58, 80, 100, 120, 160, 250])
@@ -386,8 +416,11 @@ def test_large_tables_skip_rich_but_keep_the_columns(tmp_path: Path) -> None:
     jobs = [FakeJob(f"j{i}", train_s=100.0 + i) for i in range(summary.RICH_MAX_ROWS + 1)]
     text = summarize([write_run(tmp_path, "exp", jobs)])
     lines = text.splitlines()
-    assert lines[0].startswith("speed-up: samples/s ÷") and len(lines) == len(jobs) + 4
-    assert all(h in lines[1] for h in HEADERS)
+    assert lines[0].startswith("speed-up: samples/s ÷") and len(lines) == len(jobs) + 5
+    empty = ["MFU (%)", "GPU-h", "CPU-h", "energy (kWh)", "time used (%)", "predictions"]
+    assert all(h in lines[1] for h in HEADERS if h not in empty)
+    assert not any(h in lines[1] for h in empty)
+    assert lines[-2] == f"no job has a value in: {', '.join(empty)}"
     assert lines[3].startswith("j0 ") and "COMPLETED" in lines[3]
     assert lines[-1].startswith(f"total of {len(jobs)} jobs: ")
 
@@ -524,3 +557,53 @@ def test_a_line_of_one_job_says_what_a_line_of_its_copies_says(tmp_path: Path) -
     lines = {ln.label: ln for ln in (_line([row], False, False) for row in rows)}
     assert lines["on-gpu"].mem_kind == "gpu" and lines["on-cpu"].mem_kind == "host"
     assert lines["on-cpu"].excluded == ("n2", "n9") and "retried away from n2, n9" in lines["on-cpu"].detail
+
+
+@pytest.mark.parametrize("columns", [100, 200])
+def test_the_local_demos_summary_has_no_blank_table(runner, tmp_path: Path, monkeypatch, columns: int) -> None:
+    """A run like the local demo's (four engines on one CPU, local backend: nothing accounted) shows every
+    number it has, and one line, not a table of blanks, for the columns no job has a value in."""
+    engines = ("torch", "lightning", "fabric", "hf_trainer")
+    jobs = [
+        FakeJob(
+            f"engine-{e}",
+            {"train.engine": e},
+            state="COMPLETED",
+            engine=e,
+            strategy="auto",
+            precision="32-true",
+            devices=1,
+            peak_gpu_mb=None,
+            train_s=100.0 + i,
+            test_acc=0.80 + i / 100,
+            logs={"local.out": "ok\n"},
+        )
+        for i, e in enumerate(engines)
+    ]
+    run = write_run(tmp_path, "local_demo", jobs)
+    monkeypatch.setenv("COLUMNS", str(columns))
+    result = runner.invoke(main, ["--output-root", str(tmp_path), "summary", str(run)])
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    empty = ["MFU (%)", "GPU-h", "CPU-h", "energy (kWh)", "time used (%)", "predictions"]
+    assert f"\nno job has a value in: {', '.join(empty)}\n" in text
+    rows = [ln for ln in text.splitlines() if ln.startswith("engine-")]
+    headers = [ln for ln in text.splitlines() if ln.startswith("config ")]
+    for header in headers:  # each table's header line: none is of a column with nothing in it
+        assert not any(word in header for word in ("GPU-h", "CPU-h", "MFU", "energy", "used"))
+    assert all(len(row.split()) > 1 for row in rows)  # no row of a table is its label alone
+    assert len(rows) == len(headers) * len(engines)
+    for i, engine in enumerate(engines):
+        shown = " ".join(row for row in rows if row.split()[0] == f"engine-{engine}")
+        for value in (
+            engine,
+            "auto",
+            "32-true",
+            "1×1 cpu",
+            "COMPLETED",
+            duration(100.0 + i),
+            f"{80 + i:.1f}",
+            "2,000 host",
+        ):
+            assert value in shown, (value, shown)
+    assert "baseline" in text and "total of 4 jobs: GPU-h unknown, CPU-h unknown, energy unknown" in text

@@ -5,7 +5,8 @@ The image is a directory whose root holds only empty mount points, a marker file
 Python install into it, and jobgen binds the output root (which holds the run folder) and the
 Hugging Face cache. So inside the container only what is bound is visible. The job trains (builtin:tiny,
 builtin:synthetic, 1 rank, srun launcher); the probe records what the task saw, through the bind, in
-the run folder. Everything lives outside /tmp, which ch-run shares with the host by default.
+the run folder. Everything lives outside /tmp, which ch-run shares with the host by default, and the
+files the task must not see are ones the test makes there, so the test holds wherever the checkout is.
 """
 
 from __future__ import annotations
@@ -87,12 +88,18 @@ def test_a_job_trains_inside_a_charliecloud_container(slurm, outside_tmp: Path):
     for folder in (root, hf_home, not_bound):
         folder.mkdir()
     (not_bound / "secret.txt").write_text("the host's, not the container's\n")
+    # A checkout of jobgen's source, made here: the real one may live anywhere (under /tmp, which ch-run
+    # shares, it is visible), and the job needs none (it runs the code snapshot in its run folder).
+    checkout = not_bound / "checkout" / "jobgen" / "cli.py"
+    checkout.parent.mkdir(parents=True)
+    shutil.copyfile(REPO / "jobgen" / "cli.py", checkout)
     venv, install = Path(sys.prefix), Path(sys.base_prefix)
     binds = [Path("/usr"), install, venv]
+    shared = [*binds, root, hf_home, Path("/tmp"), Path("/dev"), Path("/proc"), Path("/sys"), Path("/etc")]
+    assert not [p for p in shared if not_bound.is_relative_to(p)], "the hidden files must lie where nothing is bound"
     image = build_image(outside_tmp / "image", [*binds, root, hf_home])
-    # The task must not see what is not bound: a host folder beside the run root, and jobgen's source
-    # (the job runs the code snapshot in its run folder).
-    probe(image, sys.executable, [not_bound / "secret.txt", REPO / "jobgen" / "cli.py"])
+    # The task must not see what is not bound: a host folder beside the run root, and the checkout in it.
+    probe(image, sys.executable, [not_bound / "secret.txt", checkout])
     mounts = ", ".join(f'"{p}"' for p in dict.fromkeys(str(b) for b in binds))
     body = (
         TINY_TRAIN.replace(f'python = "{sys.executable}"', 'python = "/opt/probe/python"')

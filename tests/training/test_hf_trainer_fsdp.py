@@ -101,7 +101,7 @@ def test_the_saved_shards_make_up_the_tested_model(
 
     spec = from_dict(spec_dict(job, cache_dir, train=TRAIN, data=DATA))
     prepared = prepare(spec)
-    scores = Scores(len(prepared.label_names))
+    scores = Scores(prepared.problem_type, prepared.num_labels)
     model.eval()
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         for batch in make_loader(prepared.splits["test"], spec, prepared.tokenizer, False):

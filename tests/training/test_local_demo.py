@@ -106,7 +106,8 @@ def test_summary_of_a_real_local_sweep(demo: _Demo, tmp_path: Path, runner) -> N
     by_csv = _rows(outputs["csv"])
     # A local job holds no allocation (no GPU-, CPU-hours, limit) and a CPU job no MFU: blank, not 0.
     blank = ("mfu", "gpu_hours", "cpu_hours", "energy_kwh", "time_used_fraction", "usage_from")
-    unfilled = ("problem", "hint", "val_acc_so_far", "excluded_nodes", *blank)
+    # predictions: the demo does not set train.save_predictions.
+    unfilled = ("problem", "hint", "val_acc_so_far", "excluded_nodes", "predictions", *blank)
     filled = [f for f in FIELDS if not f.endswith("_std") and f not in unfilled]
     for row in rows:
         result = json.loads((run / "jobs" / row["config"] / "result.json").read_text())
@@ -118,6 +119,9 @@ def test_summary_of_a_real_local_sweep(demo: _Demo, tmp_path: Path, runner) -> N
         assert row["best_val_acc"] == pytest.approx(result["best_val_acc"])
         assert row["samples_per_s"] == pytest.approx(result["throughput"]["samples_per_s"])
         assert row["engine"] == result["engine"]
+        assert row["primary_metric"] == result["primary_metric"] == "accuracy"
+        assert row["test_primary"] == pytest.approx(result["test_acc"])
+        assert row["test_metrics"] == pytest.approx(result["test_metrics"])
         for fmt in ("table", "markdown"):
             assert row["config"] in outputs[fmt] and f"{100 * result['test_acc']:.1f}" in outputs[fmt]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -16,11 +16,13 @@ SPLITS = ("train", "validation", "test")
 
 
 def build_model(spec: Spec, prepared: Prepared) -> Any:
+    """The model every engine trains: loaded, then prepared (pad token, gradient checkpointing, LoRA)."""
     from training import console
 
     console.phase("loading the model")
     # Looked up through the module so tests can wrap the loader (e.g. to watch dropout during fit).
-    return model_lib.load_model(prepared.model_source, prepared.label_names)
+    model, fresh = model_lib.load_model_info(prepared.model_source, prepared.label_names, prepared.problem_type)
+    return model_lib.prepare(model, spec.train, prepared.tokenizer, fresh)
 
 
 def maybe_compile(module: Any, spec: Spec) -> Any:
@@ -32,30 +34,34 @@ def maybe_compile(module: Any, spec: Spec) -> Any:
 
 
 def loaders(spec: Spec, prepared: Prepared, rank: int, world: int) -> dict[str, Any]:
+    """One loader per prepared split (train, validation, test and data.extra_test_splits')."""
     return {
         split: make_loader(prepared.splits[split], spec, prepared.tokenizer, split == "train", rank, world)
-        for split in SPLITS
+        for split in prepared.splits
     }
 
 
 def record_sizes(stats: Any, prepared: Prepared) -> None:
-    stats.samples = {split: len(prepared.splits[split]) for split in SPLITS}
+    stats.samples = {split: len(prepared.splits[split]) for split in prepared.splits}
 
 
 def parameter_shards(module: Any, rank: int, world: int, reduce_sum: Any) -> dict[str, Any]:
-    """How many parameter elements each rank holds, against the whole model's: FSDP2 (DTensor) and
+    """How many parameter elements each rank holds, against the whole model's, and how many of the
+    whole model's the optimizer trains (all, or LoRA's adapters and the head): FSDP2 (DTensor) and
     ZeRO-3 (ds_tensor) ranks hold a shard, the others a full copy. A collective: every rank calls it."""
-    local = total = 0
+    local = total = trainable = 0
     for p in module.parameters():
         if hasattr(p, "ds_tensor"):  # DeepSpeed ZeRO-3: this rank's partition of a flattened parameter
-            local, total = local + p.ds_tensor.numel(), total + p.ds_numel
+            mine_n, whole = p.ds_tensor.numel(), p.ds_numel
         elif hasattr(p, "to_local"):  # FSDP2: a DTensor sharded over the ranks
-            local, total = local + p.to_local().numel(), total + p.numel()
+            mine_n, whole = p.to_local().numel(), p.numel()
         else:
-            local, total = local + p.numel(), total + p.numel()
+            mine_n = whole = p.numel()
+        local, total = local + mine_n, total + whole
+        trainable += whole if p.requires_grad else 0
     mine = [0.0] * world
     mine[rank] = float(local)
-    return {"total": total, "per_rank": [int(v) for v in reduce_sum(mine)]}
+    return {"total": total, "trainable": trainable, "per_rank": [int(v) for v in reduce_sum(mine)]}
 
 
 def announce(rank: int, world: int, strategy: Any) -> None:

@@ -113,7 +113,7 @@ def _fit_and_test(fabric: Any, spec: Spec, prepared: Prepared, stats: Stats, wat
         optimizer,
         scheduler,
         loaders,
-        len(prepared.label_names),
+        prepared,
         stats,
         MetricsLog(spec.job_dir / "metrics.csv", fabric.global_rank == 0),
         watcher,

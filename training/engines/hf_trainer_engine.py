@@ -24,13 +24,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from training import console, ranks, requeue
+from training import adapter, console, ranks, requeue
 from training.data import Prepared
 from training.engines import common
 from training.hardware import effective_precision, resolve_accelerator
 from training.loaders import make_loader, model_inputs
 from training.loop import best_epoch
-from training.metrics import Scores
+from training.metrics import Scores, better
 from training.optim import total_steps, warmup_steps
 from training.progress import epoch_line
 from training.results import MetricsLog, Stats, atomic_write
@@ -61,6 +61,10 @@ def deepspeed_config(spec: Spec) -> Path:
         zero["offload_optimizer"] = {"device": "cpu"}
         if stage == 3:
             zero["offload_param"] = {"device": "cpu"}
+    if stage == 3 and t.peft == "lora":
+        # The Trainer saves a LoRA model's checkpoint as its adapter, from the state dict DeepSpeed gathers
+        # for it; without this it hands peft an empty one (peft#2892).
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
     config = {
         "zero_optimization": zero,
         "train_micro_batch_size_per_gpu": "auto",
@@ -114,7 +118,7 @@ def training_arguments(spec: Spec, stats: Stats, steps_per_epoch: int, model: An
         save_strategy="epoch",
         save_total_limit=1,
         load_best_model_at_end=True,
-        metric_for_best_model="accuracy",
+        metric_for_best_model="primary",  # the primary metric, negated where lower is better (metrics.better)
         greater_is_better=True,
         logging_strategy="steps",
         logging_steps=t.log_every_n_steps,
@@ -285,24 +289,29 @@ def _trainer_class() -> type:
         def evaluate(
             self, eval_dataset: Any = None, ignore_keys: Any = None, metric_key_prefix: str = "eval"
         ) -> dict[str, float]:
-            split = "test" if metric_key_prefix == "test" else "validation"
-            epochs, done = self.spec.train.epochs, len(self.stats.val_acc_per_epoch)
-            console.phase("testing" if split == "test" else f"validating epoch {done + 1}/{epochs}")
+            split = "validation" if metric_key_prefix == "eval" else metric_key_prefix
+            epochs, done = self.spec.train.epochs, self.stats.epochs_validated()
+            console.phase("testing" if split != "validation" else f"validating epoch {done + 1}/{epochs}")
             tick = time.perf_counter()
             scores = self.score(split)
             self.stats.times_s["eval"] += time.perf_counter() - tick
+            primary = self.stats.primary_metric
             if split == "validation":
-                console.say(epoch_line(split, scores["acc"], scores["scored"], epoch=done, epochs=epochs))
+                console.say(epoch_line(split, scores, epoch=done, epochs=epochs, primary=primary))
                 console.phase("checkpointing")
             else:
                 tested = self.stats.tested_epoch
                 note = f"weights of epoch {tested + 1}" if tested is not None else ""
-                console.say(epoch_line(split, scores["acc"], scores["scored"], f1=scores["f1"], note=note))
-            metrics = {f"{metric_key_prefix}_accuracy": scores["acc"]}
+                console.say(epoch_line(split, scores, note=note, primary=primary))
+            metrics = {f"{metric_key_prefix}_primary": better(primary, scores["metrics"].get(primary))}
+            if scores["acc"] is not None:
+                metrics[f"{metric_key_prefix}_accuracy"] = scores["acc"]
             if scores["f1"] is not None:
                 metrics[f"{metric_key_prefix}_f1"] = scores["f1"]
             if split == "validation":
-                self.stats.val_acc_per_epoch.append(scores["acc"])
+                self.stats.add_validation(scores)
+            else:
+                self.stats.add_test(split, scores, self.spec, self.prepared, self.args.process_index)
             self.log(metrics)
             self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
             return metrics
@@ -313,16 +322,15 @@ def _trainer_class() -> type:
 
             model = self.model_wrapped if self.is_deepspeed_enabled else self.model
             model.eval()
-            scores = Scores(len(self.prepared.label_names), self.args.device)
+            truth = self.prepared.splits[split]["labels"]
+            scores = Scores(self.prepared.problem_type, self.prepared.num_labels, self.args.device, truth)
             with torch.no_grad(), self.autocast_smart_context_manager():
                 for batch in self._loader(split):
                     batch = self._prepare_inputs(batch)
                     logits = model(**model_inputs(batch)).logits.float()
                     scores.update(logits, batch["labels"], batch["row"])
             model.train()
-            result = scores.compute()
-            self.stats.scored[split] = result["scored"]
-            return result
+            return scores.compute()
 
     return JobTrainer
 
@@ -404,12 +412,12 @@ def _bookkeeping_class() -> type:
                     epoch=epoch, step=state.global_step, split="train", loss=logs["loss"], lr=logs.get("learning_rate")
                 )
             for split in ("eval", "test"):
-                if f"{split}_accuracy" in logs:
+                if f"{split}_primary" in logs:
                     self.rows.add(
-                        epoch=epoch if split == "eval" else len(self.trainer.stats.val_acc_per_epoch),
+                        epoch=epoch if split == "eval" else self.trainer.stats.epochs_validated(),
                         step=state.global_step,
                         split="validation" if split == "eval" else split,
-                        acc=logs[f"{split}_accuracy"],
+                        acc=logs.get(f"{split}_accuracy"),
                         f1=logs.get(f"{split}_f1"),
                     )
                     self.rows.flush()
@@ -532,10 +540,11 @@ def _fit_and_test(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue
         stats.resumed = True
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
     stats.interrupted = book.interrupted
-    stats.epochs_done = len(stats.val_acc_per_epoch)
+    stats.epochs_done = stats.epochs_validated()
     stats.optimizer_steps = trainer.state.global_step
     if not stats.interrupted:
         _test_best(trainer, stats, steps_per_epoch)
+        adapter.save(trainer.model, spec.job_dir, args.process_index)  # the weights just tested
     trainer.accelerator.wait_for_everyone()
     return cast(int, args.process_index)  # TrainingArguments.process_index is unannotated
 
@@ -545,11 +554,11 @@ def _test_best(trainer: Any, stats: Stats, steps_per_epoch: int) -> None:
     best = trainer.state.best_global_step
     per_epoch = math.ceil(steps_per_epoch / trainer.args.gradient_accumulation_steps)
     loaded = math.ceil(best / per_epoch) - 1 if best else None
-    if loaded is not None and loaded != best_epoch(stats.val_acc_per_epoch):
-        raise RuntimeError(f"the Trainer kept epoch {loaded} as best, but validation says {stats.val_acc_per_epoch}")
-    stats.tested_epoch = best_epoch(stats.val_acc_per_epoch)
-    scores = trainer.evaluate(metric_key_prefix="test")
-    stats.test_acc, stats.test_f1 = scores["test_accuracy"], scores.get("test_f1")
+    if loaded is not None and loaded != best_epoch(stats.val_primary()):
+        raise RuntimeError(f"the Trainer kept epoch {loaded} as best, but validation says {stats.val_primary()}")
+    stats.tested_epoch = best_epoch(stats.val_primary())
+    for split in trainer.prepared.test_splits():  # "test" first; evaluate() records each
+        trainer.evaluate(metric_key_prefix=split)
 
 
 def _describe(trainer: Any) -> str:

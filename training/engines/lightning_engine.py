@@ -1,4 +1,4 @@
-"""LightningModule + Trainer: ModelCheckpoint on best val accuracy, CSV log, test on the best checkpoint."""
+"""LightningModule + Trainer: ModelCheckpoint on the best primary metric, CSV log, test on the best checkpoint."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.strategies import DeepSpeedStrategy
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from training import console, requeue
+from training import adapter, console, requeue
 from training.contract import PRECISIONS, one_of
 from training.data import Prepared
 from training.engines import common
 from training.hardware import effective_precision, resolve_accelerator
 from training.loaders import make_loader, model_inputs
-from training.metrics import Scores
+from training.metrics import Scores, better
 from training.optim import build_optimizer, build_scheduler, warmup_steps
 from training.progress import epoch_line
 from training.results import MetricsLog, Stats
@@ -43,6 +43,7 @@ class Classifier(L.LightningModule):
         self.spec, self.prepared, self.stats = spec, prepared, stats
         self.model = common.build_model(spec, prepared)
         self.scores: Scores | None = None
+        self.test_split = "test"  # the split `trainer.test` scores now (data.extra_test_splits after "test")
         self.last_loss: Any = None  # the last training batch's loss (a tensor), for the progress line
         self.resume_at: tuple[int, int] | None = None  # (epoch, batches done) from a checkpoint
 
@@ -71,31 +72,35 @@ class Classifier(L.LightningModule):
         self.last_loss = loss.detach()  # Lightning hands callbacks the loss divided by grad_accum
         return loss
 
-    def _eval_step(self, batch: dict[str, Any]) -> None:
+    def _eval_step(self, batch: dict[str, Any], split: str) -> None:
         if self.scores is None:
-            self.scores = Scores(len(self.prepared.label_names), self.device)
+            truth = self.prepared.splits[split]["labels"]
+            self.scores = Scores(self.prepared.problem_type, self.prepared.num_labels, self.device, truth)
         self.scores.update(self.model(**model_inputs(batch)).logits.float(), batch["labels"], batch["row"])
 
     def validation_step(self, batch: dict[str, Any], index: int) -> None:
-        self._eval_step(batch)
+        self._eval_step(batch, "validation")
 
     def test_step(self, batch: dict[str, Any], index: int) -> None:
-        self._eval_step(batch)
+        self._eval_step(batch, self.test_split)
 
     def on_validation_epoch_end(self) -> None:
         assert self.scores is not None  # made by the epoch's first evaluation step
-        result, self.scores = self.scores.compute(), None  # compute() already reduced over ranks
-        self.log("val_acc", result["acc"], sync_dist=False)
+        result, self.scores = self.scores.compute(), None  # compute() gathered every rank's predictions
+        primary = self.stats.primary_metric
+        # What ModelCheckpoint maximizes: the primary metric, negated where lower is better.
+        self.log("val_primary", better(primary, result["metrics"].get(primary)), sync_dist=False)
         if not self.trainer.sanity_checking:
-            self.stats.val_acc_per_epoch.append(result["acc"])
-            self.stats.scored["validation"] = result["scored"]
+            self.stats.add_validation(result)
+            self.last_validation = result
 
     def on_test_epoch_end(self) -> None:
         assert self.scores is not None
         result, self.scores = self.scores.compute(), None
-        self.stats.test_acc, self.stats.test_f1 = result["acc"], result["f1"]
-        self.stats.scored["test"] = result["scored"]
-        self.log("test_acc", result["acc"], sync_dist=False)
+        self.stats.add_test(self.test_split, result, self.spec, self.prepared, self.global_rank)
+        self.last_test = result
+        if result["acc"] is not None:
+            self.log("test_acc", result["acc"], sync_dist=False)
 
     def configure_optimizers(self) -> Any:
         optimizer = build_optimizer(self.model, self.spec.train)
@@ -129,7 +134,7 @@ class Classifier(L.LightningModule):
         return self._loader("validation")
 
     def test_dataloader(self) -> Any:
-        return self._loader("test")
+        return self._loader(self.test_split)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         saved = checkpoint.get("jobgen")
@@ -221,14 +226,15 @@ class Bookkeeping(Callback):
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         self.stats.times_s["eval"] += time.perf_counter() - self.eval_tick
-        if self.stats.val_acc_per_epoch and not trainer.sanity_checking:
+        if self.stats.val_metrics_per_epoch and not trainer.sanity_checking:
+            result = pl_module.last_validation
             console.say(
                 epoch_line(
                     "validation",
-                    self.stats.val_acc_per_epoch[-1],
-                    self.stats.scored["validation"],
+                    result,
                     epoch=trainer.current_epoch,
                     epochs=self.spec.train.epochs,
+                    primary=self.stats.primary_metric,
                 )
             )
             console.phase("checkpointing")
@@ -237,7 +243,7 @@ class Bookkeeping(Callback):
                 epoch=trainer.current_epoch,
                 step=trainer.global_step,
                 split="validation",
-                acc=self.stats.val_acc_per_epoch[-1],
+                acc=result["acc"],
             )
             self.rows.flush()
 
@@ -250,13 +256,14 @@ class Bookkeeping(Callback):
         tested = self.stats.tested_epoch
         console.say(
             epoch_line(
-                "test",
-                cast(float, self.stats.test_acc),
-                self.stats.scored["test"],
-                f1=self.stats.test_f1,
+                pl_module.test_split,
+                pl_module.last_test,
                 note=f"weights of epoch {tested + 1}" if tested is not None else "",
+                primary=self.stats.primary_metric,
             )
         )
+        if pl_module.test_split != "test":
+            return
         assert self.rows is not None
         self.rows.add(
             epoch=trainer.current_epoch,
@@ -323,23 +330,25 @@ def _keep_our_signal_handlers(trainer: L.Trainer) -> None:
 def _test_best(trainer: L.Trainer, module: Classifier, best: ModelCheckpoint, spec: Spec, stats: Stats) -> None:
     found = re.search(r"best-epoch=(\d+)", Path(best.best_model_path).name) if best.best_model_path else None
     stats.tested_epoch = int(found.group(1)) if found else None
-    if "stage_3" not in spec.train.strategy or not best.best_model_path:
-        # Named: there are two ModelCheckpoints. verbose=False: the test line is ours (on_test_end).
-        trainer.test(module, ckpt_path=best.best_model_path or None, verbose=False)
-        return
-    # DeepSpeed cannot load a ZeRO-3 checkpoint into its inference engine (the fp32 partitions live in
-    # optimizer state it does not have there). Restore the best weights into the training engine,
-    # then test the module as it is in memory.
-    cast(DeepSpeedStrategy, trainer.strategy).deepspeed_engine.load_checkpoint(
-        best.best_model_path, load_lr_scheduler_states=False
-    )
-    trainer.test(module, verbose=False)
+    for split in module.prepared.test_splits():
+        module.test_split = split
+        if "stage_3" not in spec.train.strategy or not best.best_model_path:
+            # Named: there are two ModelCheckpoints. verbose=False: the test line is ours (on_test_end).
+            trainer.test(module, ckpt_path=best.best_model_path or None, verbose=False)
+            continue
+        # DeepSpeed cannot load a ZeRO-3 checkpoint into its inference engine (the fp32 partitions live in
+        # optimizer state it does not have there). Restore the best weights into the training engine,
+        # then test the module as it is in memory.
+        cast(DeepSpeedStrategy, trainer.strategy).deepspeed_engine.load_checkpoint(
+            best.best_model_path, load_lr_scheduler_states=False
+        )
+        trainer.test(module, verbose=False)
 
 
 def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher | None) -> int:
     L.seed_everything(spec.train.seed, verbose=False)
     best = ModelCheckpoint(
-        dirpath=str(spec.checkpoint_dir), filename="best-{epoch}", monitor="val_acc", mode="max", save_top_k=1
+        dirpath=str(spec.checkpoint_dir), filename="best-{epoch}", monitor="val_primary", mode="max", save_top_k=1
     )
     # Every epoch's end, for a resume: save_last=True on `best` writes only when the best improves.
     last = ModelCheckpoint(
@@ -362,8 +371,9 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher |
         # was killed before its result: say so.
         raise SystemExit(128 + signal.SIGTERM) from None
     stats.world_size = trainer.world_size
-    stats.epochs_done = trainer.current_epoch if not stats.interrupted else len(stats.val_acc_per_epoch)
+    stats.epochs_done = trainer.current_epoch if not stats.interrupted else stats.epochs_validated()
     stats.optimizer_steps = trainer.global_step
     if not stats.interrupted:
         _test_best(trainer, module, best, spec, stats)
+        adapter.save(module.model, spec.job_dir, trainer.global_rank)  # the weights just tested
     return trainer.global_rank  # training.run writes the result, then tears the group down

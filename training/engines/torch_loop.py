@@ -157,7 +157,7 @@ def _fit_and_test(
         optimizer,
         scheduler,
         loaders,
-        len(prepared.label_names),
+        prepared,
         stats,
         MetricsLog(spec.job_dir / "metrics.csv", rank == 0),
         watcher,

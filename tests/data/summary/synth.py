@@ -54,6 +54,9 @@ class FakeJob:
     segments: list[str] | None = None  # a chained job's segment ids (slurm.chain)
     gpus: list[str] = field(default_factory=list)  # ran_on.gpus
     parameters: int | None = None
+    primary: str = "accuracy"  # result.json primary_metric
+    mcc: float = 0.5  # test_metrics' mcc; val_metrics' is 0.01 higher
+    predictions: bool = False  # train.save_predictions: a predictions.csv in the job folder
 
     def finished_at(self) -> datetime:
         return T0 + timedelta(seconds=(self.submitted_s or 0.0) + self.queue_s + self.total_s)
@@ -99,6 +102,10 @@ def result_json(job: FakeJob, experiment: str) -> dict[str, Any]:
         "finished_at": job.finished_at().isoformat(),
         "parameters": None if job.parameters is None else {"total": job.parameters, "per_rank": []},
         "ran_on": {"gpus": job.gpus},
+        "primary_metric": job.primary,
+        "test_metrics": {"accuracy": job.test_acc, "macro_f1": job.test_acc - 0.01, "f1": job.test_f1, "mcc": job.mcc},
+        "val_metrics": {"accuracy": job.best_val_acc, "macro_f1": None, "mcc": job.mcc + 0.01},
+        "predictions": "predictions.csv" if job.predictions else None,
     }
 
 
@@ -191,6 +198,8 @@ def _write_job(job_dir: Path, job: FakeJob, experiment: str) -> None:
         text = job.result
     if text is not None:
         (job_dir / "result.json").write_text(text, encoding="utf-8")
+    if job.predictions:
+        (job_dir / "predictions.csv").write_text("row,label,prediction,score\n0,1,1,0.9\n", encoding="utf-8")
     for name, log in job.logs.items():
         (job_dir / name).write_text(log, encoding="utf-8")
 
