@@ -179,7 +179,7 @@ def test_a_kept_attempt_is_taken_only_with_the_types_of_its_fields(values: list)
 
 @given(st.lists(st.sampled_from([None, 0, 5, True, 1.5, "3"]), max_size=4))
 def test_a_kept_request_is_taken_only_as_three_whole_numbers_or_none(values: list) -> None:
-    """What a spec.json asked for, kept in the run's verdicts: GPUs, CPUs and seconds, each an int or
+    """What a spec.json asked for, kept in the run's index: GPUs, CPUs and seconds, each an int or
     None (a yes/no is no count); anything else is a damaged cache, read again."""
     assert cost._is_asked(values) == (len(values) == 3 and all(v is None or type(v) is int for v in values))
     assert not cost._is_asked(tuple(values))

@@ -192,7 +192,7 @@ def test_damaged_manifest(runner, run: Path, tmp_path: Path, damage: str, comman
     assert lines[0].startswith("Error: ") and str(path) in lines[0] and "damaged" in lines[0], lines[0]
 
 
-# --- the verdicts kept between commands (jobgen.record.damage.Verdicts) -----------------------------------
+# --- what the run's index keeps of the damage checks (jobgen.record.index) ---------------------------------------
 
 
 def _settle(run: Path) -> None:
