@@ -20,21 +20,22 @@ Besides the seconds, every command runs behind a PATH shim that counts the Slurm
 and a second table gives each command's CPU seconds (user + system, its Slurm tools included), which
 vary less than wall times on a busy machine. The columns, in order: status while the jobs are queued,
 the first status once they ended, the next one, runs, summary, report, summary again, and two statuses
-after them (the first reads the manifest that summary's kept usage changed, the second shows the rows
-the first kept). `--how arrays` measures arrays alone (10,000 jobs one by one take long).
+after them (the first reads the manifest that summary's kept usage changed, the second the settled run
+after it). `--how arrays` measures arrays alone (10,000 jobs one by one take long).
 
 Each read runs `--repeat` times (3) from the same start, and the table shows the median with the
 fastest and slowest: a single run on these machines is now and then a quarter slower than the next
 (a first status of 10,000 ended jobs took 1.03 s and 0.80 s in two runs of the same code). Between
-two runs of a read the run folder's own files (the manifest, its journal, the kind, the verdicts and
-the kept rows: everything at its top level) are put back as they were before the first, and the CPUs
+two runs of a read the run folder's own files (the manifest, its journal and the index: everything
+at its top level) are put back as they were before the first, and the CPUs
 must be idle again; the reads only read the job folders, so each run of a read starts where the
 first did and does the same work, and the next read starts where the first run left. The status
 floor (the one squeue) is the median of three calls likewise.
 
 Leave the code alone while it runs (or run it from a checkout of its own, with an environment of its
-own: an editable install finds its package ahead of PYTHONPATH): what a command keeps is keyed by the
-code's stamp (jobgen.record.rows.code_stamp), so after an edit the next reads read the run again.
+own: an editable install finds its package ahead of PYTHONPATH): the run's index is keyed by the
+fingerprint of jobgen's source (jobgen.record.index.fingerprint), so after an edit the next reads read
+the run again.
 """
 
 from __future__ import annotations
@@ -273,7 +274,7 @@ def run_folder(root: Path, name: str) -> Path:
 
 def top_files(folder: Path) -> dict[str, tuple[bytes, int]]:
     """The bytes and mode of every file at the top of a run folder: what a read writes (manifest,
-    journal, kind, verdicts, kept rows)."""
+    journal, index)."""
     return {path.name: (path.read_bytes(), path.stat().st_mode) for path in folder.iterdir() if path.is_file()}
 
 

@@ -81,10 +81,8 @@ class _Group(click.Group):
     command_class = _Command
 
     def invoke(self, ctx: click.Context) -> Any:
-        # No cyclic garbage collection while a command runs: it is short, and what it reads of a run is
-        # freed by reference counting. The collector's passes over every object alive (at 10,000 jobs the
-        # manifest, the verdicts and the rows are millions) took up to a third of a first `status`. A
-        # command that loops (status --watch) collects once per round (jobgen.commands.wait).
+        # No cycle collection while a command runs: its per-job objects live until it ends, and the
+        # collector's passes over them cost more than it frees (bench/bench_status.py, "gc on").
         collecting = gc.isenabled()
         gc.disable()
         try:
@@ -157,10 +155,6 @@ def main(debug: bool, output_root: str | None) -> None:
     jobgen report imdb_fsdp -o report.html          one HTML page to share: table, curves, causes
     jobgen requeue imdb_fsdp                        failed jobs resume from their checkpoints
     """
-    # A command is short-lived and builds objects by the ten thousand (one per job) that live until it
-    # ends: with the default thresholds the cycle collector walks them hundreds of times, a fifth of
-    # `summary` at 10,000 jobs. Collect rarely instead (cycles are still freed).
-    gc.set_threshold(100_000, 50, 1000)
 
 
 class _OutFile(click.Path):
@@ -680,7 +674,7 @@ def summary(
     all_runs: bool,
 ) -> None:
     """Time and accuracy of every job of RUNS (run folders, experiment names or files; default: the latest run)."""
-    from jobgen.results.kept import summary_text
+    from jobgen.results.summary import summary_text
 
     color = fmt == "table" and sys.stdout.isatty()
     with _json_alone(fmt):
@@ -814,7 +808,7 @@ def report(
 ) -> None:
     """Write one self-contained HTML page for RUNS (default: the latest run): the summary table, loss and
     accuracy curves, time vs accuracy, failure causes and links to each job's logs."""
-    from jobgen.results.kept import report_page
+    from jobgen.results.report import report_page
 
     path = report_page(_many_runs(ctx, runs, all_runs), Path(output), refresh=refresh, baseline=baseline)
     click.echo(f"report: {path}")
@@ -922,58 +916,8 @@ def schema(fmt: str) -> None:
 
 
 def entry() -> None:
-    """The `jobgen` command: main(), then the process ends at once, its output flushed. Python's own
-    teardown frees every object still alive and collects cycles first: 10 ms for `jobgen --version`,
-    25 ms after a summary of 10,000 jobs, spent after the command has said everything. jobgen leaves
-    no work to it (no atexit handler, no thread but daemon ones it has joined or given up on), and
-    callers in-process (tests, notebooks) call main() and keep the usual exit."""
-    _keep_freed_memory()
-    try:
-        main()
-        code: Any = 0
-    except SystemExit as exc:
-        code = exc.code
-    os._exit(_flushed(code))
-
-
-def _keep_freed_memory() -> None:
-    """Have glibc's malloc keep the memory the command frees for its next allocations instead of giving it
-    back to the system (M_TRIM_THRESHOLD), and serve large blocks (a 6 MB manifest's bytes, a report's
-    page) from that heap, not from mappings of their own that are unmapped when freed (M_MMAP_THRESHOLD:
-    1 GiB where glibc takes it, else its largest before 2.35, 32 MiB). Memory the system hands out again
-    costs a page fault per 4 KiB at its first touch: a report of 10,000 jobs, 175 MB at most at once,
-    took 59,000 faults, 45,000 with this (about 2 microseconds each on a virtual machine). The process
-    is short-lived: what it keeps is freed when it ends. Without glibc (no mallopt), nothing."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (ImportError, OSError, AttributeError):
-        return
-    mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD: give back no less than 1 GiB at a time
-    if not mallopt(-3, 1 << 30):  # M_MMAP_THRESHOLD
-        mallopt(-3, 32 << 20)
-
-
-def _flushed(code: Any) -> int:
-    """The exit status for SystemExit's code (as Python's own exit makes it), once stdout and stderr
-    are flushed; a stdout that can no longer be written (its reader went away) fails a command that
-    would have succeeded, as click's own handling of a broken pipe does."""
-    if code is None:
-        code = 0
-    elif not isinstance(code, int):
-        print(code, file=sys.stderr)
-        code = 1
-    try:
-        sys.stdout.flush()
-    except OSError:
-        code = code or 1
-    with contextlib.suppress(OSError):
-        sys.stderr.flush()
-    return int(code)
+    """The `jobgen` command."""
+    main()
 
 
 if __name__ == "__main__":  # pragma: no cover

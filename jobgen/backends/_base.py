@@ -106,8 +106,8 @@ class Scheduler:
         return {}
 
     def states_later(self, job_ids: list[str]) -> Callable[[], dict[str, JobInfo]]:
-        """states, asked now where the scheduler's tool can be started without a thread (before a
-        command forks its readers) and answered by the function returned; asked then where not."""
+        """states, asked now where the scheduler's tool can be started as a process (so it answers while
+        the command reads the records) and answered by the function returned; asked then where not."""
         return lambda: self.states(job_ids)
 
     def cancel(self, job_ids: list[str]) -> None:
@@ -119,8 +119,8 @@ class Scheduler:
         return {}
 
     def usage_later(self, job_ids: list[str]) -> Callable[[], dict[str, list[Attempt]]]:
-        """usage, asked now where the scheduler's tool can be started without a thread (before a
-        command forks its readers) and answered by the function returned; asked then where not."""
+        """usage, asked now where the scheduler's tool can be started as a process (so it answers while
+        the command reads the records) and answered by the function returned; asked then where not."""
         return lambda: self.usage(job_ids)
 
     def requeue_refusal(self, run_dir: Path) -> str | None:
@@ -178,7 +178,7 @@ class Scheduler:
 
     def logs_in_job_folder(self) -> bool:
         """Whether every log is in the job's folder itself, not below it: the folder's stat stamp then
-        changes when one is made or removed (jobgen.results.kept relies on it)."""
+        changes when one is made or removed (the run's index relies on it)."""
         return self._logs_in_job_folder
 
     @functools.cached_property

@@ -199,8 +199,8 @@ def query(job_ids: list[str]) -> Answer:
 
 
 def query_later(job_ids: list[str]) -> Callable[[], Answer]:
-    """query, its squeue started now (before a command forks its readers, so the controller answers
-    while they read); the function returned reads the answer and asks sacct and scontrol what it left."""
+    """query, its squeue started now (so the controller answers while the command reads the records);
+    the function returned reads the answer and asks sacct and scontrol what it left."""
     ids = list(dict.fromkeys(j for j in job_ids if j))
     if not ids:
         return Answer

@@ -1,9 +1,7 @@
 """JSON records read as the standard library reads them, in a fraction of its time where orjson is
 installed.
 
-At 10,000 jobs a first `status` parses 20,000 small records and a 4 MB manifest; Python's `json`
-spends about 80 instructions a byte on them, most of that command's work after the damage checks'
-other steps were made lean. orjson (a C-speed parser, a dependency of jobgen on x86_64 and aarch64,
+A reading command parses every job's small records and the run's manifest; orjson (a C-speed parser, a dependency of jobgen on x86_64 and aarch64,
 where it ships wheels) parses the same text to the same values, with three exceptions the standard
 library accepts: NaN and Infinity, numbers beyond a double (1e400), and text that is not UTF-8 (a
 byte order mark, UTF-16, lone surrogates). It refuses those, and such text is parsed again by the
@@ -26,8 +24,8 @@ from typing import Any
 # float is then a plain substring search, a few instructions a byte (a regular expression took longer
 # than the parse it guards). orjson reads integers from -2**63 to 2**64 - 1 exactly: every one of up to
 # 19 digits, and of 19 digits with a minus sign only from -2**63. So a run of 20 digits, or a minus
-# sign before 19, sends the text to the standard library; a stat stamp in nanoseconds (19 digits, the
-# caches hold 40,000 of them at 10,000 jobs) does not. A fraction's or a string's long run of digits is
+# sign before 19, sends the text to the standard library; a stat stamp in nanoseconds (19 digits)
+# does not. A fraction's or a string's long run of digits is
 # taken for an integer too: the standard library reads that text, as it would anyway.
 _DIGITS_ONLY = bytes(45 if byte == 45 else 48 if 48 <= byte <= 57 else 32 for byte in range(256))
 _LONG_RUN, _LONG_NEGATIVE = b"0" * 20, b"-" + b"0" * 19
@@ -105,9 +103,8 @@ def _pick_dumps() -> Callable[[Any], bytes]:
     return dumps
 
 
-# The compact UTF-8 JSON of a cache (the run's verdicts, a command's kept rows), several MB at 10,000
-# jobs, in a tenth of the standard library's time. orjson writes what `json.dumps(value, separators=(",",
-# ":"))` writes, read back as the same values, but for one thing the caches never hold: a NaN or an
+# The compact UTF-8 JSON of what the run's index keeps, by orjson where installed. orjson writes what `json.dumps(value, separators=(",",
+# ":"))` writes, read back as the same values, but for one thing the index never holds: a NaN or an
 # infinity, which it writes as null (their floats are a result's numbers, each finite or None:
 # jobgen.results.collect._num). The manifest's entries only through dumps_exact, below.
 dumps = _pick_dumps()

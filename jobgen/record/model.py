@@ -18,19 +18,8 @@ from typing import Any
 from jobgen.errors import JobgenError
 from jobgen.facts import RETRIES_SCHEMA
 from jobgen.record import store
-from jobgen.record.damage import (
-    JOB_FILES,
-    OTHERS,
-    PRESENT,
-    PROBLEM,
-    SETTLED_NS,
-    Stamp,
-    Verdicts,
-    json_problem,
-    metrics_problem,
-    parse_json,
-    stamp,
-)
+from jobgen.record.damage import JOB_FILES, json_problem, metrics_problem, parse_json
+from jobgen.record.index import SETTLED_NS, Index, Stamp, stamp
 from jobgen.states import JobInfo, State, parse
 from training.progress import PROGRESS_FILE, PROGRESS_KEYS
 
@@ -54,11 +43,13 @@ class Retries:
         return text + (f": {self.stopped}" if self.stopped else "")
 
 
-# slots: a command makes one per job (10,000), and an instance dict each held 16 MB of a 10,000-job read;
-# their page faults (a forked reader copies each page either process writes) and lookups cost a first
-# status of 10,000 ended jobs a seventh of its time and CPU. So JobRow, Result, Line, Usage, Attempt,
-# JobInfo and the plan's Job too, of which a command also makes one per job.
-@dataclass(slots=True)
+# What the run's index keeps of a job's records and folder, by key.
+PROBLEM = "problem"  # of a record: the damage check's verdict (None: fine)
+PRESENT = "present"  # of a job's folder: which of JOB_FILES it holds
+OTHERS = "others"  # of a job's folder: the names of its other entries (its logs among them)
+
+
+@dataclass
 class RunJob:
     """One job of a run: its manifest entry as typed fields, its records read at most once each."""
 
@@ -79,7 +70,7 @@ class RunJob:
     cause_read: bool = False  # this command read the logs for it (cause None: they said nothing)
     # The scheduler was asked about the job and could not answer (Answer.silent): it keeps its last state.
     unanswered: bool = False
-    verdicts: Verdicts | None = field(default=None, repr=False)  # the run's, shared by its jobs
+    index: Index | None = field(default=None, repr=False)  # the run's, shared by its jobs
     _files: dict[str, bytes | None | OSError] = field(default_factory=dict, repr=False)
     _docs: dict[str, tuple[Any, str | None]] = field(default_factory=dict, repr=False)  # parsed once
     _marks: dict[str, Stamp | OSError | None] = field(default_factory=dict, repr=False)  # stat'ed once
@@ -100,12 +91,9 @@ class RunJob:
     log_paths: list[Path] | None = field(default=None, repr=False)
     # Their names in its folder, where logs.names_of found them in its listing (no Path made per log).
     log_names: list[str] | None = field(default=None, repr=False)
-    # The stat of each of those logs taken to put them in order (None: gone by then), by name, where
-    # logs.of found them in the job folder's listing: {} when their names alone gave the order.
-    log_marks: dict[str, os.stat_result | None] | None = field(default=None, repr=False)
 
     @classmethod
-    def from_entry(cls, run_dir: Path, entry: dict[str, Any], verdicts: Verdicts | None = None) -> RunJob:
+    def from_entry(cls, run_dir: Path, entry: dict[str, Any], index: Index | None = None) -> RunJob:
         # Once per job of every run a command reads: no more work than the fields need.
         name = str(entry.get("name"))
         state = entry.get("state") or "UNKNOWN"
@@ -113,7 +101,7 @@ class RunJob:
         job_id, segments, previous = entry.get("job_id"), entry.get("segments"), entry.get("previous_job_ids")
         return cls(
             run_dir=run_dir,
-            verdicts=verdicts,
+            index=index,
             entry=entry,
             name=name,
             dir=str(entry.get("dir") or f"jobs/{name}"),
@@ -134,8 +122,7 @@ class RunJob:
 
     @property
     def folder(self) -> str:
-        """job_dir as a plain string: pathlib on the path every job takes costs more than the JSON at
-        10,000 jobs."""
+        """job_dir as a plain string (no pathlib object per job)."""
         if not self._folder:
             self._folder = os.path.join(self.run_dir, self.dir)
         return self._folder
@@ -180,18 +167,15 @@ class RunJob:
         # Taken before any record's stat: a file made after it changes the folder's stamp for next time.
         self._folder_mark = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         self._looked_ns = time.time_ns()
-        facts = None if self.verdicts is None else self.verdicts.facts(self.dir + "/", self._folder_mark)
+        facts = None if self.index is None else self.index.row(self.dir + "/", self._folder_mark)
         if facts is not None and type(names := facts.get(PRESENT)) is list:
             self._present = frozenset(names)
             others = facts.get(OTHERS)
             if type(others) is list and all(type(name) is str for name in others):
                 self._others = tuple(others)
             return self._present
-        # Not known: one listing of the folder (after its stamp) says which records exist, so an absent
-        # one costs no stat. A failed stat raises, the dearest way to learn that a file is not there:
-        # with three of five records absent, a first status of 10,000 ended jobs spent a quarter of its
-        # samples (py-spy) on the stat line, most of them failing. The same listing names the job's
-        # other files: its logs are found among them (file_names), not by a listing of their own.
+        # Not known: one listing (after the folder's stamp) says which records exist and names the
+        # job's other files, its logs among them: no failed stat per absent record, no second listing.
         try:
             names = os.listdir(self.folder)
         except OSError:
@@ -204,12 +188,12 @@ class RunJob:
     def _keep_listing(self) -> None:
         """Keep which records exist, once every one was asked about this time, and the names of the other
         files when this command listed the folder (see _listing)."""
-        if (self._present is None or self._listed_now) and self._folder_mark is not None and self.verdicts is not None:
+        if (self._present is None or self._listed_now) and self._folder_mark is not None and self.index is not None:
             marks = self._marks
             names = [name for name in JOB_FILES if marks.get(name) is not None]
-            self.verdicts.keep(self.dir + "/", self._folder_mark, PRESENT, names)
+            self.index.keep(self.dir + "/", self._folder_mark, PRESENT, names)
             if self._listed_now and self._others is not None:
-                self.verdicts.keep(self.dir + "/", self._folder_mark, OTHERS, list(self._others))
+                self.index.keep(self.dir + "/", self._folder_mark, OTHERS, list(self._others))
 
     def file_names(self) -> tuple[str, ...] | None:
         """The names in the job's folder besides its records (its logs, when the scheduler writes them
@@ -253,42 +237,41 @@ class RunJob:
         """Whether this command has parsed one of the job's JSON records (a fact of it costs no read)."""
         return name in self._docs
 
-    def fact(
+    def indexed(
         self, name: str, key: str, read: Callable[[RunJob], Any], valid: Callable[[Any], bool] | None = None
     ) -> Any:
-        """What `read(job)` makes of one of the job's files (a JSON value), kept in the run's verdicts by
-        the file's stat stamp: a file unchanged since an earlier command is not read again. `read` must
-        depend on that file alone (read through `raw` or `json`); `key` names what it extracts, and must
-        change when what it returns does; a kept value that `valid` refuses (a damaged cache) is read again."""
+        """What `read(job)` makes of one of the job's files (a JSON value), from the run's index while the
+        file's stamp and the reading code are those it was kept with, else read now and kept. `read` must
+        depend on that file alone (read through `raw` or `json`); `key` names what it extracts; a kept
+        value that `valid` refuses (a damaged index) is read again."""
         mark = self._mark(name)
-        verdicts = self.verdicts
-        if verdicts is None or type(mark) is not tuple:
+        index = self.index
+        if index is None or type(mark) is not tuple:
             return read(self)
         rel = self.dir + "/" + name
-        known, value = verdicts.fact(rel, mark, key)
+        known, value = index.get(rel, mark, key)
         if known and (valid is None or valid(value)):
             return value
         value = read(self)
         read_mark = self._read.get(name)
         if read_mark is not None:
-            verdicts.keep(rel, read_mark, key, value)
+            index.keep(rel, read_mark, key, value)
         return value
 
     def _mark(self, name: str) -> Stamp | OSError | None:
-        """_stat, for a file about to be read for a fact: one the verdicts know nothing of is read at
+        """_stat, for a file about to be read for a fact: one the index knows nothing of is read at
         once (_read_first) and stamped by that read."""
-        verdicts = self.verdicts
-        if verdicts is not None and name not in self._marks and name not in self._files:
-            self._read_first(name, verdicts)
+        index = self.index
+        if index is not None and name not in self._marks and name not in self._files:
+            self._read_first(name, index)
         return self._stat(name)
 
-    def _read_first(self, name: str, verdicts: Verdicts) -> None:
-        """Read a record the run's verdicts know nothing of at once, its stamp taken from the read: a
-        stat first would only look up a fact there is none of (at a first status of 10,000 ended jobs,
-        20,000 stats of the records it reads anyway)."""
+    def _read_first(self, name: str, index: Index) -> None:
+        """Read a record the run's index knows nothing of at once, its stamp taken from the read (a stat
+        first would only look up a row there is none of)."""
         present = self._present if self._listed else self._listing()
-        if present is None or name not in present or verdicts.knows(self.dir + "/" + name):
-            return  # absent, or asked of the file system and the verdicts as usual
+        if present is None or name not in present or index.knows(self.dir + "/" + name):
+            return  # absent, or asked of the file system and the index as usual
         try:
             data, mark = read_with_stamp(self.folder + "/" + name)
         except FileNotFoundError:  # removed since the listing
@@ -350,7 +333,7 @@ class RunJob:
 
     def progress(self) -> tuple[int, int, int, int] | None:
         """(epoch, epochs, batch, batches) from progress.json, which the training rewrites as it goes."""
-        found = self.fact(PROGRESS_FILE, "progress", _read_progress, _is_progress)
+        found = self.indexed(PROGRESS_FILE, "progress", _read_progress, _is_progress)
         return (found[0], found[1], found[2], found[3]) if found else None
 
     def retries(self) -> Retries | None:
@@ -358,7 +341,7 @@ class RunJob:
         (`problems` names it then)."""
         if self._stat("retries.json") is None:
             return None
-        found = self.fact("retries.json", "retries", _read_retries, _is_retries)
+        found = self.indexed("retries.json", "retries", _read_retries, _is_retries)
         return Retries(found[0], found[1], tuple(found[2]), found[3]) if found else None
 
     def spec(self) -> dict[str, Any]:
@@ -373,9 +356,9 @@ class RunJob:
         return list(self._problems)
 
     def _look_for_problems(self) -> list[str]:
-        verdicts = self.verdicts
-        if verdicts is not None and not self._listed and not self._marks and not self._files:
-            found = self._look_kept(verdicts)
+        index = self.index
+        if index is not None and not self._listed and not self._marks and not self._files:
+            found = self._look_kept(index)
             if found is not None:
                 return found
         out = []
@@ -388,12 +371,10 @@ class RunJob:
         self._keep_listing()
         return out
 
-    def _look_kept(self, verdicts: Verdicts) -> list[str] | None:
-        """The first look at a job's records by the short way, when the run's verdicts know its folder and
-        the damage check's verdict of each record's version there: one stat per record present (none of
-        one absent), the verdicts taken as they are. None when one is not known so: the marks taken so far
-        stand, _problem asks the rest. At 10,000 jobs, status, summary and report each look at 50,000
-        records, most of them absent or unchanged."""
+    def _look_kept(self, index: Index) -> list[str] | None:
+        """The first look at a job's records when the run's index knows its folder and the damage check's
+        verdict of each record's version there: one stat per record present, none per record absent.
+        None when one is not known so: the marks taken so far stand, _problem asks the rest."""
         present = self._listing()
         if present is None or self._listed_now:
             return None  # listed now: its records are read at once (_read_first), stamped by the reads
@@ -408,7 +389,7 @@ class RunJob:
             except OSError:
                 return None  # removed since, or unreadable: _problem asks again and says so
             mark = marks[name] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-            known, verdict = verdicts.fact(rel + name, mark, PROBLEM)
+            known, verdict = index.get(rel + name, mark, PROBLEM)
             if not known or not (verdict is None or type(verdict) is str):
                 return None
             if verdict:
@@ -419,44 +400,8 @@ class RunJob:
         """The warning line of one damaged record, named under the run."""
         return f"{self.dir}/{name}: {problem}; ignored"
 
-    def seen(self) -> tuple[Any, ...]:
-        """What this command learnt of the job's folder and records (listing, stamps, problems), without
-        their bytes: what a reader process hands back (jobgen.record.readers). A record it read is read
-        again if a later question needs more than the facts its run's verdicts keep."""
-        return tuple(getattr(self, name) for name in _SEEN)
-
-    def take_seen(self, seen: tuple[Any, ...]) -> None:
-        """Take what a reader process learnt of the job (`seen`), as though this process had looked."""
-        if len(seen) != len(_SEEN):
-            raise ValueError(f"{len(seen)} values for {len(_SEEN)} fields")
-        for name, value in zip(_SEEN, seen, strict=True):
-            setattr(self, name, value)
-        self._files.clear()
-        self._docs.clear()
-
-    def look(self) -> None:
-        """Stat every record not looked at yet (what `stamps` needs, without the damage checks)."""
-        for name in JOB_FILES:
-            self._stat(name)
-
-    def stamps(self) -> tuple[Stamp, list[list[Any]]] | None:
-        """The stamps of the job's folder and of each of its records, as this command first saw them
-        (before reading any), once every record was asked about (`problems` and `look` ask them all): what tells a
-        later command that none of them changed (jobgen.record.rows). None when one could not be read."""
-        marks = self._marks
-        if self._folder_mark is None or any(name not in marks for name in JOB_FILES):
-            return None
-        files = []
-        for name in JOB_FILES:
-            mark = marks[name]
-            if isinstance(mark, OSError) or self._read.get(name, mark) != mark:
-                return None  # unreadable, or the version read is not the one first seen: changed meanwhile
-            if mark is not None:
-                files.append([name, *mark])
-        return self._folder_mark, files
-
     def _problem(self, name: str) -> str | None:
-        """What is wrong with one of the job's files (None: fine or absent); the run's verdicts first."""
+        """What is wrong with one of the job's files (None: fine or absent); the run's index first."""
         mark = self._mark(name)
         if mark is None:
             return None
@@ -464,43 +409,20 @@ class RunJob:
             if isinstance(mark, NotADirectoryError):
                 return None  # the job's folder is a file: said once, as a missing folder
             return f"unreadable ({mark.strerror or mark})"
-        return self.fact(  # type: ignore[no-any-return]
+        return self.indexed(  # type: ignore[no-any-return]
             name, PROBLEM, lambda job: _check(job, name), lambda kept: kept is None or type(kept) is str
         )
 
 
 _RECORDS = frozenset(JOB_FILES)
-# What a look at a job learns besides the records' bytes (RunJob.seen).
-_SEEN = ("_listed", "_present", "_listed_now", "_folder_mark", "_looked_ns", "_others", "_marks", "_read", "_problems")
-FIRST_READ = 1 << 16
 
 
 def read_with_stamp(path: str) -> tuple[bytes, Stamp]:
     """A file's bytes and the stamp of the version read (taken after reading: a write meanwhile makes it
-    recent, so it is not kept). Unbuffered: at 10,000 jobs a buffered reader per file costs more than
-    the reading."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        # A record is most often a few hundred bytes: one read of up to 64 KiB, then the stamp. A file
-        # that fills it is read on in one read of the size its stat then gives.
-        want = FIRST_READ
-        parts, got = [], 0
-        while True:
-            part = os.read(fd, want)
-            parts.append(part)
-            got += len(part)
-            after = None
-            if len(part) < want:
-                # A short read ends a regular file: when the stamp after it says the size read, no read
-                # is needed to learn so (one read less per record); else read on (it grew, or a read
-                # came back short for another reason).
-                after = os.fstat(fd)
-                if not part or after.st_size == got:
-                    return b"".join(parts), stamp(after)  # one part is joined without a copy
-            size = (after or os.fstat(fd)).st_size
-            want = max(size - got + 1, 1 << 16)
-    finally:
-        os.close(fd)
+    recent, so the index does not keep it)."""
+    with open(path, "rb", buffering=0) as fh:
+        data = fh.readall()
+        return data, stamp(os.fstat(fh.fileno()))
 
 
 def _check(job: RunJob, name: str) -> str | None:
@@ -557,21 +479,15 @@ class Run:
     run_dir: Path
     manifest: dict[str, Any]
     jobs: list[RunJob]
-    verdicts: Verdicts | None = field(default=None, repr=False)
+    index: Index | None = field(default=None, repr=False)
     # Set by `--refresh` (jobgen.results.state_rule.settle): Slurm is asked again about every job, its usage
     # too, and what the manifest kept of it is not taken.
     refresh: bool = False
-    # What says later whether the record is still the one read (jobgen.record.store.unchanged); no digest
-    # when a journal was replayed.
+    # The digest of the manifest's bytes read: a write of the whole document is made only while the file
+    # still holds them (jobgen.record.store.update_read); none when a journal was replayed.
     digest: str | None = field(default=None, repr=False)
-    journal: str = field(default="", repr=False)
     # No float in the manifest read is a NaN or an infinity (jobgen.record.store.ManifestRead.exact).
     exact: bool = field(default=False, repr=False)
-    # When it was loaded (time.time_ns()): a file changed since is not taken for the version read.
-    loaded_ns: int = field(default=0, repr=False)
-    # What summary and report asked the accounting about this run's jobs (backend -> ids) and the digest
-    # of its answer (jobgen.results.collect), when the run was asked alone.
-    asked: tuple[dict[str, list[str]], str] | None = field(default=None, repr=False)
     # The accounting's answer asked for ahead, while the records were read (jobgen.results.collect.look_and_ask):
     # (the question, the function that waits for the answer).
     ahead: tuple[dict[str, list[str]], Callable[[], Any]] | None = field(default=None, repr=False)
@@ -581,49 +497,46 @@ class Run:
     @classmethod
     def load(cls, run_dir: Path) -> Run:
         """The run at `run_dir`; a missing or damaged manifest is a one-line error naming the file."""
-        started = time.time_ns()
         read = store.read_manifest(run_dir)
         manifest = read.doc
         folder = Path(run_dir)
-        verdicts = Verdicts(folder)
-        jobs = [RunJob.from_entry(folder, e, verdicts) for e in manifest["jobs"]]
+        index = Index(folder)
+        jobs = [RunJob.from_entry(folder, e, index) for e in manifest["jobs"]]
         return cls(
             folder,
             manifest,
             jobs,
-            verdicts,
+            index,
             digest=read.digest,
-            journal=read.journal,
             exact=read.exact,
-            loaded_ns=started,
         )
 
     def record(self, updates: dict[str, dict[str, Any]]) -> None:
         """Write these fields of the named jobs to the run's record and to their entries here, each only
         where the job's id is still the one read (a requeue meanwhile gave it another). The manifest read
         is written whole when it is still the one on disk (jobgen.record.store.update_read); the run then
-        stands for the record as written (its digest), so what a command keeps of it holds."""
+        stands for the record as written (its digest), so a second write in the same command is whole too."""
         ids = {job.name: job.job_id for job in self.jobs}
         self.exact = self.exact and store.finite(updates)
         written = store.update_read(self.run_dir, self.manifest, self.digest, updates, if_job_id=ids, exact=self.exact)
         if written is None:
-            self.digest = None  # the record changed since it was read: nothing kept of this read holds
+            self.digest = None  # the record changed since it was read: later changes go through the journal
             self.exact = False
             for job in self.jobs:
                 job.entry.update(updates.get(job.name, {}))
         else:
-            self.digest, self.journal = written
+            self.digest = written[0]
 
     def problems(self) -> list[str]:
-        """One line per damaged record of its jobs (RunJob.problems), the verdicts kept for next time."""
+        """One line per damaged record of its jobs (RunJob.problems); what was read is saved in the index."""
         out = [line for job in self.jobs for line in job.problems()]
-        self.keep_facts()
+        self.save_index()
         return out
 
-    def keep_facts(self) -> None:
-        """Write what this command read of the jobs' files (RunJob.fact) to the run's cache, for the next."""
-        if self.verdicts is not None:
-            self.verdicts.save()
+    def save_index(self) -> None:
+        """Write what this command read of the jobs' records (RunJob.indexed) to the run's index."""
+        if self.index is not None:
+            self.index.save()
 
     @property
     def run_id(self) -> str:

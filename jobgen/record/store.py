@@ -90,14 +90,13 @@ def redact(text: str) -> str:
 
 
 def redactor() -> Callable[[str], str]:
-    """redact, with this environment's secrets looked up once (a command that records 10,000 jobs' log
-    lines would otherwise scan the environment 20,000 times: most of its time)."""
+    """redact, with this environment's secrets looked up once (a command redacts every job's log lines)."""
     found = sorted(secret_values().items(), key=lambda kv: -len(kv[1]))
 
     def named(m: re.Match[str]) -> str:
         return m.group(1) + (m.group(2) if m.group(2).startswith("[redacted") else REDACTED)
 
-    done: dict[str, str] = {}  # a sweep that failed on one line says it 10,000 times: redacted once
+    done: dict[str, str] = {}  # a sweep that failed on one line says it once per job: redacted once
 
     def take_out(text: str) -> str:
         said = done.get(text)
@@ -248,8 +247,7 @@ _ROWS = ("jobs", "arrays")  # a manifest's lists of entries, one line each
 
 def manifest_text(doc: dict[str, Any]) -> str:
     """A manifest as written: indented JSON with each entry of its jobs and arrays on one line. Python's
-    json module indents in Python, not C: the indented text of a 10,000-job manifest took 0.33 s to
-    write (eight times its compact text), at every fold of the journal."""
+    json module indents in Python, not C: one line per entry keeps every fold of the journal cheap."""
     parts = []
     for key, value in doc.items():
         if key in _ROWS and type(value) is list and value:
@@ -263,8 +261,7 @@ def manifest_text(doc: dict[str, Any]) -> str:
 def manifest_bytes(doc: dict[str, Any], exact: bool = False) -> bytes:
     """manifest_text, encoded. `exact`: no float in `doc` is a NaN or an infinity (ManifestRead.exact,
     and the updates made to it checked: finite): then orjson writes the entries of its jobs and arrays,
-    each on its line as before, in a tenth of the standard library's time (0.06 s at 10,000 jobs, at
-    every status and summary that records what it learnt). Its lines are compact, and text beyond ASCII
+    each on its line as before, in a fraction of the standard library's time. Its lines are compact, and text beyond ASCII
     is UTF-8, not escaped; they read back as the same values. What orjson cannot write as the standard
     library would, the standard library writes."""
     if exact:
@@ -299,8 +296,8 @@ def _rows_exact(entries: list[Any]) -> bytes | None:
 
 def finite(value: Any) -> bool:
     """Whether no float in a JSON value is a NaN or an infinity (orjson would write it as null). Text,
-    whole numbers, yes/no and None are passed over where they stand (a status's or summary's changes
-    of 10,000 jobs: 0.01 s); one nested too deep to walk counts as not finite."""
+    whole numbers, yes/no and None are passed over where they stand; one nested too deep to walk counts
+    as not finite."""
     try:
         return _finite(value)
     except RecursionError:
@@ -384,70 +381,34 @@ def read_manifest(run_dir: Path) -> ManifestRead:
     raise JobgenError(f"{path} keeps changing while it is read; try again")
 
 
-def unchanged(run_dir: Path | str, digest: str, journal: str) -> bool:
-    """Whether the run's record is still the one read_manifest gave `digest` and `journal` for: the
-    manifest's bytes are the same (read and hashed: a few milliseconds for 10,000 jobs, where parsing
-    them costs tens) and no journal holds a change made since. The file is read in the order
-    read_manifest reads it, so a change between the two reads is seen by one of them."""
-    try:
-        with open(os.path.join(run_dir, MANIFEST), "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return False
-    return _digest(raw) == digest and not os.path.lexists(os.path.join(run_dir, journal))
-
-
 def _digest(raw: bytes) -> str:
-    """What tells two versions of a record apart: SHA-256 (in hardware on most x86 and Arm CPUs: half
-    of BLAKE2b's time on a 6 MB manifest, hashed up to five times by a command), its first 128 bits."""
+    """What tells two versions of a record apart: SHA-256 (in hardware on most CPUs), its first 128 bits."""
     return hashlib.sha256(raw).hexdigest()[:32]
 
 
 PROBE = "probe"  # manifest "kind" of a run made by `jobgen probe`
 
 
-KIND_CACHE = ".kind.json"  # run_kind's answer, by the digest of the manifest's bytes it was read from
-
-
 def run_kind(run_dir: Path) -> str:
     """ "dry" (`submit --dry-run`, `--test-only`), "probe" (`jobgen probe`) or "" (a submitted run). Set
     when the run is written and never changed: the manifest file alone tells; a damaged one counts as
-    a submitted run (its reader reports the damage).
+    a submitted run (its reader reports the damage). Every command that names an experiment asks it of
+    each of its runs: the answer is kept in the run's index by the manifest's stamp."""
+    from jobgen.record import index
 
-    Every command that names an experiment asks this of its runs (the latest real one is the one read).
-    Parsing a 10,000-job manifest costs tens of milliseconds; reading and hashing it, a few. So the
-    answer is kept in the run folder (KIND_CACHE) with the digest of the bytes it came from, and taken
-    while the manifest's bytes hash the same: the same bytes parse the same. A cache, never a record:
-    missing, damaged, stale or unwritable, it costs one parse."""
-    path = Path(run_dir) / MANIFEST
+    path = os.path.join(run_dir, MANIFEST)
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        with open(path, "rb", buffering=0) as fh:
+            mark = index.stamp(os.fstat(fh.fileno()))
+            known, kind = index.one(run_dir, MANIFEST, mark, "kind")
+            if known and type(kind) is str:
+                return kind
+            raw = fh.readall()
     except OSError:
         return ""  # unreadable: a damaged run, as _read_manifest says
-    digest = _digest(raw)
-    cache = Path(run_dir) / KIND_CACHE
-    try:
-        kept = loads(cache.read_bytes())
-        if type(kept) is dict and kept.get("digest") == digest and type(kept.get("kind")) is str:
-            return str(kept["kind"])
-    except (OSError, ValueError, RecursionError):
-        pass
     kind = _kind(raw)
-    _keep_kind(Path(run_dir), digest, kind)
+    index.keep_one(run_dir, MANIFEST, mark, "kind", kind)
     return kind
-
-
-def _keep_kind(run_dir: Path, digest: str, kind: str) -> None:
-    """Keep run_kind's answer for the manifest bytes of this digest (best effort: it is a cache)."""
-    cache = run_dir / KIND_CACHE
-    tmp = cache.with_name(f"{KIND_CACHE}.{secrets.token_hex(4)}.tmp")  # each writer its own: one rename wins
-    try:
-        tmp.write_text(json.dumps({"digest": digest, "kind": kind}), encoding="utf-8")
-        os.replace(tmp, cache)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
 
 
 def _kind(raw: bytes) -> str:
@@ -501,7 +462,7 @@ def _identity(path: Path) -> tuple[int, int] | None:
 #
 # Between two rewrites of manifest.json, every change to a job (about to be submitted, its id, its state)
 # is one line appended to `.journal-<generation>.jsonl` (the generation is the manifest's "journal"),
-# fsync'ed under the manifest lock before the command goes on: recording job 10,000 costs what job 10 did,
+# fsync'ed under the manifest lock before the command goes on: recording the last job costs what the first did,
 # and the at-most-once note is on disk before sbatch runs. Readers replay it over the manifest in order.
 # Compaction writes the replayed manifest under the next generation, then deletes the old journal (a
 # reader that finds its journal gone and the manifest replaced reads again). A last line cut short by a
@@ -618,7 +579,7 @@ def update_read(
     `digest` of its bytes, jobgen.record.model.Run): while the file's bytes are still those and no journal
     holds a change made since, the updates are applied to `doc` and it is written whole, under the
     manifest lock and the next journal generation, as a fold writes it: one rename, no journal line and
-    no second read of the manifest (at 10,000 jobs, the fold's read and replay cost as much as the write).
+    no second read of the manifest (the fold's read and replay would cost as much as the write).
     `exact`: no float in `doc` is a NaN or an infinity, the updates' neither (ManifestRead.exact, and
     finite(updates)): orjson writes it (manifest_bytes).
     Returns (the digest of the bytes written, the journal name that would hold changes made after it);
@@ -671,9 +632,7 @@ def _compact(run_dir: Path) -> None:
 def _write_next_generation(run_dir: Path, doc: dict[str, Any], exact: bool = False) -> str:
     """Write `doc` whole as the manifest of the next journal generation (a reader holding the old one
     then finds its journal gone and reads again); the digest of the bytes written. OSError leaves the
-    file and `doc`'s generation as they were. The run's kind is kept for those bytes (run_kind): the
-    next command that names the experiment does not parse the manifest to learn it. `exact`: see
-    manifest_bytes."""
+    file and `doc`'s generation as they were. `exact`: see manifest_bytes."""
     generation = doc.get("journal")
     doc["journal"] = int(generation or 0) + 1
     raw = manifest_bytes(doc, exact)
@@ -682,9 +641,7 @@ def _write_next_generation(run_dir: Path, doc: dict[str, Any], exact: bool = Fal
     except OSError:
         doc["journal"] = generation
         raise
-    digest = _digest(raw)
-    _keep_kind(run_dir, digest, _kind_of(doc))
-    return digest
+    return _digest(raw)
 
 
 def _size(path: Path) -> int:
@@ -704,7 +661,7 @@ def manifest_problem(doc: Any) -> str | None:
         return "no 'backend' or no list of 'jobs'"
     for key in ("jobs", "arrays"):
         for i, entry in enumerate(doc.get(key) or []):
-            # Plain type checks: this runs for every job of a 10,000-job manifest on every read.
+            # Plain type checks first: this runs for every job of the manifest on every read.
             if type(entry) is not dict or type(entry.get("name")) is not str or type(entry.get("state")) is not str:
                 if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("name", "state")):
                     return f"{key}[{i}] has no name or state"
@@ -716,7 +673,7 @@ def manifest_problem(doc: Any) -> str | None:
 
 
 def _plain_relative(rel: Any) -> bool:
-    # Strings, not pathlib: this runs three times per job of a 10,000-job manifest on every read.
+    # Strings, not pathlib: this runs three times per job of the manifest on every read.
     # A path without ".." anywhere has no ".." part: the split only for the few that have one.
     return isinstance(rel, str) and bool(rel) and rel[0] != "/" and (".." not in rel or ".." not in rel.split("/"))
 

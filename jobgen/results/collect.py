@@ -33,7 +33,6 @@ from jobgen.results.cost import (
     answer,
     answer_later,
     attempts_to_keep,
-    digest,
     keep_asked,
     kept_attempts,
     question,
@@ -47,10 +46,8 @@ from training.progress import PROGRESS_FILE
 NO_RESULT = "no result.json"
 
 
-# Result and JobRow are values nobody changes once made (dataclasses.replace makes another), but not
-# frozen dataclasses: a summary of 10,000 jobs makes 20,000 of them, and a frozen dataclass's __init__
-# (one object.__setattr__ per field) costs six times a plain one's, 0.05 s of such a summary.
-@dataclass(slots=True)
+# Result and JobRow are values nobody changes once made (dataclasses.replace makes another).
+@dataclass
 class Result:
     """The fields of result.json (schema 1) that the summary shows; None where absent or malformed."""
 
@@ -100,7 +97,7 @@ class Result:
         )
 
 
-@dataclass(slots=True)
+@dataclass
 class JobRow:
     """One job of one run, as the summary sees it."""
 
@@ -154,12 +151,9 @@ def collect(runs: Sequence[Run | Path], live_states: LiveStates | None = None) -
                 known |= found
     asking = question(loaded, skip=lambda job: id(job) not in asked)
     ahead = loaded[0].ahead if loaded else None
-    # The rows but their usage while the answer asked ahead is on its way (a thread takes it: sacct's
-    # 0.2 s at 10,000 jobs), then the usage of each.
+    # The rows but their usage while the answer asked ahead is on its way, then the usage of each.
     built = {id(job): _row(run, job, results[id(job)]) for run in loaded for job in run.jobs}
     said = ahead[1]() if ahead is not None and ahead[0] == asking else answer(asking)
-    for run in loaded:
-        run.asked = (asking, digest(said)) if len(loaded) == 1 else None
     accounting = said | known
     rows: list[JobRow] = []
     for each in runs:
@@ -194,13 +188,6 @@ def _keep_usage(
         return
     with contextlib.suppress(JobgenError):
         run.record(updates)
-        if run.asked is not None:
-            # The next command asks nothing for the jobs kept now: the question a kept summary puts to the
-            # accounting again (jobgen.results.kept) is the one a fresh read would put, and so its answer.
-            still = {id(job) for job in jobs if job.name not in updates}
-            asking = question([run], skip=lambda job: id(job) not in still)
-            ids = {i for asked in asking.values() for i in asked}
-            run.asked = (asking, digest({jid: found for jid, found in accounting.items() if jid in ids}))
 
 
 def collect_run(
@@ -366,22 +353,19 @@ def read_result(path: str | os.PathLike[str]) -> tuple[Result | None, str | None
 
 
 def result_of(job: RunJob) -> tuple[Result | None, str | None]:
-    """A job's result, from the bytes its read model holds (read once), or, for a result.json unchanged
-    since an earlier command, from what that command read out of it (RunJob.fact)."""
+    """A job's result, from its result.json or from the run's index (RunJob.indexed)."""
     if not job.finished:
         return None, NO_RESULT
-    kept = job.fact("result.json", RESULT_FACT, _read_result, _is_result_fact)
+    kept = job.indexed("result.json", RESULT_KEY, _read_result, _is_result_fields)
     if isinstance(kept, str):
         return None, kept
-    return _result(list(kept)), None
+    return _result(kept), None
 
 
 def look_and_keep(runs: Sequence[Run]) -> Callable[[], None]:
     """What a status, summary or report does with every job's records while Slurm is asked (see
-    look_at_records for the two calls): read and check them, and keep what the summary takes from those
-    it parsed (the results' numbers, what each spec asked for), by each file's stamp in the run's
-    verdicts. A summary or report after a status then parses none of the 20,000 files again; the parse
-    is done, picking the fields costs a few microseconds a job."""
+    look_at_records for the two calls): read and check them, and index what the summary takes from those
+    it parsed (the results' numbers, what each spec asked for): the next command parses none again."""
     return look_at_records(runs, keep_what_was_read)
 
 
@@ -394,14 +378,12 @@ def look_and_ask(runs: Sequence[Run]) -> Callable[[], None]:
     if runs and (runs[0].refresh or not any(USAGE in job.entry for run in runs for job in run.jobs)):
         asking = question(runs)
         if any(asking.values()):
-            # sacct starts before the readers fork (a process, no thread: a fork copies no thread, and a
-            # lock one held stays held in the copy): its answer, 0.2 s for 10,000 jobs, comes while they
-            # read, and a thread takes it after the fork.
+            # sacct runs in its own process while the records are read; a thread drains its answer.
             try:
                 started = answer_later(asking)
             except JobgenError:  # an unknown backend: asked, and refused, in the thread as before
                 started = functools.partial(answer, asking)
-    rest = look_and_keep(runs)  # it forks: no thread may run before it
+    rest = look_and_keep(runs)
     if asking is not None and started is not None:
         ahead = (asking, in_background(started))
         for run in runs:
@@ -410,13 +392,11 @@ def look_and_ask(runs: Sequence[Run]) -> Callable[[], None]:
 
 
 def keep_what_was_read(job: RunJob) -> None:
-    """Keep in the run's verdicts what a summary takes from the job's records this command parsed (its
-    damage checks did): the numbers of its result.json (the fact result_of reads, without making a
-    Result of them) and what its spec.json asked for (jobgen.results.cost); and what a status shows of
-    its progress.json and retries.json. A status keeps them, and the summary and report after it parse
-    neither file again; a reader process (jobgen.record.readers) hands them back with what it kept."""
+    """Index what a summary takes from the job's records this command parsed (its damage checks did):
+    the fields of its result.json, what its spec.json asked for (jobgen.results.cost), and what a status
+    shows of its progress.json and retries.json."""
     if job.parsed("result.json"):
-        job.fact("result.json", RESULT_FACT, _read_result, _is_result_fact)
+        job.indexed("result.json", RESULT_KEY, _read_result, _is_result_fields)
     if job.parsed("spec.json"):
         keep_asked(job)
     if job.parsed(PROGRESS_FILE):
@@ -425,43 +405,17 @@ def keep_what_was_read(job: RunJob) -> None:
         job.retries()
 
 
-RESULT_FACT = "result"  # the key of a result's fields in the run's verdicts (jobgen.record.damage.Verdicts)
-_RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(Result))
-_FINISHED_AT, _GPUS = _RESULT_FIELDS.index("finished_at"), _RESULT_FIELDS.index("gpus")
-# The JSON type each field is kept as (a datetime as its ISO text, a tuple as a list); None is allowed.
-_KINDS = tuple(
-    {
-        "str": str,
-        "bool": bool,
-        "int": int,
-        "float": float,
-        "datetime": str,
-        "tuple[str, ...]": list,
-        "dict[str, Any]": dict,
-    }[str(f.type).split(" | ")[0]]
-    for f in dataclasses.fields(Result)
-)
+RESULT_KEY = "result"  # the key of a result's fields in the run's index
+_RESULT_FIELDS = frozenset(f.name for f in dataclasses.fields(Result))
 
 
-def _is_result_fact(kept: Any) -> bool:
-    """Whether a kept fact has the shape _read_result gives (a damaged cache must cost time, not a crash)."""
-    if type(kept) is str:
-        return True
-    if type(kept) is not list or len(kept) != len(_KINDS):
-        return False
-    shape = tuple(map(type, kept))  # one C call; the shapes seen valid are few (which fields are None)
-    if shape not in _VALID_SHAPES:
-        if not all(v is None or type(v) is kind for v, kind in zip(kept, _KINDS, strict=True)):
-            return False
-        _VALID_SHAPES.add(shape)
-    return all(type(g) is str for g in kept[_GPUS] or ())
+def _is_result_fields(kept: Any) -> bool:
+    """Whether an indexed value has the shape _read_result gives: why the result is unusable, or its fields."""
+    return type(kept) is str or (type(kept) is dict and kept.keys() == _RESULT_FIELDS)
 
 
-_VALID_SHAPES: set[tuple[type, ...]] = set()
-
-
-def _read_result(job: RunJob) -> list[Any] | str:
-    """A result.json as JSON values (the Result's fields in order), or why it cannot be used. The document
+def _read_result(job: RunJob) -> dict[str, Any] | str:
+    """A result.json's Result fields as JSON values, or why it cannot be used. The document
     the damage check parsed is not parsed again (RunJob.json); a broken one is, for the summary's reason."""
     doc, broken = job.json("result.json")
     if broken is not None or type(doc) is not dict:
@@ -522,20 +476,17 @@ def parse_result(data: Mapping[str, Any]) -> Result:
     return _result(result_fields(data))
 
 
-def _result(values: list[Any]) -> Result:
-    """A Result from its fields as result_fields gives them (and the run's verdicts keep them)."""
-    values[_FINISHED_AT] = aware_time(values[_FINISHED_AT])
-    values[_GPUS] = tuple(values[_GPUS])
-    return Result(*values)
+def _result(fields: dict[str, Any]) -> Result:
+    """A Result from its fields as result_fields gives them (and the run's index keeps them)."""
+    return Result(**{**fields, "finished_at": aware_time(fields["finished_at"]), "gpus": tuple(fields["gpus"])})
 
 
 _EMPTY: dict[str, Any] = {}
 
 
-def result_fields(data: Mapping[str, Any]) -> list[Any]:
-    """The Result's fields of a schema-1 result in order, as JSON values (`finished_at` as ISO text, `gpus`
-    as a list): what the run's verdicts keep of a result.json. Wrong types become None. One function for
-    all 24 fields, the nested objects looked up once each: a first status keeps them for 10,000 jobs."""
+def result_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The Result's fields of a schema-1 result, as JSON values (`finished_at` as ISO text, `gpus` as a
+    list): what the run's index keeps of a result.json. Wrong types become None."""
     if type(data) is not dict:
         data = dict(data)
     get = data.get
@@ -550,36 +501,36 @@ def result_fields(data: Mapping[str, Any]) -> list[Any]:
     throughput = _object(get("throughput"))
     memory = _object(get("peak_memory_mb"))
     when = aware_time(get("finished_at"))
-    return [
-        _str(get("engine")),
-        _str(get("strategy")),
-        effective,
-        requested,
-        compiled if type(compiled) is bool else None,
-        _int(get("nodes")),
-        _int(get("devices_per_node")),
-        _str(get("accelerator")),
-        _num(times.get("train")),
-        _num(times.get("total")),
-        _num(throughput.get("samples_per_s")),
-        _num(memory.get("gpu_max_reserved", memory.get("gpu_max_allocated"))),  # reserved: what the job held
-        _num(memory.get("host_rss")),
-        _num(get("best_val_acc")),
-        _num(get("test_acc")),
-        _num(get("test_f1")),
-        _int(get("requeue_count")),
-        _int(get("epochs_done")),
-        when.isoformat() if when else None,
-        _scoring_problem(data),
-        _int(get("world_size")),
-        _int(_object(get("parameters")).get("total")),
-        _num(throughput.get("tokens_per_s")),
-        [g for g in _list(_object(get("ran_on")).get("gpus")) if isinstance(g, str)],
-        _str(get("primary_metric")),
-        _metrics(get("test_metrics")),
-        _metrics(get("val_metrics")),
-        _file_name(get("predictions")),
-    ]
+    return {
+        "engine": _str(get("engine")),
+        "strategy": _str(get("strategy")),
+        "precision": effective,
+        "precision_requested": requested,
+        "compile": compiled if type(compiled) is bool else None,
+        "nodes": _int(get("nodes")),
+        "devices_per_node": _int(get("devices_per_node")),
+        "accelerator": _str(get("accelerator")),
+        "train_s": _num(times.get("train")),
+        "total_s": _num(times.get("total")),
+        "samples_per_s": _num(throughput.get("samples_per_s")),
+        "peak_gpu_mb": _num(memory.get("gpu_max_reserved", memory.get("gpu_max_allocated"))),  # what the job held
+        "peak_host_mb": _num(memory.get("host_rss")),
+        "best_val_acc": _num(get("best_val_acc")),
+        "test_acc": _num(get("test_acc")),
+        "test_f1": _num(get("test_f1")),
+        "requeue_count": _int(get("requeue_count")),
+        "epochs_done": _int(get("epochs_done")),
+        "finished_at": when.isoformat() if when else None,
+        "scoring": _scoring_problem(data),
+        "world_size": _int(get("world_size")),
+        "parameters": _int(_object(get("parameters")).get("total")),
+        "tokens_per_s": _num(throughput.get("tokens_per_s")),
+        "gpus": [g for g in _list(_object(get("ran_on")).get("gpus")) if isinstance(g, str)],
+        "primary_metric": _str(get("primary_metric")),
+        "test_metrics": _metrics(get("test_metrics")),
+        "val_metrics": _metrics(get("val_metrics")),
+        "predictions": _file_name(get("predictions")),
+    }
 
 
 def _metrics(value: Any) -> dict[str, float] | None:
@@ -685,8 +636,7 @@ def read_metrics(path: str | os.PathLike[str]) -> list[Point]:
 # --- small tolerant converters --------------------------------------------------------------------------
 
 
-# Each is asked about 15 times per result, 150,000 times for a summary of 10,000 jobs: the exact JSON
-# types first (a dict, an int or a float), the ABC and union checks only for anything else.
+# The exact JSON types first (what a record holds), the ABC and union checks only for anything else.
 
 
 def _get(data: Mapping[str, Any], *keys: str) -> Any:

@@ -20,8 +20,8 @@ from jobgen.states import State
 
 
 class Stat(NamedTuple):
-    """Mean, sample standard deviation (None below two values) and count of one metric. A tuple: a
-    summary of 10,000 jobs makes 150,000 of them, and a frozen dataclass costs three times as much."""
+    """Mean, sample standard deviation (None below two values) and count of one metric (a tuple: a
+    summary makes one per job and metric)."""
 
     mean: float | None
     std: float | None

@@ -12,9 +12,7 @@ several times without accounting, a job on the local backend (it holds no alloca
 from __future__ import annotations
 
 import functools
-import hashlib
 import itertools
-import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -71,8 +69,7 @@ def answer(asking: Question) -> dict[str, list[Attempt]]:
 
 
 def _values(a: Attempt) -> list[Any]:
-    """An attempt's fields in order, as dataclasses.astuple gives them (without its deep copy of each
-    value, made for every attempt of every job)."""
+    """An attempt's fields in order, as dataclasses.astuple gives them (without its deep copy)."""
     return [a.started, a.elapsed_s, a.limit_s, a.cpus, a.gpus, a.energy_j, a.final]
 
 
@@ -88,12 +85,6 @@ def answer_later(asking: Question) -> Callable[[], dict[str, list[Attempt]]]:
         return out
 
     return found
-
-
-def digest(found: Accounting) -> str:
-    """What tells two answers of the accounting apart (jobgen.results.kept asks again and compares)."""
-    text = json.dumps(sorted((jid, [_values(a) for a in found[jid]]) for jid in found))
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 # --- the accounting's final word, kept in the manifest -------------------------------------------------
@@ -248,19 +239,19 @@ def from_request(job: RunJob) -> Usage | None:
 
 def _asked(job: RunJob) -> tuple[int | None, int | None, int | None]:
     """(GPUs, CPUs, time limit in seconds) the job asked for in spec.json's `slurm`; None for what the
-    request does not say (an option in slurm.extra that changes the allocation, whole nodes). Kept by
-    spec.json's stamp (RunJob.fact): a summary of a cluster whose accounting lists no GPUs asks it of
+    request does not say (an option in slurm.extra that changes the allocation, whole nodes). Kept in the
+    run's index (RunJob.indexed): a summary of a cluster whose accounting lists no GPUs asks it of
     every job."""
-    found = job.fact("spec.json", ASKED_FACT, _read_asked, _is_asked)
+    found = job.indexed("spec.json", ASKED_KEY, _read_asked, _is_asked)
     return found[0], found[1], found[2]
 
 
 def keep_asked(job: RunJob) -> None:
     """Keep what the job's spec.json asked for (see _asked), as a command that parsed it anyway does."""
-    job.fact("spec.json", ASKED_FACT, _read_asked, _is_asked)
+    job.indexed("spec.json", ASKED_KEY, _read_asked, _is_asked)
 
 
-ASKED_FACT = "asked"  # the key of _asked's answer among the facts kept of a spec.json
+ASKED_KEY = "asked"  # the key of _asked's answer in the run's index, of a spec.json
 
 
 def _is_asked(kept: Any) -> bool:

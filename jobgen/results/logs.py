@@ -37,8 +37,8 @@ def files(backend: str, job_dir: Path, stream: str | None = None) -> list[Path]:
 
 
 def of(job: RunJob, backend: str) -> list[Path]:
-    """files() of both streams of a job the command read, listed once per command: what the report links
-    is what it keeps the stamps of, and what tells why the job stopped."""
+    """files() of both streams of a job the command read, listed once per command (the report links them,
+    and they tell why the job stopped)."""
     if job.log_paths is None:
         names = names_of(job, backend)
         if names is not None:
@@ -51,10 +51,8 @@ def of(job: RunJob, backend: str) -> list[Path]:
 
 def names_of(job: RunJob, backend: str) -> list[str] | None:
     """of() as the logs' names in the job's folder (job.folder), for a scheduler that writes every log
-    there and a folder whose listing the job's read already has (this command's, or a kept one of the
-    unchanged folder): no listing of its own, 10,000 of them in a report, and no Path per log. The stats
-    that put its logs in order are kept for what keeps their stamps (jobgen.results.kept). None where
-    its logs are found otherwise (of() lists them)."""
+    there and a folder whose listing the job's read already has (this command's, or the index's of the
+    unchanged folder): no second listing. None where its logs are found otherwise (of() lists them)."""
     if job.log_names is None:
         names = job.file_names()
         try:
@@ -63,9 +61,7 @@ def names_of(job: RunJob, backend: str) -> list[str] | None:
             return None  # an unknown backend (a damaged manifest): every scheduler's kinds of log
         if names is None or not scheduler.logs_in_job_folder():
             return None
-        marks: dict[str, os.stat_result | None] = {}
-        job.log_names = scheduler.log_names_among(job.folder, names, marks)
-        job.log_marks = marks
+        job.log_names = scheduler.log_names_among(job.folder, names)
     return job.log_names
 
 
@@ -116,8 +112,7 @@ def tail_lines(path: Path) -> list[str]:
 
 
 def _tail_bytes(path: Path | str) -> bytes | None:
-    """The log's last TAIL_BYTES (None: it cannot be read). Unbuffered, one read at the offset its size
-    gives: a first status of 10,000 jobs that ended without their result reads 10,000 logs for why."""
+    """The log's last TAIL_BYTES (None: it cannot be read), read from the offset its size gives."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:

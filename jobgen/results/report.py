@@ -68,11 +68,6 @@ code { font-size: 12px; }
 """
 
 
-# Where the page says when it was made: a tag no escaped text can hold (jobgen.results.kept keeps the
-# page of an unchanged run with it, and puts the time in when it writes the page again).
-CREATED = "<jobgen-created/>"
-
-
 def build_report(
     runs: Sequence[Run | Path],
     baseline: str | None = None,
@@ -127,6 +122,21 @@ def write_report(
 ) -> Path:
     check_folder(out)
     return write_page(out, build_report(runs, baseline, live_states))
+
+
+def report_page(run_dirs: Sequence[Path], out: Path, *, refresh: bool = False, baseline: str | None = None) -> Path:
+    """Write `jobgen report`'s page of these runs to `out`: the runs read (states settled, Slurm and the
+    accounting asked once), what was read of their records saved in each run's index."""
+    from jobgen.results.collect import look_and_ask
+    from jobgen.results.state_rule import read_some
+
+    check_folder(out)
+    loaded = read_some(run_dirs, refresh=refresh, meanwhile=look_and_ask)
+    html = build_report(loaded, baseline)
+    for run in loaded:
+        if isinstance(run, Run):
+            run.save_index()
+    return write_page(out, html)
 
 
 def check_folder(out: Path) -> None:
@@ -204,8 +214,7 @@ def _cell(line: Line, header: str, value: str, colors: dict[int, str]) -> str:
     if header == "note" and len(value) > NOTE_CHARS:  # the whole cause is under "Jobs without a result"
         text = f'<span title="{escape(value)}">{escape(value[: NOTE_CHARS - 1])}&hellip;</span>'
     if header == "config":
-        # Long sweep labels may wrap after their separators, never inside a value (a replace per kind:
-        # a regular expression's substitution cost a 10,000-job report 0.03 s).
+        # Long sweep labels may wrap after their separators, never inside a value (a replace per kind).
         for separator in _BREAKS:
             if separator in text:
                 text = text.replace(separator, separator + "<wbr>")
@@ -247,7 +256,7 @@ _EMPTY = {
 def _column_px(header: str, values: list[str]) -> float:
     """How wide a column is drawn (estimated from the text; headers wrap between words)."""
     widest_word = max(text_width(word, 12.5) * 1.1 for word in header.split())  # bold
-    # Measured on the longest few texts only: a 10,000-job report stays quick, and width follows length.
+    # Measured on the longest few texts only: width follows length, and a big report stays quick.
     # Of texts as long, the first the table shows: the same page in every process (a set's order
     # follows the strings' hashes, which differ from one process to the next).
     texts = dict.fromkeys(values)
@@ -303,7 +312,7 @@ def _href(path: Path | str) -> str:
     moves without the runs)."""
     # Path.as_uri() of the absolute path, without a Path per log: not resolve() (a syscall per folder).
     # A path of the characters neither the URL nor the HTML escapes (most: a run's folders and Slurm's
-    # log names) is its own link text: 20,000 logs in a report of 10,000 jobs.
+    # log names) is its own link text.
     if type(path) is str and _PLAIN_ABSOLUTE(path):
         return "file://" + path
     text = os.path.abspath(path)
@@ -412,8 +421,8 @@ def _ok(value: float | None) -> bool:
     return value is not None and value == value and abs(value) != float("inf")
 
 
-# Of a group of jobs that stopped the same way, the names listed (the rest are counted): a sweep of
-# 10,000 jobs that all failed on one bad line is one entry, not 10,000 copies of the same log tail.
+# Of a group of jobs that stopped the same way, the names listed (the rest are counted): a sweep that
+# all failed on one bad line is one entry, not one copy of the same log tail per job.
 GROUP_NAMES = 12
 
 

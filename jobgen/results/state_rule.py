@@ -26,7 +26,6 @@ from typing import Any, TypeVar
 
 from jobgen import backends
 from jobgen.errors import JobgenError
-from jobgen.record import readers
 from jobgen.record.model import Run, RunJob
 from jobgen.record.store import redactor
 from jobgen.results import logs
@@ -40,8 +39,8 @@ NEVER_RAN = frozenset({State.DRY_RUN, State.NOT_SUBMITTED, State.WAITING})
 SETTLED = FINAL_STATES - {State.PREEMPTED, State.NODE_FAIL}
 
 
-# Work on the runs' files while Slurm is asked: called before the question is put (it may fork), it
-# returns what is done while the question is out (look_at_records).
+# Work on the runs' files while Slurm is asked: called before the question is put, it returns what is
+# done while the question is out (look_at_records).
 Meanwhile = Callable[[Sequence[Run]], Callable[[], object]]
 
 
@@ -83,17 +82,17 @@ def _on(runs: Sequence[Run], meanwhile: Meanwhile | None) -> Callable[[], Callab
 
 
 def look_at_records(runs: Sequence[Run], also: Callable[[RunJob], object] | None = None) -> Callable[[], None]:
-    """Start reading and checking every job's records (RunJob.problems, which keeps what it learns; then
-    `also`), the reading a status, summary or report does anyway, in several processes when there are
-    many jobs (jobgen.record.readers). Call it before Slurm is asked (it forks), and what it returns while
-    Slurm is asked: that finishes the reading."""
+    """What reads and checks every job's records (RunJob.problems, then `also`), the reading a status,
+    summary or report does anyway: call what it returns while Slurm is asked."""
 
-    def work(job: RunJob) -> None:
-        job.problems()
-        if also is not None:
-            also(job)
+    def work() -> None:
+        for run in runs:
+            for job in run.jobs:
+                job.problems()
+                if also is not None:
+                    also(job)
 
-    return readers.share(runs, work)
+    return work
 
 
 def settle(
@@ -113,7 +112,7 @@ def settle(
     elif meanwhile is not None:
         meanwhile()()
     asked = [(run, job) for run in runs for job in run.jobs if not job.unanswered]
-    # The logs of each job whose state they may change (read in several processes when there are many).
+    # The logs of each job whose state they may change.
     _read_causes([(run, job) for run, job in asked if needs_cause(job.recorded, _said(job), job.finished)])
     for run in runs:
         for job in run.jobs:
@@ -133,11 +132,9 @@ def _said(job: RunJob) -> State | None:
 
 
 def _read_causes(jobs: list[tuple[Run, RunJob]]) -> None:
-    """What the logs of these jobs say of why each stopped (find_cause): 10,000 jobs' log tails, matched
-    against every rule, are shared among reader processes (jobgen.record.readers)."""
-    causes = readers.gather(jobs, lambda pair: find_cause(logs.of(pair[1], pair[0].backend), pair[0].run_dir))
-    for (_, job), cause in zip(jobs, causes, strict=True):
-        job.cause, job.cause_read = cause, True
+    """What the logs of these jobs say of why each stopped (find_cause)."""
+    for run, job in jobs:
+        job.cause, job.cause_read = find_cause(logs.of(job, run.backend), run.run_dir), True
 
 
 def ask_schedulers(
@@ -145,8 +142,7 @@ def ask_schedulers(
 ) -> None:
     """One question per backend for every job of these runs that may still change (all with `refresh`).
 
-    `meanwhile` runs while the question is out: at 10,000 jobs squeue and the controller take as long as
-    reading every job's records, and a login node has the cores to do both at once. What it saw of a job
+    `meanwhile` runs while the question is out (squeue runs in a process of its own). What it saw of a job
     may predate the answer, so a job the answer calls ended (or does not know) is looked at again for its
     result.json: a job that wrote it and ended after that look is never taken for one that ended without it."""
     asking: dict[str, list[RunJob]] = {}
@@ -167,8 +163,7 @@ def ask_schedulers(
         if rest is not None:
             rest()
     else:
-        # squeue starts before the readers fork (a process, no thread yet): the controller answers while
-        # the records are read, and a thread takes the answer after the fork.
+        # squeue starts first: the controller answers while the records are read.
         try:
             started = {
                 backend: backends.get(backend).states_later([i for job in jobs for i in job.ids])
@@ -180,7 +175,7 @@ def ask_schedulers(
 
         except JobgenError:  # an unknown backend: asked, and refused, in the thread as before
             ask = ask_now
-        rest = meanwhile()  # it may fork: no thread runs yet
+        rest = meanwhile()
         answer = in_background(ask)
         rest()
         answers = answer()
@@ -252,13 +247,6 @@ def is_asked(job: RunJob, refresh: bool = False) -> bool:
     """Whether the scheduler is asked about the job: it was submitted, and it may still change (a chain
     is always asked: its segments are what status shows of it), or `refresh` asks about every job."""
     return bool(job.ids) and (refresh or bool(job.segments) or job.recorded not in SETTLED)
-
-
-def from_record(job: RunJob) -> bool:
-    """Whether the job's state came from its record and files alone and is the one recorded: it was not
-    asked about, and needed no log to decide. What is shown of such a job changes only with its files
-    or its record (jobgen.record.rows keeps it until then)."""
-    return job.live is None and job.cause is None and job.state is job.recorded and not is_asked(job)
 
 
 def _ran_and_ended(state: State) -> bool:

@@ -14,41 +14,31 @@ from pathlib import Path
 from typing import Any
 
 from jobgen.errors import JobgenError
-from jobgen.record import rows as kept_rows
 from jobgen.record.model import Run
 from jobgen.results import halving as halving_view
-from jobgen.results.state_rule import from_record, progress, read_runs, settle
+from jobgen.results.state_rule import progress, read_runs, settle
 
 HEADER = ["job", "sweep", "job id", "state", "elapsed", "nodes", "exit", "retries", "progress", "source"]
-STATUS = "status"  # the command's name for its kept rows (jobgen.record.rows)
 
 
 @dataclass(frozen=True)
 class StatusView:
     """What `jobgen status` shows of a run: its table, whether every job has ended, and one warning per
-    damaged record (RunJob.problems, named under the run folder); `kept`: read from the kept rows."""
+    damaged record (RunJob.problems, named under the run folder)."""
 
     run_dir: Path
     header: list[str]
     rows: list[list[str]]
     all_final: bool
     warnings: list[str]
-    kept: bool = False
     notes: tuple[str, ...] = ()  # of the run as a whole (Run.notes: Slurm did not answer)
 
 
 def read_status(run_dir: Path, refresh: bool = False) -> StatusView:
-    """The status of the run at `run_dir`. A run whose every job has ended, with its states recorded,
-    shows what its record and files say, and nothing else: its rows are kept (jobgen.record.rows) and shown
-    again while none of those files changed; else the run is read, Slurm asked once about the jobs that
-    may still change, and the states that changed recorded. `refresh` asks Slurm about every job."""
+    """The status of the run at `run_dir`: the run read (its records through its index), Slurm asked once
+    about the jobs that may still change, and the states that changed recorded. `refresh` asks Slurm
+    about every job."""
     halved = halving_view.settings(Path(run_dir))
-    if not refresh and halved is None:  # a halving run may have promotions to make: never from kept rows
-        found = kept_rows.load(run_dir, STATUS)
-        if found is not None and all(_is_kept_row(value) for value in found[1]):
-            table = [value[0] for value in found[1]]
-            warnings = [line for value in found[1] for line in value[1]]
-            return StatusView(Path(run_dir), HEADER, table, True, warnings, kept=True)
     run = status_of(run_dir, refresh)
     said: list[str] = []
     if halved is not None:
@@ -57,28 +47,9 @@ def read_status(run_dir: Path, refresh: bool = False) -> StatusView:
             run = status_of(run_dir, True)
     header, table, all_final = status_table(run, halving_view.labels(run, halved) if halved else None)
     problems = [job.problems() for job in run.jobs]
-    run.keep_facts()
-    if (
-        refresh
-        or not all(from_record(job) for job in run.jobs)
-        or not kept_rows.keep(run, STATUS, None, [[row, lines] for row, lines in zip(table, problems, strict=True)])
-    ):
-        kept_rows.forget(run_dir, STATUS)  # what is kept no longer holds (or was never kept): not read next time
+    run.save_index()
     warnings = [line for lines in problems for line in lines]
     return StatusView(Path(run_dir), header, table, all_final, warnings, notes=(*run.notes, *said))
-
-
-def _is_kept_row(value: Any) -> bool:
-    """The shape read_status keeps per job: [10 cells, warnings]; a damaged cache costs time, never a crash."""
-    return (
-        type(value) is list
-        and len(value) == 2
-        and type(value[0]) is list
-        and len(value[0]) == len(HEADER)
-        and all(type(cell) is str for cell in value[0])
-        and type(value[1]) is list
-        and all(type(line) is str for line in value[1])
-    )
 
 
 def status_table(
@@ -192,7 +163,7 @@ def _look_and_keep(runs: Sequence[Run]) -> Callable[[], object]:
 
 
 def format_table(header: list[str], rows: list[list[str]]) -> str:
-    # One format string for every row: a table of 10,000 jobs is 100,000 cells.
+    # One format string for every row: a big sweep's table has a cell per job and column.
     table = [[str(c) for c in row] for row in [header, *rows]]
     widths = [max(map(len, col)) for col in zip(*table, strict=False)]
     line = "  ".join(f"{{:<{w}}}" for w in widths)

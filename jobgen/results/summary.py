@@ -62,6 +62,34 @@ def summarize(
     return RENDERERS[fmt](lines, color=color, width=width)
 
 
+def summary_text(
+    run_dirs: Sequence[Path],
+    *,
+    refresh: bool = False,
+    baseline: str | None = None,
+    fmt: str = "table",
+    plot: Path | None = None,
+    combine: bool = True,
+    color: bool = False,
+) -> tuple[str, list[str]]:
+    """(the summary of these runs as `jobgen summary` prints it, one warning per damaged record): the runs
+    read (states settled, Slurm and the accounting asked once), what was read saved in each run's index."""
+    from jobgen.results.collect import look_and_ask
+    from jobgen.results.state_rule import read_some
+
+    width = shutil.get_terminal_size((200, 24)).columns
+    loaded = read_some(run_dirs, refresh=refresh, meanwhile=look_and_ask)
+    text = summarize(loaded, baseline=baseline, fmt=fmt, plot=plot, combine=combine, color=color, width=width)
+    warnings = []
+    for run in loaded:
+        if isinstance(run, Path):
+            continue  # its manifest is damaged: the summary's own rows say so
+        problems = [line for job in run.jobs for line in job.problems()]
+        run.save_index()
+        warnings += [f"{run.run_dir}/{line}" for line in problems] + run.notes
+    return text, warnings
+
+
 def summary_lines(
     runs: Sequence[Run | Path], baseline: str | None = None, live_states: LiveStates | None = None, combine: bool = True
 ) -> list[Line]:
@@ -119,7 +147,7 @@ def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
         metrics = {}
         for name, of, combine in _ALONE:
             value = of(first)
-            # Stat(value, None, 1) without the named tuple's own __new__ (150,000 calls at 10,000 jobs).
+            # Stat(value, None, 1) without the named tuple's own __new__ (called per job and metric).
             metrics[name] = combine([value]) if combine else NO_VALUE if value is None else _new(Stat, (value, None, 1))
         label, run_ids, state = first.name, [first.run_id], halving_view.state_label(first) or first.state.value
         excluded = tuple(sorted(set(first.retries.excluded))) if first.retries else ()
@@ -151,7 +179,7 @@ def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
 
 
 # (name, of, combine) of each metric, combine None for the default one (Stat.of): a line of one job takes
-# its value as is, without the call (a line per job of a 10,000-job sweep, a dozen metrics each).
+# its value as is, without the call (most lines of a big sweep are one job each).
 _new = tuple.__new__
 _ALONE = tuple((m.name, m.of, None if m.combine == Stat.of else m.combine) for m in METRICS)
 
@@ -549,8 +577,8 @@ def _column_style(header: str) -> dict[str, Any]:
     return {"justify": "right" if header in NUMERIC else "left", "overflow": "fold"}
 
 
-# rich lays a table out at about 2 ms a row (measured): nothing on a screenful, 20 s for 10,000 jobs.
-# Past this many rows the same columns are aligned here, which is what `| less` or a file wants anyway.
+# rich's layout cost grows with every row: past this many the same columns are aligned here, which is
+# what `| less` or a file wants anyway.
 RICH_MAX_ROWS = 300
 NOTE_WIDTH = 40
 ANSI = {"green": "\x1b[32m", "cyan": "\x1b[36m", "yellow": "\x1b[33m", "red": "\x1b[31m"}
@@ -564,7 +592,7 @@ def plain_table(lines: list[Line], color: bool = False) -> str:
     rows = [[row[i] for i in kept] for row in every]
     for row in rows:
         row[-1] = row[-1] if len(row[-1]) <= NOTE_WIDTH else row[-1][: NOTE_WIDTH - 1] + "…"
-    # Column by column (one C-level pass each): a big sweep's table has hundreds of thousands of cells.
+    # Column by column: one C-level pass each.
     widths = [
         max(len(h), max(map(len, column), default=0))
         for h, column in zip(headers, zip(*rows, strict=True), strict=False)

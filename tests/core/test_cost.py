@@ -180,7 +180,7 @@ def test_a_kept_attempt_is_taken_only_with_the_types_of_its_fields(values: list)
 
 @given(st.lists(st.sampled_from([None, 0, 5, True, 1.5, "3"]), max_size=4))
 def test_a_kept_request_is_taken_only_as_three_whole_numbers_or_none(values: list) -> None:
-    """What a spec.json asked for, kept in the run's verdicts: GPUs, CPUs and seconds, each an int or
+    """What a spec.json asked for, kept in the run's index: GPUs, CPUs and seconds, each an int or
     None (a yes/no is no count); anything else is a damaged cache, read again."""
     assert cost._is_asked(values) == (len(values) == 3 and all(v is None or type(v) is int for v in values))
     assert not cost._is_asked(tuple(values))
@@ -513,6 +513,29 @@ def test_final_usage_is_kept_and_sacct_is_not_asked_again(tmp_path: Path, bin_di
     # --refresh asks again, and the accounting that forgot the job leaves only the request to go by
     assert _json(read_some([run], refresh=True))["rows"][0]["usage_from"] == "request"
     assert _usage_calls(bin_dir) == 2
+
+
+def test_kept_usage_is_the_manifests_not_the_index_so_a_deleted_index_asks_sacct_nothing(
+    tmp_path: Path, bin_dir: Path
+) -> None:
+    """What the accounting said of an ended job is kept in the manifest (the accounting purges old jobs,
+    so it cannot always be asked again), not in the run's index: deleting the index costs the records'
+    reading again, never a question to sacct, and the numbers stay."""
+    from jobgen.record.store import load_manifest
+    from jobgen.results.cost import USAGE
+    from jobgen.results.summary import summary_text
+
+    run = write_run(tmp_path, "exp", [FakeJob("a", state="COMPLETED", slurm=REQUEST, ran_s=1800)])
+    for path in sorted(run.rglob("*"), reverse=True):  # settled: the index keeps what is read of them
+        os.utime(path, (time.time() - 60, time.time() - 60))
+    _sacct(bin_dir, [f"4000{GPU_ATTEMPT}COMPLETED"])
+    first = json.loads(summary_text([run], fmt="json")[0])["rows"]
+    assert _usage_calls(bin_dir) == 1 and first[0]["gpu_hours"] == pytest.approx(4.0)
+    assert USAGE in load_manifest(run)["jobs"][0] and (run / "index.sqlite").is_file()
+    _sacct(bin_dir, [])  # the accounting has forgotten the job
+    (run / "index.sqlite").unlink()
+    assert json.loads(summary_text([run], fmt="json")[0])["rows"] == first
+    assert _usage_calls(bin_dir) == 1 and (run / "index.sqlite").is_file()
 
 
 @pytest.mark.parametrize("state", ["RUNNING", "REQUEUED"])

@@ -4,7 +4,9 @@ traceback; a damaged manifest is an error that names it (and `runs`, `summary` l
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import stat
 from pathlib import Path
 
@@ -190,7 +192,7 @@ def test_damaged_manifest(runner, run: Path, tmp_path: Path, damage: str, comman
     assert lines[0].startswith("Error: ") and str(path) in lines[0] and "damaged" in lines[0], lines[0]
 
 
-# --- the verdicts kept between commands (jobgen.record.damage.Verdicts) -----------------------------------
+# --- what the run's index keeps of the damage checks (jobgen.record.index) ---------------------------------------
 
 
 def _settle(run: Path) -> None:
@@ -217,7 +219,7 @@ def test_a_second_status_checks_no_job_file_again_and_still_sees_each_change(run
     _settle(run)
     first = _warnings(runner, run)
     assert len(first) == 1 and "hurt/result.json: truncated" in first[0], first
-    assert (run / ".verdicts.json").exists()
+    assert (run / "index.sqlite").is_file()
 
     def no_checking(*_a, **_k):
         raise AssertionError("a settled job file was checked again")
@@ -245,36 +247,37 @@ def test_a_file_that_just_changed_is_checked_again_next_time(runner, run: Path) 
     _settle(run)
     (run / "jobs" / "hurt" / "progress.json").write_text(json.dumps(PROGRESS))  # now
     assert _warnings(runner, run) == []
-    kept = json.loads((run / ".verdicts.json").read_text())["files"]
+    with contextlib.closing(sqlite3.connect(run / "index.sqlite")) as db:
+        kept = {path for (path,) in db.execute("SELECT path FROM records")}
     assert "jobs/hurt/progress.json" not in kept and "jobs/hurt/spec.json" in kept
 
 
-@pytest.mark.parametrize("cache", [b"", b"{not json", b'{"schema": 1, "files": {"jobs/hurt/result.json": [1, 2]}}'])
-def test_a_damaged_verdict_file_is_ignored(runner, run: Path, cache: bytes) -> None:
+@pytest.mark.parametrize("index", [b"", b"{not json", b"SQLite format 3\x00" + b"\x01" * 200])
+def test_a_damaged_index_is_ignored(runner, run: Path, index: bytes) -> None:
     hurt = run / "jobs" / "hurt" / "result.json"
     hurt.write_bytes(b"")
-    (run / ".verdicts.json").write_bytes(cache)
+    (run / "index.sqlite").write_bytes(index)
     assert any("hurt/result.json: empty" in ln for ln in _warnings(runner, run))
 
 
-def test_verdicts_that_cannot_be_written_are_not_kept(runner, run: Path) -> None:
-    """A run folder that takes no new file (read-only, full disk): the command works as without a cache."""
-    (run / ".verdicts.json").mkdir()  # os.replace onto a folder fails as a write to a read-only one does
+def test_an_index_that_cannot_be_written_keeps_nothing(runner, run: Path) -> None:
+    """A run folder that takes no new file (read-only, full disk): the command works as without an index."""
+    (run / "index.sqlite").mkdir()  # neither opened nor replaced, as in a read-only folder
     hurt = run / "jobs" / "hurt" / "result.json"
     hurt.write_bytes(b"")
     _settle(run)
     for _ in range(2):
         assert [ln for ln in _warnings(runner, run) if "hurt/result.json: empty" in ln]
-    assert not list(run.glob(".verdicts.json.*.tmp"))
+    assert not list(run.glob("index.sqlite.*.tmp")) and (run / "index.sqlite").is_dir()
 
 
 @pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, 65535, 65536, 65537, 3 * 1024 * 1024 + 7])
 def test_a_record_is_read_whole_with_the_stamp_of_the_version_read(tmp_path: Path, size: int) -> None:
-    """The unbuffered read of a job's record (jobgen.record.model.read_with_stamp) gives every byte, at
-    sizes around a page and past one read, and the stat stamp of that version."""
+    """The read of a job's record (jobgen.record.model.read_with_stamp) gives every byte, at sizes around
+    a page and past one read, and the stat stamp of that version."""
     import os
 
-    from jobgen.record.damage import stamp
+    from jobgen.record.index import stamp
     from jobgen.record.model import read_with_stamp
 
     path = tmp_path / "result.json"
@@ -286,39 +289,3 @@ def test_a_record_is_read_whole_with_the_stamp_of_the_version_read(tmp_path: Pat
         read_with_stamp(str(tmp_path / "absent.json"))
     with pytest.raises(IsADirectoryError):
         read_with_stamp(str(tmp_path))
-
-
-@pytest.mark.parametrize(("size", "reads"), [(0, 1), (1_000, 1), (65535, 1), (65536, 2), (3 * 1024 * 1024 + 7, 2)])
-def test_a_record_takes_one_read_and_a_big_one_two(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size, reads
-) -> None:
-    """A record under 64 KiB is one read and one stat of the open file; a bigger one (a long
-    metrics.csv) one more read, of the size that stat gave, not a read per 64 KiB."""
-    import os
-
-    from jobgen.record import model
-
-    path = tmp_path / "metrics.csv"
-    path.write_bytes(b"x" * size)
-    calls: list[int] = []
-    real = os.read
-    monkeypatch.setattr(model.os, "read", lambda fd, n: calls.append(n) or real(fd, n))
-    got, _ = model.read_with_stamp(str(path))
-    assert len(got) == size and len(calls) == reads, calls
-
-
-@pytest.mark.parametrize("size", [0, 99, 100, 101, 4097])
-def test_a_read_that_comes_back_short_is_read_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int) -> None:
-    """read_with_stamp takes a short read for the end of the file only when the file's size says so:
-    reads that come back short for another reason (here: at most 100 bytes each) still give every byte."""
-    import os
-
-    from jobgen.record import model
-
-    path = tmp_path / "result.json"
-    data = bytes(i % 251 for i in range(size))
-    path.write_bytes(data)
-    real = os.read
-    monkeypatch.setattr(model.os, "read", lambda fd, n: real(fd, min(n, 100)))
-    got, mark = model.read_with_stamp(str(path))
-    assert got == data and mark[1] == size

@@ -156,7 +156,7 @@ def test_a_stat_stamp_in_nanoseconds_is_read_by_orjson(monkeypatch: pytest.Monke
 @settings(max_examples=400, deadline=None)
 @given(FINITE_DOCS)
 def test_a_cache_written_reads_back_as_the_standard_library_writes_it(doc) -> None:
-    """jsonread.dumps (the run's verdicts and kept rows) gives back, read by either parser, what
+    """jsonread.dumps (what the run's index keeps) gives back, read by either parser, what
     json.dumps gives back: every value a cache can hold (no NaN, no infinity), integers beyond 64 bits
     and lone surrogates included."""
     written = jsonread.dumps(doc)

@@ -4,6 +4,9 @@ experiment name (or no name) means its latest submitted run, and --all-runs leav
 from __future__ import annotations
 
 import json
+import os
+import random
+import time
 from pathlib import Path
 
 import pytest
@@ -114,7 +117,7 @@ def test_runs_made_in_one_second_sort_in_the_order_they_were_made(tmp_path: Path
     assert store.new_run_id(tmp_path).startswith("20261202-060845-")
 
 
-# --- the kind kept: naming an experiment parses no manifest twice ---------------------------------------
+# --- the kind kept in the index: naming an experiment parses no settled manifest twice ---------------------------------------
 
 
 def _count_parses(monkeypatch) -> list[bytes]:
@@ -132,60 +135,71 @@ def _count_parses(monkeypatch) -> list[bytes]:
     return parsed
 
 
-def test_a_runs_kind_is_kept_by_its_manifests_bytes(tmp_path: Path, runs, monkeypatch):
-    from jobgen.record.store import KIND_CACHE, run_kind
+def _settle(*run_dirs: Path) -> None:
+    """Each run's manifest as written a minute ago: old enough for the index to keep what it says."""
+    for run_dir in run_dirs:
+        os.utime(run_dir / "manifest.json", (time.time() - 60, time.time() - 60))
+
+
+def test_a_runs_kind_is_kept_in_its_index_by_the_manifests_stamp(tmp_path: Path, runs, monkeypatch):
+    from jobgen.record.index import INDEX
+    from jobgen.record.store import run_kind
 
     real, dry, _ = runs
+    _settle(real, dry)
     parsed = _count_parses(monkeypatch)
     assert (run_kind(real), run_kind(dry)) == ("", "dry") and len(parsed) == 2
     assert (run_kind(real), run_kind(dry)) == ("", "dry") and len(parsed) == 2  # kept: nothing parsed
-    assert json.loads((dry / KIND_CACHE).read_text())["kind"] == "dry"
+    assert (dry / INDEX).is_file()
     # Another manifest in its place (a real run's bytes under the dry run's folder): parsed again.
     (dry / "manifest.json").write_bytes((real / "manifest.json").read_bytes())
+    _settle(dry)
     assert run_kind(dry) == "" and len(parsed) == 3
     assert run_kind(dry) == "" and len(parsed) == 3
 
 
-def test_a_manifest_jobgen_writes_has_its_kind_kept_with_it(tmp_path: Path, runs, monkeypatch):
-    """A command that records something (a status its states, a summary the usage) rewrites the manifest:
-    the kind is kept for the new bytes, so the next command that names the experiment parses nothing
-    to learn it."""
-    from jobgen.record import store
-
-    real, dry, _ = runs
-    for run_dir in (real, dry):
-        doc = store.load_manifest(run_dir)
-        read = store.read_manifest(run_dir)
-        written = store.update_read(run_dir, doc, read.digest, {"j": {"note": "kept"}})
-        assert written is not None and written[0] == store._digest((run_dir / "manifest.json").read_bytes())
-    parsed = _count_parses(monkeypatch)
-    assert (store.run_kind(real), store.run_kind(dry)) == ("", "dry") and parsed == []
-    assert store.load_manifest(real)["jobs"][0]["note"] == "kept"
-
-
-@pytest.mark.parametrize(
-    "kept",
-    ['{"digest": "0", "kind": ""}', '{"kind": ""}', '["", ""]', "{", "", '{"digest": null, "kind": 1}'],
-    ids=["another-digest", "no-digest", "a-list", "cut-short", "empty", "wrong-types"],
-)
-def test_a_damaged_or_stale_kind_cache_costs_a_parse_never_a_wrong_kind(tmp_path: Path, runs, monkeypatch, kept):
-    from jobgen.record.store import KIND_CACHE, run_kind
+def test_a_manifest_written_a_moment_ago_is_parsed_until_it_settles(tmp_path: Path, runs, monkeypatch):
+    """A rewrite within one tick of a coarse clock could keep the stamp: a fresh manifest's kind is not kept."""
+    from jobgen.record.store import run_kind
 
     _, dry, _ = runs
-    (dry / KIND_CACHE).write_text(kept)
-    parsed = _count_parses(monkeypatch)
-    assert run_kind(dry) == "dry" and len(parsed) == 1
-    assert run_kind(dry) == "dry" and len(parsed) == 1  # kept again, whole
-
-
-def test_a_kind_that_cannot_be_kept_is_still_told(tmp_path: Path, runs, monkeypatch):
-    from jobgen.record.store import KIND_CACHE, run_kind
-
-    _, dry, _ = runs
-    (dry / KIND_CACHE).mkdir()  # nothing can be written in its place
+    os.utime(dry / "manifest.json")
     parsed = _count_parses(monkeypatch)
     assert run_kind(dry) == "dry" and run_kind(dry) == "dry" and len(parsed) == 2
-    assert sorted(p.name for p in dry.iterdir() if p.name.startswith(KIND_CACHE)) == [KIND_CACHE]  # no temp left
+    _settle(dry)
+    assert run_kind(dry) == "dry" and run_kind(dry) == "dry" and len(parsed) == 3
+
+
+@pytest.mark.parametrize("damage", ["deleted", "empty", "cut-short", "garbage", "a-folder"])
+def test_a_damaged_index_costs_a_parse_never_a_wrong_kind(tmp_path: Path, runs, monkeypatch, damage):
+    from jobgen.record.index import INDEX
+    from jobgen.record.store import run_kind
+
+    real, dry, _ = runs
+    _settle(real, dry)
+    assert run_kind(dry) == "dry" and run_kind(real) == ""
+    index = dry / INDEX
+    raw = index.read_bytes()
+    index.unlink()
+    if damage == "empty":
+        index.write_bytes(b"")
+    elif damage == "cut-short":
+        index.write_bytes(raw[: len(raw) // 2])
+    elif damage == "garbage":
+        index.write_bytes(random.Random(7).randbytes(len(raw)))
+    elif damage == "a-folder":
+        index.mkdir()  # nothing can be written in its place
+    parsed = _count_parses(monkeypatch)
+    assert run_kind(dry) == "dry" and len(parsed) == 1
+    if damage == "a-folder":
+        assert run_kind(dry) == "dry" and len(parsed) == 2
+        assert sorted(p.name for p in dry.iterdir()) == [INDEX, "jobs", "manifest.json"]  # no temp left
+    else:
+        assert run_kind(dry) == "dry" and len(parsed) == 1  # written again, sound
+    # Another run's index in its place: its stamps are another manifest's, nothing of it is taken.
+    (dry / INDEX).unlink() if (dry / INDEX).is_file() else (dry / INDEX).rmdir()
+    (dry / INDEX).write_bytes((real / INDEX).read_bytes())
+    assert run_kind(dry) == "dry" and run_kind(real) == ""
 
 
 def test_a_damaged_manifest_is_a_submitted_run_kept_or_not(tmp_path: Path, runs, monkeypatch):
@@ -202,11 +216,12 @@ def test_the_latest_run_is_found_asking_the_newest_runs_only(tmp_path: Path, run
     run ends the search."""
     real, dry, later = runs
     newer = write_run(tmp_path, "exp", [FakeJob("j", state="COMPLETED")], "20261129-230000-dddd")
+    _settle(real, dry, later, newer)
     parsed = _count_parses(monkeypatch)
     assert find_runs(["exp"], tmp_path) == [newer.resolve()] and len(parsed) == 1
     assert find_runs([], tmp_path) == [newer.resolve()] and len(parsed) == 1  # kept
     for run in (newer, real, dry, later):
-        (run / ".kind.json").unlink(missing_ok=True)
+        (run / "index.sqlite").unlink(missing_ok=True)
     (newer / "manifest.json").write_text(json.dumps({**json.loads((dry / "manifest.json").read_text())}))
     assert find_runs(["exp"], tmp_path) == [real.resolve()]
     assert [json.loads(raw).get("run_id") for raw in parsed[1:]] == [

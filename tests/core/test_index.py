@@ -1,21 +1,26 @@
-"""What a run keeps of its job files between commands (jobgen.record.damage.Verdicts, `.verdicts.json`):
-a result's numbers, the damage verdicts, which records a job folder holds, each by the stat stamp of
-the version read. A kept fact is used only for that very version: a file replaced, rewritten in place,
-made or removed is read again; a broken cache costs time, never a wrong answer; writers replace it
-whole, so a reader beside them never reads half of one."""
+"""The run's index (jobgen.record.index, index.sqlite): what was read of each record, used only while
+the record's stamp and the reading code's fingerprint are those it was kept with. A record replaced,
+rewritten in place, made or removed is read again; edited reading code reads everything again; a
+deleted, truncated, garbage or locked index costs time, never an answer, and is written sound again."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
+import random
+import sqlite3
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from jobgen.cli import main
-from jobgen.record import damage
+from jobgen.record import index as index_module
+from jobgen.record.damage import JOB_FILES
+from jobgen.record.index import INDEX, stamp
 from jobgen.record.model import Run
 from tests.data.summary import synth
 
@@ -23,7 +28,7 @@ PAST = time.time() - 60
 
 
 def _settle(run: Path) -> None:
-    """Every job file and folder as if written a minute ago: old enough for its facts to be kept."""
+    """Every job file and folder as if written a minute ago: old enough for what is read of it to be kept."""
     for path in sorted((run / "jobs").rglob("*"), reverse=True):
         os.utime(path, (PAST, PAST))
     os.utime(run / "jobs", (PAST, PAST))
@@ -117,22 +122,6 @@ def test_a_status_slurm_answered_keeps_what_the_summary_reads(
     assert _summary(runner, run) == {"job0": 0.5, "job1": 0.6, "job2": 0.7}
 
 
-def test_a_status_keeps_no_numbers_of_a_result_it_did_not_read(runner, run: Path) -> None:
-    """A result.json whose damage verdict was already kept is not parsed by the status (nothing to keep);
-    the summary reads it then."""
-    _status(runner, run)
-    verdicts = json.loads((run / damage.VERDICTS).read_text())["files"]
-    assert all("result" in verdicts[f"jobs/job{i}/result.json"][4] for i in range(3))
-    for i in range(3):
-        del verdicts[f"jobs/job{i}/result.json"][4]["result"]
-    doc = json.loads((run / damage.VERDICTS).read_text())
-    (run / damage.VERDICTS).write_text(json.dumps({**doc, "files": verdicts}))
-    _status(runner, run)  # kept rows, or the verdicts: no result.json parsed, none kept
-    verdicts = json.loads((run / damage.VERDICTS).read_text())["files"]
-    assert not any("result" in verdicts[f"jobs/job{i}/result.json"][4] for i in range(3))
-    assert _summary(runner, run) == {"job0": 0.5, "job1": 0.6, "job2": 0.7}
-
-
 def test_the_summary_parses_each_result_once(runner, run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The damage check and the result's fields read the one document parsed of each result.json."""
     from jobgen.results import collect
@@ -199,38 +188,6 @@ def test_a_record_cut_short_in_place_in_an_unchanged_folder_is_named(runner, run
     assert len(warnings) == 1 and f"/jobs/job2/{name}: truncated or not JSON" in warnings[0], warnings
 
 
-BROKEN = {
-    "garbage": b"\xff\x00{",
-    "deeply nested": b"[" * 100_000,
-    "another version": None,
-    "facts of the wrong shape": None,
-}
-
-
-@pytest.mark.parametrize("broken", BROKEN)
-def test_a_broken_cache_costs_time_not_answers(runner, run: Path, broken: str) -> None:
-    good = _summary(runner, run)
-    cache = run / damage.VERDICTS
-    if broken == "another version":
-        doc = json.loads(cache.read_text())
-        from jobgen.results.collect import _RESULT_FIELDS
-
-        for entry in doc["files"].values():
-            if "result" in entry[4]:  # what another version read: not taken for this one's
-                entry[4]["result"][_RESULT_FIELDS.index("test_acc")] = 0.01
-        cache.write_text(json.dumps({**doc, "jobgen": "0.0.1"}))
-    elif broken == "facts of the wrong shape":
-        doc = json.loads(cache.read_text())
-        for rel, entry in doc["files"].items():
-            entry[4] = {"result": [1, 2], "problem": 3, "present": "x", "retries": [1]} if "job0" in rel else entry[4]
-        cache.write_text(json.dumps(doc))
-    else:
-        cache.write_bytes(BROKEN[broken])
-    assert _summary(runner, run) == good
-    rows, warnings = _status(runner, run)
-    assert warnings == [] and all("COMPLETED" in row for row in rows), rows
-
-
 def test_a_file_replaced_while_it_is_read_is_kept_as_the_version_read(run: Path) -> None:
     """A writer that replaces a record between the stat and the read: what was read is kept under the
     stamp of the version read, never under the one stat'ed before it."""
@@ -244,54 +201,28 @@ def test_a_file_replaced_while_it_is_read_is_kept_as_the_version_read(run: Path)
 
     result, _ = result_of(job)
     assert result is not None and result.test_acc == 0.25
-    kept = loaded.verdicts._known["jobs/job0/result.json"]  # type: ignore[union-attr]
-    assert tuple(kept[:4]) == damage.stamp(os.stat(path)) != before
-
-
-def _save_often(run_dir: str, rounds: int) -> None:
-    for n in range(rounds):
-        verdicts = damage.Verdicts(run_dir)
-        verdicts.keep(f"jobs/x{n % 7}/result.json", (n, 1, 0, 0), "problem", "x" * 5000)
-        verdicts._changed = True
-        verdicts.save()
-
-
-def test_writers_replace_the_cache_whole(run: Path, runner) -> None:
-    """Processes saving the cache at once while another reads it: every read finds a whole cache."""
-    _summary(runner, run)
-    ctx = multiprocessing.get_context("fork")
-    writers = [ctx.Process(target=_save_often, args=(str(run), 60)) for _ in range(3)]
-    for writer in writers:
-        writer.start()
-    seen = 0
-    while any(w.is_alive() for w in writers):
-        assert damage.Verdicts(run)._known, "a reader found half a cache (or none)"
-        seen += 1
-    for writer in writers:
-        writer.join()
-        assert writer.exitcode == 0
-    assert seen and not list(run.glob(f"{damage.VERDICTS}.*.tmp"))
+    loaded.save_index()
+    assert _rows(run)["jobs/job0/result.json"][0] == " ".join(map(str, stamp(os.stat(path)))) != before
 
 
 def test_a_folder_not_known_is_listed_not_asked_for_each_record(runner, run: Path, monkeypatch) -> None:
     """The first status of a run lists each job folder once and opens only the records it holds
     (spec.json and result.json here), each stamped by its read: no record is stat'ed, and the ones it
-    lacks cost nothing. The next status stats those records and reads none of them (their verdicts
-    are kept)."""
+    lacks cost nothing. The next status stats those records and reads none of them (what was read of
+    them is in the index)."""
     from jobgen.record import model
 
     stats: list[str] = []
     opens: list[str] = []
-    real_stat, real_open = os.stat, os.open
+    real_stat = os.stat
     monkeypatch.setattr(
         model.os, "stat", lambda path, *a, **k: stats.append(os.fspath(path)) or real_stat(path, *a, **k)
     )
-    monkeypatch.setattr(
-        model.os, "open", lambda path, *a, **k: opens.append(os.fspath(path)) or real_open(path, *a, **k)
-    )
+    real_read = model.read_with_stamp
+    monkeypatch.setattr(model, "read_with_stamp", lambda path: opens.append(path) or real_read(path))
 
     def records(paths: list[str]) -> list[str]:
-        return sorted(Path(p).name for p in paths if "/jobs/job" in p and Path(p).name in damage.JOB_FILES)
+        return sorted(Path(p).name for p in paths if "/jobs/job" in p and Path(p).name in JOB_FILES)
 
     rows, warnings = _status(runner, run)
     assert len(rows) == 3 and not warnings
@@ -316,7 +247,7 @@ def test_the_cli_gives_an_in_process_caller_its_garbage_collector_back(runner, r
 
 def test_the_job_folders_other_files_are_kept_with_its_listing(run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One listing of a job's folder names its records and its other files (its logs): a later command
-    takes both from the run's verdicts while the folder is unchanged, and lists it again once a file
+    takes both from the run's index while the folder is unchanged, and lists it again once a file
     was made in it (a new log of a requeued job)."""
     from jobgen.results import logs
 
@@ -331,7 +262,7 @@ def test_the_job_folders_other_files_are_kept_with_its_listing(run: Path, monkey
         job = next(j for j in loaded.jobs if j.name == "job1")
         job.problems()
         found = [path.name for path in logs.of(job, loaded.backend)]
-        loaded.keep_facts()
+        loaded.save_index()
         return job.file_names(), found
 
     assert read() == (("checkpoints", "notes.txt", "slurm-4001.out"), ["slurm-4001.out"])
@@ -347,7 +278,7 @@ def test_the_job_folders_other_files_are_kept_with_its_listing(run: Path, monkey
     monkeypatch.setattr(os, "scandir", counting(os.scandir))
     monkeypatch.setattr(os, "listdir", counting(os.listdir))
     assert read() == (("checkpoints", "notes.txt", "slurm-4001.out"), ["slurm-4001.out"])
-    assert listed == []  # from the verdicts: no listing of the folder
+    assert listed == []  # from the index: no listing of the folder
     (folder / "slurm-4002.out").write_text("again\n")
     names, found = read()
     assert names == ("checkpoints", "notes.txt", "slurm-4001.out", "slurm-4002.out") and len(found) == 2
@@ -367,3 +298,199 @@ def test_a_result_written_after_the_look_is_checked_once_looked_at_again(run: Pa
     job.look_again("result.json")
     assert job.finished
     assert (job._problem("result.json") or "").startswith("truncated or not JSON")
+
+
+def _rows(run: Path) -> dict[str, tuple[str, str, dict]]:
+    """The index's rows: path -> (stamp, code fingerprint, what was read)."""
+    with contextlib.closing(sqlite3.connect(run / INDEX)) as db:
+        return {
+            path: (mark, code, json.loads(facts)) for path, mark, code, facts in db.execute("SELECT * FROM records")
+        }
+
+
+def _sound(run: Path) -> bool:
+    with contextlib.closing(sqlite3.connect(run / INDEX)) as db:
+        return db.execute("PRAGMA integrity_check").fetchone()[0] == "ok" and bool(_rows(run))
+
+
+def _report(runner, run: Path, out: Path) -> None:
+    result = runner.invoke(main, ["--output-root", str(run.parent.parent), "report", str(run), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+
+
+def test_after_status_summary_and_report_the_folder_holds_the_records_the_manifest_and_one_index(
+    runner, run: Path, tmp_path: Path
+) -> None:
+    before = sorted(p.relative_to(run).as_posix() for p in run.rglob("*"))
+    rows, warnings = _status(runner, run)
+    assert len(rows) == 3 and not warnings
+    assert _summary(runner, run) == {"job0": 0.5, "job1": 0.6, "job2": 0.7}
+    _report(runner, run, tmp_path / "r.html")
+    after = sorted(p.relative_to(run).as_posix() for p in run.rglob("*"))
+    assert sorted([*before, INDEX]) == after, after
+    assert "manifest.json" in after and all(f"jobs/job{i}/result.json" in after for i in range(3))
+    assert _sound(run)
+
+
+def test_the_index_keeps_what_was_read_by_stamp_and_code(runner, run: Path) -> None:
+    _status(runner, run)
+    rows = _rows(run)
+    path = run / "jobs" / "job1" / "result.json"
+    mark, code, facts = rows["jobs/job1/result.json"]
+    assert mark == " ".join(map(str, stamp(os.stat(path)))) and code == index_module.fingerprint()
+    assert facts["problem"] is None and facts["result"]["test_acc"] == 0.6
+    assert rows["jobs/job1/"][2]["present"] == ["spec.json", "result.json"]
+    with contextlib.closing(sqlite3.connect(run / INDEX)) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # never WAL: network file systems
+
+
+def _damage(path: Path, how: str) -> None:
+    raw = path.read_bytes()
+    if how == "deleted":
+        path.unlink()
+    elif how == "empty":
+        path.write_bytes(b"")
+    elif how == "cut short":
+        path.write_bytes(raw[: len(raw) // 2])
+    elif how == "garbage":
+        path.write_bytes(random.Random(3).randbytes(len(raw)))
+    elif how == "garbage after its header":
+        path.write_bytes(raw[:100] + random.Random(4).randbytes(len(raw) - 100))
+
+
+@pytest.mark.parametrize("how", ["deleted", "empty", "cut short", "garbage", "garbage after its header"])
+def test_a_damaged_index_costs_time_not_answers_and_is_written_again(runner, run: Path, how: str, tmp_path) -> None:
+    good = _summary(runner, run)
+    rows, _ = _status(runner, run)
+    _damage(run / INDEX, how)
+    assert _summary(runner, run) == good
+    assert _status(runner, run) == (rows, [])
+    _report(runner, run, tmp_path / "r.html")
+    assert _sound(run) and "jobs/job2/result.json" in _rows(run)
+    assert sorted(p.name for p in run.iterdir()) == [INDEX, "jobs", "manifest.json"]  # no temp left
+
+
+def test_what_other_code_read_is_read_again(runner, run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows kept by another fingerprint (edited reading code), even with this code's stamps: not taken."""
+    _summary(runner, run)
+    with contextlib.closing(sqlite3.connect(run / INDEX)) as db:
+        for path, _, _, facts in db.execute("SELECT * FROM records").fetchall():
+            doc = json.loads(facts)
+            if "result" in doc:
+                doc["result"]["test_acc"] = 0.01  # what the other code read
+            db.execute("UPDATE records SET code = 'other', read = ? WHERE path = ?", (json.dumps(doc), path))
+        db.commit()
+    assert _summary(runner, run) == {"job0": 0.5, "job1": 0.6, "job2": 0.7}
+    assert {code for _, code, _ in _rows(run).values()} == {index_module.fingerprint()}  # written by this code
+
+
+def test_edited_code_reads_the_records_again(runner, run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jobgen.results import collect
+
+    _summary(runner, run)
+    read: list[object] = []
+    real = collect.result_fields
+    monkeypatch.setattr(collect, "result_fields", lambda doc: read.append(doc) or real(doc))
+    assert _summary(runner, run) == {"job0": 0.5, "job1": 0.6, "job2": 0.7} and read == []
+    monkeypatch.setattr(index_module, "fingerprint", lambda: "edited")
+    assert _summary(runner, run) == {"job0": 0.5, "job1": 0.6, "job2": 0.7} and len(read) == 3
+
+
+def test_the_fingerprint_is_of_the_source(tmp_path: Path) -> None:
+    """Once per process, from jobgen's sources: the same in another process, and a hex digest."""
+    import subprocess
+    import sys
+
+    other = subprocess.run(
+        [sys.executable, "-c", "from jobgen.record.index import fingerprint; print(fingerprint())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert other == index_module.fingerprint() and len(other) == 32 and int(other, 16) >= 0
+
+
+def test_values_of_the_wrong_shape_cost_time_not_answers(runner, run: Path) -> None:
+    good = _summary(runner, run)
+    with contextlib.closing(sqlite3.connect(run / INDEX)) as db:
+        wrong = json.dumps({"result": [1, 2], "problem": 3, "present": "x", "retries": [1], "asked": "x"})
+        db.execute("UPDATE records SET read = ? WHERE path LIKE 'jobs/job0/%'", (wrong,))
+        db.execute("UPDATE records SET read = '{not json' WHERE path LIKE 'jobs/job1/%'")
+        db.commit()
+    assert _summary(runner, run) == good
+    rows, warnings = _status(runner, run)
+    assert warnings == [] and all("COMPLETED" in row for row in rows), rows
+
+
+def test_a_locked_index_is_read_around(runner, run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process holds the index's write lock (a long write, a stuck NFS lock): the command waits
+    a moment, then reads the records themselves and keeps nothing; it never fails on the lock."""
+    good = _summary(runner, run)
+    monkeypatch.setattr(index_module, "BUSY_MS", 50)
+    holder = sqlite3.connect(run / INDEX, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        assert _summary(runner, run) == good
+        rows, warnings = _status(runner, run)
+        assert not warnings and all("COMPLETED" in row for row in rows)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert _sound(run)
+
+
+def _command(root: str, run: str, command: str, rounds: int, out: str) -> None:
+    """`command` of the run `rounds` times, through the functions the CLI calls (CliRunner swaps the
+    process's stdout: not for threads), each answer checked."""
+    from jobgen.results.report import report_page
+    from jobgen.results.status import read_status
+    from jobgen.results.summary import summary_text
+
+    for n in range(rounds):
+        if command == "summary":
+            text, warnings = summary_text([Path(run)], fmt="json")
+            accs = {row["config"]: row["test_acc"] for row in json.loads(text)["rows"]}
+            assert accs == {"job0": 0.5, "job1": 0.6, "job2": 0.7} and not warnings, accs
+        elif command == "status":
+            view = read_status(Path(run))
+            assert [row[3] for row in view.rows] == ["COMPLETED"] * 3 and not view.warnings, view
+        else:
+            page = report_page([Path(run)], Path(f"{out}-{n}.html")).read_text()
+            assert all(f"job{i}" in page for i in range(3))
+
+
+@pytest.mark.parametrize("way", ["threads", "processes"])
+def test_commands_reading_one_run_at_once_all_answer_right(run: Path, tmp_path: Path, way: str) -> None:
+    """status, summary and report of one run at once, each writing the index when it is done: every one
+    answers right, and the index is sound after."""
+    args = [
+        (str(run.parent.parent), str(run), c, 4, str(tmp_path / f"{c}{k}"))
+        for c in ("status", "summary", "report")
+        for k in range(2)
+    ]
+    os.utime(run / "manifest.json", (PAST, PAST))
+    if way == "threads":
+        failed: list[BaseException] = []
+
+        def work(*a: object) -> None:
+            try:
+                _command(*a)  # type: ignore[arg-type]
+            except BaseException as exc:
+                failed.append(exc)
+
+        threads = [threading.Thread(target=work, args=a) for a in args]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not failed, failed
+    else:
+        ctx = multiprocessing.get_context("fork")
+        procs = [ctx.Process(target=_command, args=a) for a in args]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join()
+            assert proc.exitcode == 0
+    assert _sound(run)
+    assert not [p for p in run.iterdir() if p.name not in (INDEX, "jobs", "manifest.json")]
