@@ -73,6 +73,7 @@ class Result:
     scoring: str | None = None  # a split scored on other than its size: the accuracy is not the split's
     world_size: int | None = None
     parameters: int | None = None  # the whole model's parameter elements
+    trainable_parameters: int | None = None  # those the optimizer updated (LoRA: the adapters and the head)
     tokens_per_s: float | None = None  # real (non-padding) tokens, all ranks
     gpus: tuple[str, ...] = ()  # the GPUs rank 0 saw (ran_on.gpus); () on CPU
     primary_metric: str | None = None  # the metric that picked the best epoch (training.contract.METRICS)
@@ -524,6 +525,7 @@ def result_fields(data: Mapping[str, Any]) -> dict[str, Any]:
         "scoring": _scoring_problem(data),
         "world_size": _int(get("world_size")),
         "parameters": _int(_object(get("parameters")).get("total")),
+        "trainable_parameters": _int(_object(get("parameters")).get("trainable")),
         "tokens_per_s": _num(throughput.get("tokens_per_s")),
         "gpus": [g for g in _list(_object(get("ran_on")).get("gpus")) if isinstance(g, str)],
         "primary_metric": _str(get("primary_metric")),

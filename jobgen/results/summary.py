@@ -314,6 +314,7 @@ FIELDS = (
     + [name for metric in METRICS for name in (metric.name, f"{metric.name}_std")]
     + ["peak_mem_kind", "speedup", "scaling_efficiency", "usage_from", "baseline", "excluded_nodes", "problem", "hint"]
     + ["primary_metric", "test_metrics", "test_metrics_std", "val_metrics", "val_metrics_std", "predictions"]
+    + ["parameters"]
     + list(halving_view.FIELDS)
 )
 
@@ -349,8 +350,22 @@ def record(line: Line) -> dict[str, Any]:
         means, stds = _metric_stats(line, f"{split}_metrics")
         out[f"{split}_metrics"], out[f"{split}_metrics_std"] = means, stds
     out["predictions"] = predictions(line) or None
+    out["parameters"] = _parameters(line)
     out.update(halving_view.fields(line.jobs))
     return out
+
+
+def _parameters(line: Line) -> dict[str, int | None] | None:
+    """result.json's parameter counts ({"total", "trainable"}), when every job of the line has the same."""
+    found = {
+        (job.result.parameters, job.result.trainable_parameters)
+        for job in line.jobs
+        if job.result is not None and job.result.parameters is not None
+    }
+    if len(found) != 1:
+        return None
+    total, trainable = found.pop()
+    return {"total": total, "trainable": trainable}
 
 
 def _metric_stats(line: Line, key: str) -> tuple[dict[str, float | None] | None, dict[str, float | None] | None]:

@@ -607,3 +607,17 @@ def test_the_local_demos_summary_has_no_blank_table(runner, tmp_path: Path, monk
         ):
             assert value in shown, (value, shown)
     assert "baseline" in text and "total of 4 jobs: GPU-h unknown, CPU-h unknown, energy unknown" in text
+
+
+def test_json_rows_carry_the_parameter_counts_a_lora_job_trained(tmp_path: Path) -> None:
+    """parameters.trainable of result.json reaches the rows; jobs of one line that disagree give none."""
+    jobs = [
+        FakeJob("lora", {"train.peft": "lora"}, parameters=1_000_000, trainable=33_000),
+        FakeJob("full", {"train.peft": "none"}, parameters=1_000_000, trainable=1_000_000),
+        FakeJob("old", {"train.peft": "old"}, parameters=1_000_000),  # written before parameters.trainable
+    ]
+    rows = {r["config"]: r for r in json.loads(summarize([write_run(tmp_path, "exp", jobs)], fmt="json"))["rows"]}
+    assert rows["lora"]["parameters"] == {"total": 1_000_000, "trainable": 33_000}
+    assert rows["full"]["parameters"] == {"total": 1_000_000, "trainable": 1_000_000}
+    assert rows["old"]["parameters"] == {"total": 1_000_000, "trainable": None}
+    assert "parameters" in FIELDS

@@ -54,6 +54,7 @@ class FakeJob:
     segments: list[str] | None = None  # a chained job's segment ids (slurm.chain)
     gpus: list[str] = field(default_factory=list)  # ran_on.gpus
     parameters: int | None = None
+    trainable: int | None = None  # parameters.trainable (LoRA: fewer than parameters)
     primary: str = "accuracy"  # result.json primary_metric
     mcc: float = 0.5  # test_metrics' mcc; val_metrics' is 0.01 higher
     predictions: bool = False  # train.save_predictions: a predictions.csv in the job folder
@@ -100,7 +101,9 @@ def result_json(job: FakeJob, experiment: str) -> dict[str, Any]:
         "git_sha": None,
         "slurm": {"job_id": "1", "array_task_id": None, "nodelist": "gpu001"},
         "finished_at": job.finished_at().isoformat(),
-        "parameters": None if job.parameters is None else {"total": job.parameters, "per_rank": []},
+        "parameters": None
+        if job.parameters is None
+        else {"total": job.parameters, "trainable": job.trainable, "per_rank": []},
         "ran_on": {"gpus": job.gpus},
         "primary_metric": job.primary,
         "test_metrics": {"accuracy": job.test_acc, "macro_f1": job.test_acc - 0.01, "f1": job.test_f1, "mcc": job.mcc},
