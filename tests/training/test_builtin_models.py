@@ -42,4 +42,4 @@ def test_jobgen_accepts_both_builtin_models_and_names_them(runner, tmp_path: Pat
     ok = runner.invoke(main, ["validate", str(demo), "--set", "train.model=builtin:distilbert-shape"])
     assert ok.exit_code == 0, ok.output
     bad = runner.invoke(main, ["validate", str(demo), "--set", "train.model=builtin:bert"])
-    assert bad.exit_code != 0 and "builtin:tiny, builtin:distilbert-shape" in bad.output
+    assert bad.exit_code != 0 and "builtin:tiny, builtin:tiny-decoder, builtin:distilbert-shape" in bad.output

@@ -25,8 +25,9 @@ pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.training, pytes
 class DropoutWatch:
     """Records, for every dropout call, whether the module was in training mode and grads were on.
 
-    The wrapped loader hands the model over in eval mode, as `from_pretrained` does: the engine has to
-    switch it to training mode itself (Lightning alone would keep it in eval mode during fit).
+    The wrapped `training.model.prepare` (what hands every engine its model) hands the model over in
+    eval mode: the engine has to switch it to training mode itself (Lightning alone would keep it in
+    eval mode during fit).
     """
 
     def __init__(self) -> None:
@@ -66,7 +67,7 @@ def test_engine_learns_reports_and_trains_with_dropout(
     engine: str, precision: str, accum: int, tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     watch = DropoutWatch()
-    monkeypatch.setattr(model_lib, "load_model", watch.wrap(model_lib.load_model))
+    monkeypatch.setattr(model_lib, "prepare", watch.wrap(model_lib.prepare))
     job = tmp_path / engine
     spec = from_dict(spec_dict(job, cache_dir, train={"engine": engine, "precision": precision, "grad_accum": accum}))
     assert run(spec) == 0

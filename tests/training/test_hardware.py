@@ -116,14 +116,14 @@ def test_train_deterministic_reaches_every_engine(
     from training import model as model_lib
 
     seen: list[bool] = []
-    original = model_lib.load_model
+    original = model_lib.prepare  # what hands every engine its model
 
     def load(*args: Any, **kwargs: Any) -> Any:
         model = original(*args, **kwargs)
         model.register_forward_hook(lambda *_: seen.append(torch.are_deterministic_algorithms_enabled()))
         return model
 
-    monkeypatch.setattr(model_lib, "load_model", load)
+    monkeypatch.setattr(model_lib, "prepare", load)
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     job = tmp_path / engine
     train = {"engine": engine, "deterministic": True, "epochs": 1, "num_workers": 0}

@@ -106,8 +106,9 @@ def test_summary_of_a_real_local_sweep(demo: _Demo, tmp_path: Path, runner) -> N
     by_csv = _rows(outputs["csv"])
     # A local job holds no allocation (no GPU-, CPU-hours, limit) and a CPU job no MFU: blank, not 0.
     blank = ("mfu", "gpu_hours", "cpu_hours", "energy_kwh", "time_used_fraction", "usage_from")
-    # predictions: the demo does not set train.save_predictions.
-    unfilled = ("problem", "hint", "val_acc_so_far", "excluded_nodes", "predictions", *blank)
+    # predictions: the demo does not set train.save_predictions; outcome, rung, rung_metrics: nor halving.
+    halving = ("outcome", "rung", "rung_metrics")
+    unfilled = ("problem", "hint", "val_acc_so_far", "excluded_nodes", "predictions", *halving, *blank)
     filled = [f for f in FIELDS if not f.endswith("_std") and f not in unfilled]
     for row in rows:
         result = json.loads((run / "jobs" / row["config"] / "result.json").read_text())
