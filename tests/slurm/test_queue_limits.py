@@ -212,4 +212,6 @@ def test_a_sweep_in_waves_survives_a_controller_restart(limited, monkeypatch, tm
     subprocess.run([*controller, "start"], env=limited, check=True, capture_output=True, timeout=60)
     rows = _wait_done(run_dir, "restart", since, limited, 6, timeout=240)
     assert sorted(name for _, name, _, _, _ in rows) == sorted(f"seed-{i}" for i in range(1, 7)), rows
-    assert _most_queued(rows) <= 2, rows
+    # max_queued = 2, and a job that ends submits its successor while it still counts (its exit path):
+    # for that moment the queue holds one more (docs/guides/queue-limits.md), never two more.
+    assert _most_queued(rows) <= 2 + 1, rows
