@@ -39,6 +39,7 @@ pytest_plugins = ["tests.support.conftest_slurm"] if (REPO / "tests" / "support"
 # xdist_group marks: pytest-xdist 3.8 marks a group by rewriting item._nodeid, which pytest 9 no longer
 # reads, so its marks group nothing.
 WAITING_ON_SLURM = (
+    "tests/slurm/test_queue_limits.py",  # 230: a cluster of its own, sweeps waiting for room in the queue
     "tests/slurm/test_chain.py",  # 130: a 1-minute limit, three segments
     "tests/slurm/test_states.py",  # 2 x 87: every state, with and without accounting
     "tests/slurm/test_requeue.py",  # 80 + 43
@@ -53,7 +54,11 @@ WAITING_ON_SLURM = (
     "tests/slurm/test_arrays.py",  # 2
 )
 # Modules whose tests share a module-scoped fixture (one training run): one worker, so it runs once.
-ONE_WORKER_MODULES = ("tests/training/test_hf_trainer_fsdp.py", "tests/training/test_local_demo.py")
+ONE_WORKER_MODULES = (
+    "tests/training/test_hf_trainer_fsdp.py",
+    "tests/training/test_local_demo.py",
+    "tests/slurm/test_queue_limits.py",  # a cluster of its own, started once for the module
+)
 # The test that runs with the machine to itself (see below): handed out last, when no other is left.
 ALONE = ("tests/slurm/test_probe.py",)
 
