@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
-import pwd
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from jobgen.backends import _queue
 from jobgen.backends import _tools as slurm
 from jobgen.backends._base import Attempt, Scheduler
 from jobgen.backends._queue import QueueRoom
@@ -82,13 +81,10 @@ class SlurmScheduler(Scheduler):
 
     def max_array_size(self) -> int:
         """The cluster's MaxArraySize (task ids must be below it), or Slurm's default if unknown."""
-        out = slurm.ask(["scontrol", "show", "config"]) or ""
-        match = re.search(r"^MaxArraySize\s*=\s*(\d+)", out, re.MULTILINE)
-        return int(match.group(1)) if match else DEFAULT_MAX_ARRAY_SIZE
+        value = (_queue.config() or {}).get("MaxArraySize", "")
+        return int(value) if value.isdigit() else DEFAULT_MAX_ARRAY_SIZE
 
     def queue_room(self, qos: str = "", account: str = "") -> QueueRoom | None:
-        from jobgen.backends import _queue
-
         return _queue.read(qos, account)
 
     def max_time(self, partition: str) -> int | None:
@@ -429,10 +425,8 @@ def _squeue_info(rest: str) -> JobInfo | None:
 
 def _own_jobs() -> list[str]:
     """squeue's filter for the jobs of the user running jobgen; none when the system cannot name them."""
-    try:
-        return ["-u", pwd.getpwuid(os.getuid()).pw_name]
-    except (KeyError, OSError):
-        return []
+    me = _queue.user()
+    return ["-u", me] if me else []
 
 
 NO_VAL = 0xFFFFFFFE  # Slurm's "no value" for a 32-bit field
