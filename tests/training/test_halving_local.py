@@ -84,3 +84,5 @@ def test_local_halving_sweep(tmp_path: Path) -> None:
         assert row["rung"] == 1
         assert row["rung_metrics"] == [round(reports[job], 6)]
         assert row["outcome"] == ("finished" if job == best else "stopped")
+        # A job halving stopped ended without its result: never shown as COMPLETED.
+        assert row["state"] == ("COMPLETED" if job == best else "STOPPED@1"), row
