@@ -155,7 +155,7 @@ def _render(
     if missing:
         raise ConfigError(f"{exp.label}: container.image: {missing[0]}")
     entries = []
-    halved = halving_config.settings(exp.sweep.halving, exp.train.epochs)
+    halved = halving_config.settings(exp.sweep.halving, exp.train.epochs, exp.data)
     for job in jobs:
         rel = f"jobs/{job.name}"
         script_rel = f"{rel}/{scheduler.script_name}"

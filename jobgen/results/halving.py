@@ -28,6 +28,7 @@ class JobRungs:
     rung_metrics: tuple[float, ...]
     outcome: str  # finished, paused, stopped, running
     promoted: tuple[int, ...]  # the rungs it was promoted past
+    metric: str = ""  # the validation metric of rung_metrics (val_metrics' name), as the job reported it
 
     def label(self) -> str:
         """How the state column shows a job that halving ended: 'PAUSED@3', 'STOPPED@1'; '' otherwise."""
@@ -76,7 +77,17 @@ class Board:
             outcome = STOPPED if sweep_ended else PAUSED
         else:
             outcome = RUNNING
-        return JobRungs(last, tuple(reached), metrics, outcome, passed)
+        return JobRungs(last, tuple(reached), metrics, outcome, passed, self.metric(name))
+
+    def metric(self, name: str = "") -> str:
+        """The validation metric the rungs compare: as `name`'s reports (or any job's) name it, else as
+        the settings do; '' while that is the jobs' primary metric and no job has reported."""
+        for rung in self.settings.rungs:
+            for job, found in self.reports[rung].items():
+                if (not name or job == name) and isinstance(found.get("name"), str) and found["name"]:
+                    return halving.canonical(found["name"])
+        named = self.settings.metric
+        return "" if named == halving.PRIMARY else named
 
     def waiting(self, names: Iterable[str]) -> list[tuple[str, int]]:
         """(job, rung) for each job promoted past its last rung reached: it must run again to go on."""
@@ -138,9 +149,11 @@ def promote(run: Any, found: halving.Settings) -> list[str]:
 
 
 def rung_text(job: JobRungs) -> str:
-    """'1:0.612 3:0.701' (epochs:metric at each rung reached, promotions marked with '>')."""
+    """'accuracy 1:0.6120> 3:0.7010' (the metric, then epochs:metric at each rung reached, promotions
+    marked with '>')."""
     pairs = zip(job.reached, job.rung_metrics, strict=True)
-    return " ".join(f"{r}:{m:.4f}" + (">" if r in job.promoted else "") for r, m in pairs)
+    text = " ".join(f"{r}:{m:.4f}" + (">" if r in job.promoted else "") for r, m in pairs)
+    return f"{job.metric} {text}" if job.metric else text
 
 
 def resume_local(run_dir: Path, found: halving.Settings, jobs: list[dict[str, Any]], run_one: Any) -> list[str]:
@@ -218,16 +231,23 @@ def row_of(job: Any) -> JobRungs | None:
     return board.job(job.name, job.result is not None, job.state.is_final, sweep_ended)
 
 
-FIELDS = ("outcome", "rung", "rung_metrics")
+FIELDS = ("outcome", "rung", "rung_metrics", "rung_metric")
 
 
 def fields(jobs: list[Any]) -> dict[str, Any]:
     """`summary --format json` row fields: outcome, rung (last reached, epochs), rung_metrics (in rung
-    order); None for a line of several jobs (seeds) or a run without halving."""
+    order) and rung_metric (the validation metric they are, val_metrics' name; None before any report of
+    a run that compares the jobs' primary metric); None for a line of several jobs (seeds) or a run
+    without halving."""
     view = row_of(jobs[0]) if len(jobs) == 1 else None
     if view is None:
         return dict.fromkeys(FIELDS)
-    return {"outcome": view.outcome, "rung": view.rung, "rung_metrics": [round(m, 6) for m in view.rung_metrics]}
+    return {
+        "outcome": view.outcome,
+        "rung": view.rung,
+        "rung_metrics": [round(m, 6) for m in view.rung_metrics],
+        "rung_metric": view.metric or None,
+    }
 
 
 def totals(jobs: list[Any], kind: str) -> dict[str, Any]:
@@ -269,17 +289,33 @@ def state_label(job: Any) -> str:
     return view.label() if view is not None else ""
 
 
+# Metrics that are fractions (0 to 1): the rung chart shows them in percent, as the report's other charts.
+_FRACTIONS = ("accuracy", "f1", "macro_f1", "micro_f1")
+
+
 def rung_chart(lines: list[Any], colors: dict[int, str]) -> str:
     """The report's rung chart: the metric at each rung reached (x: epochs), one line per job of a
-    halving run; '' when no job of the report has rungs."""
+    halving run; '' when no job of the report has rungs. Its axis names the metric (the runs' one, or
+    "metric" when the report's runs compare different ones); fractions in percent, others as they are."""
     from jobgen.results.charts import Series, line_chart
 
-    series = []
+    views = []
     for line in lines:
         view = row_of(line.jobs[0]) if len(line.jobs) == 1 else None
         if view is not None and view.reached:
-            points = [(float(r), 100 * m) for r, m in zip(view.reached, view.rung_metrics, strict=True)]
-            series.append(Series(f"{line.label} ({view.outcome})", points, colors[id(line)]))
-    if not series:
+            views.append((line, view))
+    if not views:
         return ""
-    return line_chart("Halving: metric at each rung", "rung (epochs)", "metric (%)", series)
+    names = {view.metric for _, view in views}
+    name = names.pop() if len(names) == 1 else ""
+    scale = 100.0 if name in _FRACTIONS else 1.0
+    series = [
+        Series(
+            f"{line.label} ({view.outcome})",
+            [(float(r), scale * m) for r, m in zip(view.reached, view.rung_metrics, strict=True)],
+            colors[id(line)],
+        )
+        for line, view in views
+    ]
+    axis = f"{name or 'metric'}{' (%)' if scale == 100 else ''}"
+    return line_chart(f"Halving: {name or 'metric'} at each rung", "rung (epochs)", axis, series)
