@@ -306,7 +306,9 @@ def _resume_promoted(run_dir: Path, backend: Scheduler, manifest: dict[str, Any]
     from training.halving import Settings
 
     def run_one(entry: dict[str, Any]) -> None:
-        record.update_jobs(run_dir, {entry["name"]: backend.submit(run_dir, entry)})
+        # The entry as recorded now (its first run's fields: the time it ran so far), not as at the start.
+        now = {e["name"]: e for e in record.load_manifest(run_dir)["jobs"]}.get(entry["name"], entry)
+        record.update_jobs(run_dir, {entry["name"]: backend.submit(run_dir, now)})
 
     halving_view.resume_local(run_dir, Settings.from_record(manifest["halving"]), manifest["jobs"], run_one)
 

@@ -253,15 +253,22 @@ def fields(jobs: list[Any]) -> dict[str, Any]:
 def totals(jobs: list[Any], kind: str) -> dict[str, Any]:
     """For a summary with halving runs: the hours used (`kind`: gpu_hours or cpu_hours, as the jobs held)
     and full_sweep_hours, each job's hours scaled to train.epochs by the epochs it trained (its last
-    rung, or all of them once finished); None when a job that ran has no hours or no epoch count. {}
-    without halving."""
+    rung, or all of them once finished); None when a job that ran has no hours or no epoch count. A
+    local run's jobs hold no allocation: their hours are the wall-clock hours they ran, every run of a
+    job together (hours_kind "wall"; with jobs of other backends, unknown). {} without halving."""
     views = [(job, row_of(job)) for job in jobs]
     if not any(view is not None for _, view in views):
         return {}
     used, full, known = 0.0, 0.0, True
+    kinds: set[str] = set()
     for job, view in views:
-        hours = None if job.usage is None else getattr(job.usage, kind)
-        ran = job.usage.ran if job.usage is not None else job.started_at is not None
+        if _runs_here(job):
+            ran, hours = _local_hours(job)
+            kinds.add("wall")
+        else:
+            hours = None if job.usage is None else getattr(job.usage, kind)
+            ran = job.usage.ran if job.usage is not None else job.started_at is not None
+            kinds.add(kind.split("_")[0])
         if not ran:
             continue
         if hours is None:
@@ -276,11 +283,34 @@ def totals(jobs: list[Any], kind: str) -> dict[str, Any]:
             known = False
             continue
         full += hours * epochs / trained
+    known = known and len(kinds) <= 1
     return {
-        "hours_kind": kind.split("_")[0],
+        "hours_kind": kinds.pop() if len(kinds) == 1 else kind.split("_")[0],
         "hours_used": round(used, 6) if known else None,
         "full_sweep_hours": round(full, 6) if known else None,
     }
+
+
+def _runs_here(job: Any) -> bool:
+    from jobgen import backends
+    from jobgen.errors import JobgenError
+
+    try:
+        return bool(job.backend) and backends.get(job.backend).runs_here
+    except JobgenError:
+        return False
+
+
+def _local_hours(job: Any) -> tuple[bool, float | None]:
+    """(whether it ran, its wall-clock hours over every run) of a local job; None while it runs, and for
+    a record from before RAN_S (its start and end are its last run's: too short for a promoted job)."""
+    from jobgen.backends.local import RAN_S
+
+    entry = job.source.entry if job.source is not None else {}
+    seconds = entry.get(RAN_S)
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds >= 0:
+        return True, seconds / 3600
+    return entry.get("submitted_at") is not None, None
 
 
 def state_label(job: Any) -> str:

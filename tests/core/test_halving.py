@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import os
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -356,3 +357,33 @@ def test_summary_and_report_name_the_rung_metric(tmp_path: Path, metric: str) ->
     lines = [SimpleNamespace(jobs=[job], label=job.name) for job in (a, b)]
     chart = halving_view.rung_chart(lines, {id(line): "#000" for line in lines})
     assert "Halving: pearson at each rung" in chart and "(%)" not in chart  # a correlation, not a percentage
+
+
+def test_a_local_runs_hours_are_its_jobs_wall_hours(tmp_path: Path) -> None:
+    _, jobs = _finished_run(tmp_path, "primary")
+    # a: 0.5 h to the end; b: 600 s for 1 of 3 epochs, 0.5 h for all of them.
+    assert halving_view.totals(jobs, "cpu_hours") == {
+        "hours_kind": "wall",
+        "hours_used": round(2400 / 3600, 6),
+        "full_sweep_hours": 1.0,
+    }
+    jobs[1].source.entry.pop("ran_s")  # recorded before the time was kept: unknown, never a guess
+    assert halving_view.totals(jobs, "cpu_hours")["hours_used"] is None
+
+
+def test_the_local_backend_adds_up_a_jobs_runs_and_reads_a_launchers_pause(tmp_path: Path) -> None:
+    from jobgen.backends.local import RAN_S, SCHEDULER
+
+    job_dir = tmp_path / "jobs" / "j"
+    (job_dir / "checkpoints").mkdir(parents=True)
+    marker = halving.pause_marker(job_dir / "checkpoints")
+    entry: dict[str, Any] = {"name": "j", "dir": "jobs/j", "submit_command": ["bash", "-c", "sleep 0.3"]}
+    first = SCHEDULER.submit(tmp_path, entry)
+    again = SCHEDULER.submit(tmp_path, {**entry, **first})  # promoted after its pause: it runs again
+    assert 0.3 <= first[RAN_S] < 5 and again[RAN_S] >= first[RAN_S] + 0.3
+    assert again["state"] == "COMPLETED"
+    # torchrun ends with 1 when its ranks paused: the marker written by this run says they did.
+    pauses = ["bash", "-c", f"echo 1 > {marker}; exit 1"]
+    assert SCHEDULER.submit(tmp_path, {**entry, "submit_command": pauses})["state"] == "COMPLETED"
+    os.utime(marker, (1, 1))  # an earlier run's marker: this failure is a failure
+    assert SCHEDULER.submit(tmp_path, {**entry, "submit_command": ["bash", "-c", "exit 1"]})["state"] == "FAILED"
