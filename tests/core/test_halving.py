@@ -387,3 +387,64 @@ def test_the_local_backend_adds_up_a_jobs_runs_and_reads_a_launchers_pause(tmp_p
     assert SCHEDULER.submit(tmp_path, {**entry, "submit_command": pauses})["state"] == "COMPLETED"
     os.utime(marker, (1, 1))  # an earlier run's marker: this failure is a failure
     assert SCHEDULER.submit(tmp_path, {**entry, "submit_command": ["bash", "-c", "exit 1"]})["state"] == "FAILED"
+
+
+CONTAINED = """
+[experiment]
+name = "ct"
+[slurm]
+gpus_per_node = 1
+[train]
+engine = "lightning"
+model = "builtin:tiny"
+epochs = 3
+[data]
+dataset = "builtin:synthetic"
+[container]
+runtime = "pyxis"
+image = "ubuntu:22.04"
+[sweep.grid]
+"train.lr" = [1e-4, 1e-3, 1e-2]
+[sweep.halving]
+rungs = [1]
+"""
+
+
+def test_jobs_in_containers_carry_what_halving_needs(tmp_path: Path, runner: Any) -> None:
+    """The rung files live in the run folder: mounted at its own path. Each job's spec has the rungs, and
+    its script's pause guard reads the marker the job writes (Slurm's variables pass into the image)."""
+    from jobgen.cli import main
+
+    path, root = tmp_path / "ct.toml", tmp_path / "runs"
+    path.write_text(CONTAINED)
+    result = runner.invoke(main, ["--output-root", str(root), "submit", str(path), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (root / "ct").iterdir()
+    want = {"rungs": [1], "eta": 3, "metric": "primary", "mode": "max"}
+    assert json.loads((run_dir / "manifest.json").read_text())["halving"] == want
+    for job in ("lr-0.0001", "lr-0.001", "lr-0.01"):
+        spec = json.loads((run_dir / "jobs" / job / "spec.json").read_text())
+        assert spec["halving"] == want and spec["run_dir"] == str(run_dir)
+        script = (run_dir / "jobs" / job / "job.sbatch").read_text()
+        assert f"--container-mounts={root}:{root}" in script
+        checkpoints = Path(spec["job_dir"]) / "checkpoints"
+        guard = f'jobgen_paused={checkpoints}/.paused-"${{SLURM_JOB_ID:-local}}-${{SLURM_RESTART_COUNT:-0}}"'
+        assert guard in script
+        env = {"SLURM_JOB_ID": "41", "SLURM_RESTART_COUNT": "2"}
+        assert halving.pause_marker(checkpoints, env) == checkpoints / ".paused-41-2"  # as the guard names it
+
+
+def test_submitit_ends_a_paused_job_as_planned() -> None:
+    """submitit writes its own batch script, which reads no pause marker: its jobs' ranks end a pause with
+    status 0 (else submitit records a failure and Slurm a FAILED job), jobs without halving as before."""
+    from jobgen.backends.submitit import executor_parameters
+
+    slurm = {"nodes": 1, "ntasks_per_node": 1, "cpus_per_task": 2, "gpus_per_node": 0, "mem": "", "time": "1:00"}
+    slurm |= {"partition": "", "account": "", "qos": "", "constraint": "", "exclusive": False, "extra": {}}
+    spec: dict[str, Any] = {"experiment": "e", "job": "j", "slurm": slurm}
+    assert executor_parameters(spec, Path("/r/setup.sh"))["slurm_setup"] == ["source /r/setup.sh"]
+    spec["halving"] = {"rungs": [1], "eta": 3, "metric": "primary", "mode": "max"}
+    setup = executor_parameters(spec, Path("/r/setup.sh"))["slurm_setup"]
+    assert setup == ["source /r/setup.sh", f"export {halving.PAUSED_EXIT_ENV}=0"]
+    assert halving.paused_status({halving.PAUSED_EXIT_ENV: "0"}) == 0
+    assert halving.paused_status({}) == halving.paused_status({halving.PAUSED_EXIT_ENV: "x"}) == halving.EXIT_PAUSED
