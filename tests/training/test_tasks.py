@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.training.conftest import run_entrypoint, subprocess_env, write_spec
+from tests.training.conftest import run_entrypoint, run_here, subprocess_env, write_spec
 from tests.training.test_metrics import Reference
 from training import synthetic
 from training.metrics import metrics, predictions
@@ -66,16 +66,6 @@ def _recomputed(path: Path, kind: str, num_labels: int) -> dict[str, Any]:
     from training.metrics import Predictions
 
     return metrics(Predictions(kind, rows, label, pred, pred), num_labels)
-
-
-def run_here(spec: Path) -> dict[str, Any]:
-    """Run the one-rank job in this process (the libraries are imported once for all of them, the
-    multi-rank ones in their own processes below); return its result.json."""
-    from training.run import run
-    from training.spec import load
-
-    assert run(load(spec), spec) == 0
-    return json.loads((spec.parent / "result.json").read_text())
 
 
 def test_regression_is_inferred_scored_by_pearson_and_predictions_recompute(
