@@ -303,6 +303,15 @@ def pause_marker(checkpoint_dir: Path, env: Mapping[str, str] | None = None) -> 
     return checkpoint_dir / f".paused-{env.get('SLURM_JOB_ID', 'local')}-{env.get('SLURM_RESTART_COUNT', '0') or 0}"
 
 
+def paused_since(checkpoint_dir: Path, since: float, env: Mapping[str, str] | None = None) -> bool:
+    """Whether the job's rank 0 wrote its pause marker since `since` (time.time()): a launcher that
+    reports its ranks' pause as a failure of its own (torchrun) then ran a paused job."""
+    try:
+        return pause_marker(checkpoint_dir, env).stat().st_mtime >= since - 1  # some file systems keep seconds
+    except OSError:
+        return False
+
+
 def at_rung(
     base: Path, settings: Settings, job: str, rung: int, metric: float, checkpoint_dir: Path, name: str = ""
 ) -> bool:
@@ -338,7 +347,7 @@ def goes_on(spec: Any, stats: Any, done: int, rank: int, agree: Callable[[list[f
     stats.paused_at = done and stats.interrupted set: it ends with EXIT_PAUSED, its checkpoint kept."""
     if not spec.halving or spec.probe or done not in spec.halving["rungs"]:
         return True
-    go = 1.0
+    go = 0.0  # only rank 0's answer counts: the others add nothing to the sum
     if rank == 0:
         settings = Settings.from_record(spec.halving)
         name = settings.metric_of_job(stats.primary_metric)

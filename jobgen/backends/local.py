@@ -14,7 +14,7 @@ from typing import Any
 from jobgen.backends._base import Scheduler
 from jobgen.facts import JobShape, now_iso
 from jobgen.states import State
-from training.halving import EXIT_PAUSED, pause_marker
+from training.halving import EXIT_PAUSED, paused_since
 
 LOG_NAME = "local.out"
 # The manifest entry's field: wall-clock seconds the job ran on this machine, every run of it together
@@ -72,7 +72,7 @@ class Local(Scheduler):
         # A job paused at a halving rung ended as planned, without a result (the state rule then shows it
         # as paused, jobgen.results.halving): not a failure. A launcher (torchrun) reports its ranks'
         # pause as a failure of its own: the pause marker this run wrote says what they meant.
-        paused = code == EXIT_PAUSED or (code != 0 and _paused_since(run_dir / job["dir"], wall))
+        paused = code == EXIT_PAUSED or (code != 0 and paused_since(run_dir / job["dir"] / "checkpoints", wall))
         state = State.COMPLETED if code == 0 or paused else State.FAILED
         return {"state": state.value, "submitted_at": started, "ended_at": now_iso(), "exit_code": code, RAN_S: ran()}
 
@@ -88,15 +88,6 @@ class Local(Scheduler):
                 f"launch.backend = 'local' runs on this machine but slurm.nodes = {shape.nodes}; use 1 node or sbatch"
             ]
         return []
-
-
-def _paused_since(job_dir: Path, since: float) -> bool:
-    """Whether the job's ranks wrote their pause marker (training/halving.py) since `since` (time.time())."""
-    marker = pause_marker(job_dir / "checkpoints")  # named as the job names it: it has this environment
-    try:
-        return marker.stat().st_mtime >= since - 1  # file times are kept to the second on some file systems
-    except OSError:
-        return False
 
 
 def _run_teed(command: list[str], log_path: Path) -> int:

@@ -293,6 +293,24 @@ def test_a_rung_compares_the_chosen_metric(
     assert halving.goes_on(spec, stats, 2, 0, lambda values: values)  # not a rung: nothing asked
 
 
+def test_every_rank_follows_rank_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ranks sum what they bring (a collective): rank 0 brings its answer, the others nothing, so a
+    pause of rank 0 stops them all (the others once brought 1: a job of several ranks never paused)."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    spec, stats = _job(tmp_path, "a", "pearson", "max", [{"pearson": 0.5}])  # alone at its rung: it pauses
+    brought: list[float] = []
+
+    def rank_1(values: list[float]) -> list[float]:
+        brought.append(values[0])
+        return [values[0] + 0.0]  # rank 0 brings 0: paused
+
+    assert not halving.goes_on(spec, stats, 1, 1, rank_1) and stats.paused_at == 1
+    assert brought == [0.0] and not (tmp_path / "a" / "checkpoints").exists()  # rank 1 wrote nothing
+    spec, stats = _job(tmp_path, "a", "pearson", "max", [{"pearson": 0.5}])
+    assert not halving.goes_on(spec, stats, 1, 0, lambda values: [values[0] + brought[0]])
+    assert stats.paused_at == 1 and halving.pause_marker(tmp_path / "a" / "checkpoints").exists()
+
+
 def test_a_promotion_no_job_could_requeue_is_left_to_status(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bin_dir: Path
 ) -> None:
