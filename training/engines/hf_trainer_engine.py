@@ -433,6 +433,8 @@ def _bookkeeping_class() -> type:
             if args.process_index == 0:
                 folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
                 atomic_write(folder / STATE_FILE, json.dumps({"stats": tr.stats.state()}) + "\n")
+            if self.interrupted:
+                raise Interrupted(f"checkpointed at step {state.global_step} for the requeue")
 
         def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             tr = self.trainer
@@ -444,6 +446,10 @@ def _bookkeeping_class() -> type:
             tr.stats.parameters = common.parameter_shards(tr.model, args.process_index, args.world_size, reduce_sum)
 
     return Bookkeeping
+
+
+class Interrupted(Exception):
+    """Raised by every rank once the requeue checkpoint is saved: out of `train` at once, as Paused."""
 
 
 class Paused(Exception):
@@ -574,8 +580,8 @@ def _fit_and_test(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue
         stats.resumed = True
     try:
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-    except Paused:
-        book.interrupted = True  # stats.paused_at says why
+    except (Interrupted, Paused):
+        book.interrupted = True  # for a pause, stats.paused_at says so
     stats.interrupted = book.interrupted
     stats.epochs_done = stats.epochs_validated()
     stats.optimizer_steps = trainer.state.global_step
