@@ -92,6 +92,7 @@ def submit(experiment: Experiment, *, dry_run: bool = False, output_root: PathLi
     returns at once for Slurm. `output_root`: else $JOBGEN_OUTPUT_ROOT, else the experiment's."""
     from jobgen.backends.local import quiet
     from jobgen.commands import submit as sub
+    from jobgen.commands import waves
 
     where = "jobgen.api.submit"
     _check_type(where, "experiment", experiment, Experiment, "an Experiment from jobgen.api.load()")
@@ -107,7 +108,7 @@ def submit(experiment: Experiment, *, dry_run: bool = False, output_root: PathLi
     )
     if not dry_run:
         with quiet():
-            sub.submit_pending(prepared.run_dir)
+            waves.submit_run(prepared.run_dir)
     return Run(prepared.run_dir)
 
 
@@ -132,7 +133,7 @@ def rerun(
     DriftError when the record cannot be repeated as it was, unless `allow_drift`."""
     from jobgen.backends.local import quiet
     from jobgen.commands.rerun import rerun as rerun_jobs
-    from jobgen.commands.submit import submit_pending
+    from jobgen.commands.waves import submit_run
 
     where = "jobgen.api.rerun"
     _check_type(where, "run", run, Run, "a Run from jobgen.api.get_run() or submit()")
@@ -142,7 +143,7 @@ def rerun(
     done = rerun_jobs(run.path, names, items, allow_drift=allow_drift, dry_run=dry_run)
     if not dry_run:
         with quiet():
-            submit_pending(done.run_dir)
+            submit_run(done.run_dir)
     return Run(done.run_dir)
 
 

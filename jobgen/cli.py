@@ -256,7 +256,7 @@ def submit(
             _test_only(prepared.run_dir, prepared.manifest)
         return
     click.echo(f"run: {prepared.run_dir}")
-    _submit_and_report(prepared.run_dir, fresh=True)
+    _submit_and_report(prepared.run_dir)
 
 
 def _test_only(run_dir: Path, manifest: dict[str, Any]) -> None:
@@ -287,14 +287,8 @@ def queue_line(manifest: dict[str, Any]) -> str | None:
     return room.fit_line(sum(waves.weight(e) for e in entries)) if room is not None else None
 
 
-def _submit_and_report(run_dir: Path, fresh: bool = False) -> None:
-    from jobgen.commands import submit as sub
+def _submit_and_report(run_dir: Path) -> None:
     from jobgen.commands import waves
-
-    if fresh:
-        line = waves.first_wave(run_dir)
-        if line:
-            click.echo(line)
 
     def report(job: dict[str, Any]) -> None:
         if job.get("tasks"):
@@ -309,11 +303,7 @@ def _submit_and_report(run_dir: Path, fresh: bool = False) -> None:
         else:
             click.echo(f"  {job['name']}: {job['state']}")
 
-    if waves.read(run_dir) is not None:
-        waves.top_up(run_dir, on_submit=report)
-        manifest = waves.load_manifest(run_dir)
-    else:
-        manifest = sub.submit_pending(run_dir, on_submit=report)
+    manifest = waves.submit_run(run_dir, on_submit=report, say=click.echo)
     if backends.get(manifest["backend"]).runs_here:
         from jobgen.results import halving as halving_view
         from jobgen.results.state_rule import (

@@ -74,6 +74,57 @@ def first_wave(run_dir: Path) -> str | None:
     return line
 
 
+def submit_run(run_dir: Path, on_submit: Any = None, say: Any = None) -> dict[str, Any]:
+    """Submit a written run as `jobgen submit` and jobgen.api.submit do; its manifest after. Its first
+    submission reads the queue's room (first_wave; `say` gets the line on how many jobs fit) and waves
+    when the sweep does not fit; a scheduler that cannot wave refuses a sweep larger than the room
+    before it submits anything."""
+    from jobgen.commands import submit
+
+    line = first_wave(run_dir)
+    if line and say is not None:
+        say(line)
+    if read(run_dir) is not None:
+        top_up(run_dir, on_submit=on_submit)
+        return record.load_manifest(run_dir)
+    refuse_what_does_not_fit(run_dir)
+    return submit.submit_pending(run_dir, on_submit)
+
+
+def refuse_what_does_not_fit(run_dir: Path) -> None:
+    """For a scheduler with queue limits that cannot wave (submitit: it writes the batch script, so no
+    job of the sweep can submit the next on its way out): an error, before anything is submitted, when
+    the run's jobs not yet queued are more than the limits leave room for now."""
+    manifest = record.load_manifest(run_dir)
+    scheduler = backends.get(manifest["backend"])
+    key = "arrays" if manifest.get("arrays") else "jobs"
+    pending = [e for e in manifest[key] if not e.get("job_id") and e["state"] == State.NOT_SUBMITTED.value]
+    if scheduler.can_wave or manifest.get("dry_run") or not pending:
+        return
+    qos, account = _spec_queue(run_dir, pending[0])
+    room = scheduler.queue_room(qos, account)
+    total = sum(weight(e) for e in pending)
+    tight = room.binding if room is not None else None
+    if room is None or tight is None or total <= tight.room:
+        return
+    raise JobgenError(
+        f"{tight.room} of the {total} job(s) fit in the queue now ({tight.describe()}; you have {room.queued} "
+        f"queued) and the {scheduler.name} backend cannot submit in waves: use launch.backend = 'sbatch' "
+        f"(launch.max_queued), or sweep fewer points; nothing was submitted (once there is room: "
+        f"jobgen submit --resume {run_dir})"
+    )
+
+
+def _spec_queue(run_dir: Path, entry: dict[str, Any]) -> tuple[str, str]:
+    """The QOS and account a job asks for (its spec.json's [slurm]); "" where it names none."""
+    try:
+        spec = json.loads((run_dir / entry["spec"]).read_text(encoding="utf-8"))
+        said = spec.get("slurm") or {}
+        return str(said.get("qos") or ""), str(said.get("account") or "")
+    except (OSError, ValueError, KeyError, AttributeError):
+        return "", ""
+
+
 def max_queued_for(asked: int, reserve: int, room: QueueRoom | None) -> int | None:
     """The sweep's most queued jobs (jobgen.backends._queue.max_queued)."""
     return max_queued(asked, reserve, room)

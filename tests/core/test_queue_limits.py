@@ -12,7 +12,7 @@ import pytest
 from jobgen.backends import _queue
 from jobgen.cli import main
 from jobgen.commands import waves
-from jobgen.errors import SubmitError
+from jobgen.errors import JobgenError, SubmitError
 from tests.support.stub_tools import install_stubs
 
 SCONTROL = """
@@ -188,3 +188,32 @@ def test_submit_leaves_the_rest_waiting_and_status_tops_up(runner, tmp_path, mon
     assert not (run_dir / "waves.json").exists()
     ids = [j["job_id"] for j in json.loads((run_dir / "manifest.json").read_text())["jobs"]]
     assert ids == [str(101 + i) for i in range(10)]  # each job submitted once
+
+
+def test_the_api_waves_as_the_cli_does_and_submitit_refuses_what_does_not_fit(runner, tmp_path, monkeypatch):
+    from jobgen import api
+
+    stubs = {"scontrol": SCONTROL, "squeue": SQUEUE, "sbatch": SBATCH_OK, "sacct": "exit 1\n"}
+    state = install_stubs(tmp_path, monkeypatch, stubs)
+    monkeypatch.setenv("MAXJ", "9")  # room 8: waves of 3 (half, less the reserve)
+    exp = tmp_path / "wave.toml"
+    exp.write_text(SWEEP)
+    run = api.submit(api.load(exp, backend="sbatch"), output_root=tmp_path / "runs")
+    jobs = json.loads((run.path / "manifest.json").read_text())["jobs"]
+    assert [j["state"] for j in jobs] == ["SUBMITTED"] * 3 + ["WAITING"] * 7
+    assert (state / "calls").read_text().strip() == "3" and (run.path / "waves.json").exists()
+
+    # submitit writes its own batch script (no exit path of jobgen's to submit the next wave): a sweep
+    # larger than the room is refused in one line, before any job is submitted.
+    with pytest.raises(JobgenError) as caught:
+        api.submit(api.load(exp, backend="submitit"), output_root=tmp_path / "runs")
+    message = caught.value.message
+    assert message.startswith("8 of the 10 job(s) fit in the queue now (slurm.conf MaxJobCount = 9, 0 held")
+    assert "the submitit backend cannot submit in waves" in message and "nothing was submitted" in message
+    assert (state / "calls").read_text().strip() == "3"
+    result = runner.invoke(main, ["--output-root", str(tmp_path / "runs"), "submit", str(exp), "--backend", "submitit"])
+    assert result.exit_code == 1 and "the submitit backend cannot submit in waves" in result.output
+    refused = [d for d in (tmp_path / "runs" / "wave").iterdir() if d.name != run.path.name]
+    assert len(refused) == 2
+    for run_dir in refused:
+        assert {j["state"] for j in json.loads((run_dir / "manifest.json").read_text())["jobs"]} == {"NOT_SUBMITTED"}
