@@ -85,6 +85,9 @@ class _Group(click.Group):
         # collector's passes over them cost more than it frees (bench/bench_status.py, "gc on").
         collecting = gc.isenabled()
         gc.disable()
+        _tools = sys.modules.get("jobgen.backends._tools")
+        if _tools is not None:  # in-process callers (tests, notebooks): the next command asks Slurm again
+            _tools.forget_config()
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.Abort, click.UsageError):

@@ -199,12 +199,16 @@ def top_up(
             scheduler = backends.get(manifest["backend"])
             queued, going, pending, last = queued_of(scheduler, manifest, leaving)
             free = int(waves["max_queued"]) - queued
-            room = scheduler.queue_room(str(waves.get("qos") or ""), str(waves.get("account") or ""))
-            if room is not None:
-                # The job on its way out still counts for the submit limits; its record stays for
-                # MaxJobCount until MinJobAge passes.
-                for limit in room.limits:
-                    free = min(free, limit.room + (1 if going and limit.name != "MaxJobCount" else 0))
+            # The limits are asked only when the run's own bound leaves room for the first in line.
+            first = weight(waiting[0])
+            if free >= first:
+                # The job on its way out still counts for the submit limits (its slot is the next job's);
+                # its record stays for MaxJobCount until MinJobAge passes.
+                bonus = 1 if going else 0
+                qos, account = str(waves.get("qos") or ""), str(waves.get("account") or "")
+                room = scheduler.queue_room(qos, account, enough=first - bonus)
+                for limit in room.limits if room is not None else ():
+                    free = min(free, limit.room + (bonus if limit.name != "MaxJobCount" else 0))
             chosen = _fitting(waiting, free)
             if chosen:
                 submit.submit_entries(run_dir, manifest, key, chosen, on_submit)

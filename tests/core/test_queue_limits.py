@@ -9,13 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from jobgen.backends import _queue
+from jobgen.backends import _queue, _tools
 from jobgen.cli import main
 from jobgen.commands import waves
 from jobgen.errors import JobgenError, SubmitError
 from tests.support.stub_tools import install_stubs
 
 SCONTROL = """
+echo "$*" >> "$STATE/scontrol.log"
+if [ "$1" = requeue ]; then echo "$2" >> "$STATE/requeued"; exit 0; fi
 if [ "$1 $2" = "show config" ]; then
   printf 'ClusterName = c1\\nMaxJobCount = %s\\nMinJobAge = 300 sec\\nAccountingStorageType = %s\\nAccountingStorageEnforce = %s\\n' \\
     "${MAXJ:-10000}" "${ACCT:-accounting_storage/none}" "${ENFORCE:-none}"
@@ -23,9 +25,14 @@ if [ "$1 $2" = "show config" ]; then
 fi
 exit 1
 """
-# The limits' question (-o %u|%T|%q|%a) gets $STATE/queue; the states' questions get nothing.
+# The limits' question (-o %u|%T|%q|%a) gets $STATE/queue; the states' question (-O JobArrayID,...)
+# gets $STATE/states (nothing when absent: the jobs have ended).
 SQUEUE = """
-case "$*" in *'%u|%T|%q|%a'*) cat "$STATE/queue" 2>/dev/null ;; esac
+echo "$*" >> "$STATE/squeue.log"
+case "$*" in
+  *'%u|%T|%q|%a'*) cat "$STATE/queue" 2>/dev/null ;;
+  *JobArrayID*) cat "$STATE/states" 2>/dev/null ;;
+esac
 exit 0
 """
 SACCTMGR = """
@@ -77,6 +84,7 @@ def test_submit_limits_only_where_enforced_and_counted_per_qos(tmp_path, monkeyp
     assert [lim.name for lim in _queue.read("small").limits] == ["MaxJobCount"]  # enforcement off: ignored
     monkeypatch.setenv("ACCT", "accounting_storage/slurmdbd")
     monkeypatch.setenv("ENFORCE", "associations,limits")
+    _tools.forget_config()  # the next command asks Slurm's configuration again
     room = _queue.read("small")
     by_name = {lim.name: lim for lim in room.limits}
     assert by_name["MaxSubmitJobsPerUser"].counted == 2 and by_name["MaxSubmitJobsPerUser"].room == 3
@@ -190,6 +198,18 @@ def test_submit_leaves_the_rest_waiting_and_status_tops_up(runner, tmp_path, mon
     assert ids == [str(101 + i) for i in range(10)]  # each job submitted once
 
 
+def _asked(state: Path, tool: str, words: str) -> int:
+    """How many times the stub `tool` was run with `words` in its arguments."""
+    log = state / f"{tool}.log"
+    return sum(1 for line in log.read_text().splitlines() if words in line) if log.exists() else 0
+
+
+def _states(state: Path, running: dict[str, str]) -> None:
+    """What squeue says of the run's jobs: job id -> state; the others have ended."""
+    fields = "00:05|1|n1|2026-01-01T00:00:00|2026-01-01T01:00:00|0|"
+    (state / "states").write_text("".join(f"{jid}|{st}|{fields}\n" for jid, st in running.items()))
+
+
 def test_the_api_waves_as_the_cli_does_and_submitit_refuses_what_does_not_fit(runner, tmp_path, monkeypatch):
     from jobgen import api
 
@@ -202,6 +222,8 @@ def test_the_api_waves_as_the_cli_does_and_submitit_refuses_what_does_not_fit(ru
     jobs = json.loads((run.path / "manifest.json").read_text())["jobs"]
     assert [j["state"] for j in jobs] == ["SUBMITTED"] * 3 + ["WAITING"] * 7
     assert (state / "calls").read_text().strip() == "3" and (run.path / "waves.json").exists()
+    # One `scontrol show config` for the whole call, though the run's room is read twice.
+    assert _asked(state, "scontrol", "show config") == 1
 
     # submitit writes its own batch script (no exit path of jobgen's to submit the next wave): a sweep
     # larger than the room is refused in one line, before any job is submitted.
@@ -217,3 +239,55 @@ def test_the_api_waves_as_the_cli_does_and_submitit_refuses_what_does_not_fit(ru
     assert len(refused) == 2
     for run_dir in refused:
         assert {j["state"] for j in json.loads((run_dir / "manifest.json").read_text())["jobs"]} == {"NOT_SUBMITTED"}
+
+
+def test_a_top_up_with_no_slot_free_asks_no_limit(runner, tmp_path, monkeypatch):
+    stubs = {"scontrol": SCONTROL, "squeue": SQUEUE, "sbatch": SBATCH_OK, "sacct": "exit 1\n"}
+    state = install_stubs(tmp_path, monkeypatch, stubs)
+    monkeypatch.setenv("MAXJ", "9")
+    exp = tmp_path / "wave.toml"
+    exp.write_text(SWEEP)
+    root = ["--output-root", str(tmp_path / "runs")]
+    assert runner.invoke(main, [*root, "submit", str(exp)]).exit_code == 0
+    # The room read before the first wave and again under the run's lock: one scontrol for both.
+    assert _asked(state, "scontrol", "show config") == 1 and _asked(state, "squeue", "%u|%T|%q|%a") == 2
+    (run_dir,) = (tmp_path / "runs" / "wave").iterdir()
+    # The three queued, one of them leaving: a slot for the next, so the limits are read (once).
+    _states(state, {"101": "RUNNING", "102": "PENDING", "103": "RUNNING"})
+    result = runner.invoke(main, [*root, "top-up", "--leaving", "103", str(run_dir)])
+    assert "submitted 1, 6 still WAITING" in result.output, result.output
+    assert _asked(state, "scontrol", "show config") == 2 and _asked(state, "squeue", "%u|%T|%q|%a") == 3
+    # max_queued jobs queued and none leaving: nothing can be submitted, so neither scontrol nor the
+    # everyone's squeue is asked (status and every ending job top up: that is most top-ups of a sweep).
+    _states(state, {"101": "RUNNING", "102": "PENDING", "104": "PENDING"})
+    result = runner.invoke(main, [*root, "top-up", str(run_dir)])
+    assert "submitted 0, 6 still WAITING" in result.output, result.output
+    assert _asked(state, "scontrol", "show config") == 2 and _asked(state, "squeue", "%u|%T|%q|%a") == 3
+
+
+def test_a_full_submit_limit_of_the_user_asks_only_the_users_jobs(runner, tmp_path, monkeypatch):
+    stubs = {"scontrol": SCONTROL, "squeue": SQUEUE, "sacctmgr": SACCTMGR, "sbatch": SBATCH_OK, "sacct": "exit 1\n"}
+    state = install_stubs(tmp_path, monkeypatch, stubs)
+    monkeypatch.setenv("ACCT", "accounting_storage/slurmdbd")
+    monkeypatch.setenv("ENFORCE", "associations,limits")
+    exp = tmp_path / "wave.toml"
+    exp.write_text(SWEEP)
+    root = ["--output-root", str(tmp_path / "runs")]
+    sets = ["--set", "slurm.qos=small", "--set", "launch.max_queued=4"]
+    result = runner.invoke(main, [*root, "submit", str(exp), *sets])
+    assert result.exit_code == 0 and "4 job(s) queued, 6 WAITING" in result.output, result.output
+    (run_dir,) = (tmp_path / "runs" / "wave").iterdir()
+    everyone = _asked(state, "squeue", "-t all -o %u|%T|%q|%a")  # every user's jobs: MaxJobCount counts them
+    own = _asked(state, "squeue", f"-u {_queue.user()} -o %u|%T|%q|%a")
+    # The four ended; five other jobs of the user fill the QOS's MaxSubmitJobsPerUser = 5. The user's
+    # own jobs show that nothing fits: every user's jobs are not asked.
+    _queue_lines(state, [f"{_queue.user()}|PENDING|small|acct1"] * 5)
+    result = runner.invoke(main, [*root, "top-up", str(run_dir)])
+    assert "submitted 0, 6 still WAITING" in result.output, result.output
+    assert _asked(state, "squeue", "-t all -o %u|%T|%q|%a") == everyone
+    assert _asked(state, "squeue", f"-u {_queue.user()} -o %u|%T|%q|%a") == own + 1
+    # Room again under the user's limits: MaxJobCount needs every user's jobs, and they are asked.
+    _queue_lines(state, [f"{_queue.user()}|PENDING|small|acct1"] * 2)
+    result = runner.invoke(main, [*root, "top-up", str(run_dir)])
+    assert "submitted 3, 3 still WAITING" in result.output, result.output
+    assert _asked(state, "squeue", "-t all -o %u|%T|%q|%a") == everyone + 1
