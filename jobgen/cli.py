@@ -495,12 +495,16 @@ def _top_up_quietly(run_dir: Path) -> None:
     from jobgen.commands import waves
 
     try:
-        submitted, waiting = waves.top_up(run_dir)
+        done = waves.top_up(run_dir)
     except JobgenError as exc:
         click.echo(f"warning: the run's waiting jobs were not submitted: {exc.message}", err=True)
         return
-    if submitted:
-        click.echo(f"top-up: submitted {submitted} waiting job(s) of the sweep; {waiting} still WAITING", err=True)
+    if done.submitted or done.requeued:
+        requeued = f"requeued {done.requeued} promoted job(s) of the sweep, " if done.requeued else ""
+        click.echo(
+            f"top-up: {requeued}submitted {done.submitted} waiting job(s) of the sweep; {done.waiting} still WAITING",
+            err=True,
+        )
 
 
 @main.command(name="top-up")
@@ -516,8 +520,9 @@ def top_up(ctx: click.Context, run: str, leaving: str | None) -> None:
     from jobgen.commands import waves
 
     run_dir = _one_run(ctx, run)
-    submitted, waiting = waves.top_up(run_dir, leaving=leaving, wait_if_last=leaving is not None)
-    click.echo(f"top-up: {run_dir}: submitted {submitted}, {waiting} still WAITING")
+    done = waves.top_up(run_dir, leaving=leaving, wait_if_last=leaving is not None)
+    requeued = f", requeued {done.requeued} promoted job(s)" if done.requeued else ""
+    click.echo(f"top-up: {run_dir}: submitted {done.submitted}{requeued}, {done.waiting} still WAITING")
 
 
 @main.command()

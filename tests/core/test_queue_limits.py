@@ -265,6 +265,80 @@ def test_a_top_up_with_no_slot_free_asks_no_limit(runner, tmp_path, monkeypatch)
     assert _asked(state, "scontrol", "show config") == 2 and _asked(state, "squeue", "%u|%T|%q|%a") == 3
 
 
+HALVING = """
+[experiment]
+name = "halve"
+[train]
+model = "builtin:tiny"
+engine = "torch"
+epochs = 3
+[data]
+dataset = "builtin:synthetic"
+[launch]
+max_queued = 1
+[sweep.grid]
+"train.seed" = [1, 2, 3, 4]
+[sweep.halving]
+rungs = [1]
+eta = 2
+"""
+
+
+def _shown(output: str) -> dict[str, str]:
+    """job -> the state column of `jobgen status`."""
+    return {cells[0]: cells[3] for cells in (line.split() for line in output.splitlines()) if cells[:1] != ["run:"]}
+
+
+def test_halving_in_waves_a_promoted_job_waits_for_a_slot_and_a_paused_one_frees_its_own(runner, tmp_path, monkeypatch):
+    from training import halving
+
+    stubs = {"scontrol": SCONTROL, "squeue": SQUEUE, "sbatch": SBATCH_OK, "sacct": "exit 1\n"}
+    state = install_stubs(tmp_path, monkeypatch, stubs)
+    exp = tmp_path / "halve.toml"
+    exp.write_text(HALVING)
+    root = ["--output-root", str(tmp_path / "runs")]
+    result = runner.invoke(main, [*root, "submit", str(exp)])
+    assert result.exit_code == 0 and "1 job(s) queued, 3 WAITING" in result.output, result.output
+    (run_dir,) = (tmp_path / "runs" / "halve").iterdir()
+    script = (run_dir / "jobs" / "seed-1" / "job.sbatch").read_text()
+    # A job that pauses at a rung leaves the queue: on its way out it tops the sweep up, as any ending job.
+    assert 'a promotion requeues the job"\n        jobgen_next_wave || true\n        exit 0' in script
+    base, found = halving.root(run_dir), halving.Settings((1,), 2, "val_acc", "max")
+
+    # seed-1 (101) reaches the rung first: nothing to compare it with, it pauses and submits seed-2.
+    monkeypatch.setenv("SLURM_JOB_ID", "101")
+    assert not halving.at_rung(base, found, "seed-1", 1, 0.9, tmp_path / "ck1")
+    _states(state, {"101": "RUNNING"})
+    result = runner.invoke(main, [*root, "top-up", "--leaving", "101", str(run_dir)])
+    assert "submitted 1, 2 still WAITING" in result.output, result.output
+
+    # seed-2 (102) does worse: seed-1 is promoted, but the one slot is seed-2's. In a run that waves
+    # neither the job that promotes nor `jobgen status` requeues it then.
+    monkeypatch.setenv("SLURM_JOB_ID", "102")
+    _states(state, {"101": "COMPLETED", "102": "RUNNING"})
+    assert not halving.at_rung(base, found, "seed-2", 1, 0.5, tmp_path / "ck2")
+    assert halving.is_promoted(base, 1, "seed-1")
+    result = runner.invoke(main, [*root, "status", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    shown = _shown(result.output)
+    assert (shown["seed-1"], shown["seed-2"], shown["seed-3"], shown["seed-4"]) == (
+        "WAITING@1",  # promoted past rung 1, waits for a slot to resume
+        "RUNNING",
+        "WAITING",  # never submitted
+        "WAITING",
+    ), result.output
+    assert not (state / "requeued").exists()
+
+    # seed-2 pauses: its slot goes to seed-1, requeued once; no new job is submitted beside it.
+    result = runner.invoke(main, [*root, "top-up", "--leaving", "102", str(run_dir)])
+    assert "submitted 0, requeued 1 promoted job(s), 2 still WAITING" in result.output, result.output
+    assert (state / "requeued").read_text().split() == ["101"] and (state / "calls").read_text().strip() == "2"
+    _states(state, {"101": "PENDING", "102": "COMPLETED"})
+    shown = _shown(runner.invoke(main, [*root, "status", str(run_dir)]).output)
+    assert (shown["seed-1"], shown["seed-2"], shown["seed-3"]) == ("PENDING", "PAUSED@1", "WAITING")
+    assert (state / "requeued").read_text().split() == ["101"] and (state / "calls").read_text().strip() == "2"
+
+
 def test_a_full_submit_limit_of_the_user_asks_only_the_users_jobs(runner, tmp_path, monkeypatch):
     stubs = {"scontrol": SCONTROL, "squeue": SQUEUE, "sacctmgr": SACCTMGR, "sbatch": SBATCH_OK, "sacct": "exit 1\n"}
     state = install_stubs(tmp_path, monkeypatch, stubs)
