@@ -505,6 +505,8 @@ def _top_up_quietly(run_dir: Path) -> None:
             f"top-up: {requeued}submitted {done.submitted} waiting job(s) of the sweep; {done.waiting} still WAITING",
             err=True,
         )
+    if done.stalled(run_dir):
+        click.echo(f"warning: {done.stalled(run_dir)}", err=True)
 
 
 @main.command(name="top-up")
@@ -523,6 +525,8 @@ def top_up(ctx: click.Context, run: str, leaving: str | None) -> None:
     done = waves.top_up(run_dir, leaving=leaving, wait_if_last=leaving is not None)
     requeued = f", requeued {done.requeued} promoted job(s)" if done.requeued else ""
     click.echo(f"top-up: {run_dir}: submitted {done.submitted}{requeued}, {done.waiting} still WAITING")
+    if done.stalled(run_dir):
+        click.echo(f"warning: {done.stalled(run_dir)}", err=True)
 
 
 @main.command()

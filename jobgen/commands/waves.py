@@ -213,6 +213,17 @@ class TopUp:
     requeued: int = 0
     waiting: int = 0
     queued: int = 0
+    full: str = ""  # the limit that left no room for the first in line (Limit.describe), if one did
+
+    def stalled(self, run_dir: Path) -> str:
+        """One line when jobs wait and no job of the sweep is queued to top up as it ends; else ""."""
+        if not self.waiting or self.queued:
+            return ""
+        why = f" ({self.full})" if self.full else ""
+        return (
+            f"{self.waiting} job(s) WAITING and no job of the sweep is queued to submit them as it ends{why}: "
+            f"run `jobgen top-up {run_dir}` (or `jobgen status`) once jobs have ended"
+        )
 
 
 def top_up(run_dir: Path, leaving: str | None = None, on_submit: Any = None, wait_if_last: bool = False) -> TopUp:
@@ -248,7 +259,7 @@ def top_up(run_dir: Path, leaving: str | None = None, on_submit: Any = None, wai
                 return TopUp()
             free = int(waves["max_queued"]) - queued.count
             # The limits are asked only when the run's own bound leaves room for the first in line.
-            first = 1 if promoted else weight(waiting[0]) if waiting else 0
+            first, full = 1 if promoted else weight(waiting[0]) if waiting else 0, ""
             if first and free >= first:
                 # The job on its way out still counts for the submit limits (its slot is the next job's);
                 # its record stays for MaxJobCount until MinJobAge passes.
@@ -257,6 +268,7 @@ def top_up(run_dir: Path, leaving: str | None = None, on_submit: Any = None, wai
                 room = scheduler.queue_room(qos, account, enough=first - going)
                 for limit in room.limits if room is not None else ():
                     free = min(free, limit.room + (going if limit.name != "MaxJobCount" else 0))
+                    full = limit.describe() if free < first and not full else full
             requeued = _requeue(run_dir, manifest, scheduler, promoted[: max(0, free)])
             chosen = _fitting(waiting, free - requeued)
             if chosen:
@@ -264,7 +276,7 @@ def top_up(run_dir: Path, leaving: str | None = None, on_submit: Any = None, wai
                 if len(chosen) == len(waiting) and not halved:
                     _stop(run_dir)
             now = queued.count + requeued + sum(weight(e) for e in chosen)
-            done = TopUp(len(chosen), requeued, len(waiting) - len(chosen), now)
+            done = TopUp(len(chosen), requeued, len(waiting) - len(chosen), now, full)
             # A job queued now (submitted or requeued) tops up in its turn when it ends.
             if chosen or requeued or not (wait_if_last and queued.last and queued.pending == 0):
                 return done

@@ -358,6 +358,7 @@ def test_a_full_submit_limit_of_the_user_asks_only_the_users_jobs(runner, tmp_pa
     _queue_lines(state, [f"{_queue.user()}|PENDING|small|acct1"] * 5)
     result = runner.invoke(main, [*root, "top-up", str(run_dir)])
     assert "submitted 0, 6 still WAITING" in result.output, result.output
+    assert "(QOS small MaxSubmitJobsPerUser = 5, 5 of yours queued in QOS small)" in result.output
     assert _asked(state, "squeue", "-t all -o %u|%T|%q|%a") == everyone
     assert _asked(state, "squeue", f"-u {_queue.user()} -o %u|%T|%q|%a") == own + 1
     # Room again under the user's limits: MaxJobCount needs every user's jobs, and they are asked.
