@@ -35,6 +35,9 @@ from training.contract import LOWER_IS_BETTER, TASKS, metric_problem
 # Exit status of every rank of a job that paused at a rung: neither success (no result) nor failure.
 EXIT_PAUSED = 76
 DIR = "halving"
+# In the run folder while the run submits in waves (jobgen.commands.waves, launch.max_queued): a promoted
+# job is then requeued by a top-up, when the queue has a slot for it, not by the job that promoted it.
+WAVES = "waves.json"
 # The metric a rung compares is one of the validation metrics a job scores (result.json's val_metrics
 # names: training.contract.METRICS). PRIMARY: the job's primary metric, named only once its data is
 # read (data.problem_type = "auto"); every job of a sweep trains alike, so every job names the same.
@@ -261,6 +264,11 @@ def first_requeue(base: Path, rung: int, job: str) -> bool:
     return _create(folder / job, f"{time.time()}\n")
 
 
+def requeued(base: Path, rung: int, job: str) -> bool:
+    """Whether someone took on requeueing `job` for its promotion past `rung` (first_requeue)."""
+    return (_dir(base, "requeued", rung) / job).exists()
+
+
 def forget_requeue(base: Path, rung: int, job: str) -> None:
     """A requeue that Slurm refused: the next participant tries again."""
     with contextlib.suppress(OSError):
@@ -323,9 +331,15 @@ def at_rung(
     report(base, rung, job, metric, requeue_id=requeue_target(), name=name or settings.metric)
     if is_promoted(base, rung, job):
         return True  # decided before a requeue or retry: the decision stands
+    waves = (base.parent / WAVES).exists()
     for other in settle(base, rung, settings):
+        if other == job:
+            continue
+        if waves:
+            print(f"training: halving: promoted {other} at rung {rung}: requeued when the queue has room", flush=True)
+            continue
         # Read after the settling: it may promote a job whose report came in just before it.
-        said = requeue_promoted(base, rung, other, read_reports(base, rung).get(other, {})) if other != job else None
+        said = requeue_promoted(base, rung, other, read_reports(base, rung).get(other, {}))
         if said is not None:
             print(f"training: halving: promoted {other} at rung {rung}: {said}", flush=True)
     if is_promoted(base, rung, job):

@@ -337,9 +337,11 @@ def _finished_run(tmp_path: Path, metric: str) -> tuple[Path, list[Any]]:
     run_dir.mkdir()
     manifest = {
         "halving": {"rungs": [1], "eta": 2, "metric": metric, "mode": "max"},
-        "jobs": [{"name": "a", "state": "COMPLETED"}, {"name": "b", "state": "COMPLETED"}],
+        "jobs": [{"name": n, "dir": f"jobs/{n}", "state": "COMPLETED"} for n in ("a", "b")],
     }
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    (run_dir / "jobs" / "a").mkdir(parents=True)
+    (run_dir / "jobs" / "a" / "result.json").write_text("{}\n")  # promoted, then finished
     base = halving.root(run_dir)
     halving.report(base, 1, "a", 0.9, name="pearson")
     halving.report(base, 1, "b", -0.25, name="pearson")
