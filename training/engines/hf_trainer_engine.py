@@ -1,12 +1,13 @@
 """transformers.Trainer built from the same spec, doing the same work as the other engines.
 
-What stays the Trainer's own: TrainingArguments (AdamW, the linear schedule with warm-up, fp16/bf16,
-DDP, FSDP on GPUs and DeepSpeed through accelerate), evaluation and checkpoints each epoch, the best
-validation checkpoint kept (`load_best_model_at_end`) and `resume_from_checkpoint`.
+What stays the Trainer's own: TrainingArguments (fp16/bf16, DDP, FSDP on GPUs and DeepSpeed through
+accelerate), evaluation and checkpoints each epoch, the best validation checkpoint kept
+(`load_best_model_at_end`) and `resume_from_checkpoint`.
 FSDP on CPU is ours: accelerate builds FSDP only for GPUs (on CPU it silently runs DDP), so there the
 engine shards the model itself with the FSDP2 every engine uses (training/sharding.py), hands it to the
 Trainer already prepared, and checkpoints it with torch.distributed.checkpoint (`JobTrainer.shard`).
-What comes from training/ so that the rows of `jobgen summary` compare like with like: the prepared
+What comes from training/ so that the rows of `jobgen summary` compare like with like: AdamW, its
+parameter groups and the schedule (training/optim.py), the loss as a batch mean, the prepared
 splits, jobgen's batch samplers (`get_*_dataloader` return `make_loader` loaders for this rank), the
 scores (`Scores`, padding rows of evaluation left out), the timing window (training/timing.py, opened
 in `get_batch_samples` and closed at `on_step_end`), metrics.csv, progress.json and result.json.
