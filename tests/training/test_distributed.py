@@ -47,9 +47,8 @@ def _check(result: dict, engine: str, strategy: str) -> None:
         ("fabric", "deepspeed_stage_3", "32-true"),
         ("lightning", "deepspeed_stage_3", "32-true"),
         # The offload variants differ from their family only in the strategy object test_strategies.py
-        # checks in-process; one of each runs here for real (FSDP2's under the Trainer, below).
-        ("fabric", "deepspeed_stage_3_offload", "32-true"),
-        ("hf_trainer", "fsdp_offload", "32-true"),
+        # checks in-process; each runs for real with LoRA (FSDP2's under the Trainer, ZeRO-3's under
+        # Fabric) in test_lora_distributed.py, ZeRO-3's under the Trainer here.
         ("hf_trainer", "deepspeed_stage_2", "32-true"),
         ("hf_trainer", "deepspeed_stage_3_offload", "32-true"),
     ],

@@ -227,3 +227,54 @@ def reevaluate(spec: Any, job: Path) -> dict[str, Any]:
         for batch in make_loader(test, spec, prepared.tokenizer, False):
             scores.update(model(**model_inputs(batch)).logits.float(), batch["labels"], batch["row"])
     return dict(scores.compute()["metrics"])
+
+
+def _without_dropout(prepare: Any) -> Any:
+    def prepared(*args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        model = prepare(*args, **kwargs)
+        for module in model.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0
+        return model
+
+    return prepared
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_every_engine_makes_the_same_lora_updates(
+    tmp_path: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three optimizer steps of two accumulated batches each, dropout off: every engine leaves the same
+    adapter and head (the same AdamW, parameter groups, warm-up and loss scale as the plain loop), and
+    logs the same training loss."""
+    import csv
+
+    from safetensors.torch import load_file
+
+    from training.run import run
+
+    monkeypatch.setattr(model_lib, "prepare", _without_dropout(model_lib.prepare))
+    train = {"peft": "lora", "epochs": 1, "batch_size": 16, "grad_accum": 2, "max_steps": 3, "warmup_steps": 2}
+    train |= {"lr": 1e-2, "log_every_n_steps": 1}
+    weights, losses = {}, {}
+    for engine in ("torch", "lightning", "fabric", "hf_trainer"):
+        job = tmp_path / engine
+        spec = spec_dict(job, cache_dir, train={**train, "engine": engine}, data={"partition": [200, 64, 64]})
+        assert run(from_dict(spec)) == 0
+        weights[engine] = load_file(job / "adapter" / "adapter_model.safetensors")
+        rows = csv.DictReader((job / "metrics.csv").open())
+        losses[engine] = [(int(r["step"]), float(r["loss"])) for r in rows if r["split"] == "train"]
+    import torch
+
+    for engine in weights:
+        assert weights[engine].keys() == weights["torch"].keys(), engine
+        for key, value in weights[engine].items():
+            torch.testing.assert_close(value, weights["torch"][key], msg=lambda m, e=engine, k=key: f"{e} {k}: {m}")
+    # A row per optimizer step, the loss of the batch that stepped; the Trainer's is its own mean of the
+    # step's two batches: near the others', where a loss scaled by grad_accum would be twice theirs.
+    assert [step for step, _ in losses["torch"]] == [1, 2, 3], losses
+    assert losses["lightning"] == losses["fabric"] == losses["torch"], losses
+    assert [step for step, _ in losses["hf_trainer"]] == [1, 2, 3], losses
+    assert all(abs(a[1] - b[1]) < 0.05 for a, b in zip(losses["hf_trainer"], losses["torch"], strict=True)), losses

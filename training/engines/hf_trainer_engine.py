@@ -1,12 +1,13 @@
 """transformers.Trainer built from the same spec, doing the same work as the other engines.
 
-What stays the Trainer's own: TrainingArguments (AdamW, the linear schedule with warm-up, fp16/bf16,
-DDP, FSDP on GPUs and DeepSpeed through accelerate), evaluation and checkpoints each epoch, the best
-validation checkpoint kept (`load_best_model_at_end`) and `resume_from_checkpoint`.
+What stays the Trainer's own: TrainingArguments (fp16/bf16, DDP, FSDP on GPUs and DeepSpeed through
+accelerate), evaluation and checkpoints each epoch, the best validation checkpoint kept
+(`load_best_model_at_end`) and `resume_from_checkpoint`.
 FSDP on CPU is ours: accelerate builds FSDP only for GPUs (on CPU it silently runs DDP), so there the
 engine shards the model itself with the FSDP2 every engine uses (training/sharding.py), hands it to the
 Trainer already prepared, and checkpoints it with torch.distributed.checkpoint (`JobTrainer.shard`).
-What comes from training/ so that the rows of `jobgen summary` compare like with like: the prepared
+What comes from training/ so that the rows of `jobgen summary` compare like with like: AdamW, its
+parameter groups and the schedule (training/optim.py), the loss as a batch mean, the prepared
 splits, jobgen's batch samplers (`get_*_dataloader` return `make_loader` loaders for this rank), the
 scores (`Scores`, padding rows of evaluation left out), the timing window (training/timing.py, opened
 in `get_batch_samples` and closed at `on_step_end`), metrics.csv, progress.json and result.json.
@@ -31,7 +32,7 @@ from training.hardware import effective_precision, resolve_accelerator
 from training.loaders import make_loader, model_inputs
 from training.loop import best_epoch
 from training.metrics import Scores, better
-from training.optim import total_steps, warmup_steps
+from training.optim import build_optimizer, build_scheduler, total_steps, warmup_steps
 from training.progress import epoch_line
 from training.results import MetricsLog, Stats, atomic_write
 from training.spec import Spec, is_fsdp
@@ -165,6 +166,27 @@ def _trainer_class() -> type:
             self.first_of_epoch = True
             self.window: list[dict[str, Any]] = []
             self.sharded = False
+            # The classifiers' forward takes **kwargs, so the Trainer would take their loss for a sum over
+            # the labels divided by num_items_in_batch, multiply it by the number of ranks and not divide
+            # it by grad_accum: loss and gradients world_size x grad_accum times the other engines'. Their
+            # loss is the batch's mean, as in every engine.
+            self.model_accepts_loss_kwargs = False
+
+        def create_optimizer(self, model: Any = None) -> Any:
+            """training.optim's AdamW and parameter groups, as every engine (under DeepSpeed too: no
+            optimizer in its config, so the Trainer asks this)."""
+            if self.optimizer is None:
+                self.optimizer = build_optimizer(self.model if model is None else model, self.spec.train)
+            return self.optimizer
+
+        def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
+            """training.optim's schedule, as every engine: the Trainer's own warm-up starts at lr 0, so
+            its first step would change nothing."""
+            if self.lr_scheduler is None:
+                warmup = warmup_steps(num_training_steps, self.spec.train)
+                self.lr_scheduler = build_scheduler(optimizer or self.optimizer, num_training_steps, warmup)
+                self._created_lr_scheduler = True  # the Trainer makes it anew at a later train(), as its own
+            return self.lr_scheduler
 
         def shard(self, offload: bool) -> None:
             """FSDP2 over this job's ranks, on CPU. The sharded model is prepared the way the Trainer

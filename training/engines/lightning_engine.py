@@ -167,6 +167,7 @@ class Bookkeeping(Callback):
         self.rows: MetricsLog | None = None
         self.tracker: console.Tracker | None = None
         self.first_pending = False  # the epoch's first batch is not fetched yet: the window opens after it
+        self.step_seen = 0  # trainer.global_step at the previous batch's end: a batch that changed it stepped
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self.rows = self.rows or MetricsLog(self.spec.job_dir / "metrics.csv", trainer.global_rank == 0)
@@ -197,6 +198,7 @@ class Bookkeeping(Callback):
             steps=int(trainer.estimated_stepping_batches),
             world=trainer.world_size,
         )
+        self.step_seen = trainer.global_step
         self.on_train_epoch_start(trainer, pl_module)  # an epoch resumed mid-way gets no epoch start
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, index: int) -> None:
@@ -214,12 +216,15 @@ class Bookkeeping(Callback):
             step=trainer.global_step,
             force=self.batch == batches,
         )
-        if trainer.global_step % t.log_every_n_steps == 0:
+        stepped, self.step_seen = trainer.global_step != self.step_seen, trainer.global_step
+        # A row per logged optimizer step, as the loop engines write: not one per accumulated batch, and
+        # the batch's loss itself (outputs["loss"] is divided by grad_accum).
+        if stepped and trainer.global_step % t.log_every_n_steps == 0:
             self.rows.add(
                 epoch=trainer.current_epoch,
                 step=trainer.global_step,
                 split="train",
-                loss=float(outputs["loss"]),
+                loss=float(pl_module.last_loss),
                 lr=trainer.optimizers[0].param_groups[0]["lr"],
             )
         if self.watcher is not None and trainer.strategy.reduce_boolean_decision(self.watcher.requested, all=False):
