@@ -196,3 +196,40 @@ def test_validate_accepts(tmp_path: Path) -> None:
     path.write_text(BASE + "[sweep.halving]\nrungs = [1, 2]\n")
     exp = config.load(path)
     assert halving_config.settings(exp.sweep.halving, exp.train.epochs) == halving.Settings((1, 2), 3, "val_acc", "max")
+
+
+def test_summary_and_status_show_what_halving_did_to_each_job(tmp_path: Path, runner) -> None:
+    """A halving run read from its files: the job a decision promoted past the rung and that finished
+    shows COMPLETED, the two that ended at the rung without a result STOPPED@1 (never FAILED or
+    COMPLETED), each with the rung and the metric it reported there."""
+    import json
+
+    from jobgen.cli import main
+    from tests.data.summary import synth
+
+    jobs = [
+        synth.FakeJob("best", sweep={"train.lr": 1}, state="COMPLETED"),
+        synth.FakeJob("mid", sweep={"train.lr": 2}, state="FAILED", result=None),
+        synth.FakeJob("low", sweep={"train.lr": 3}, state="FAILED", result=None),
+    ]
+    run = synth.write_run(tmp_path / "runs", "halv", jobs)
+    manifest = json.loads((run / "manifest.json").read_text())
+    found = halving.Settings((1,), 3, "val_acc", "max")
+    manifest["halving"] = found.record()
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    base = halving.root(run)
+    for job, metric in (("best", 0.9), ("mid", 0.6), ("low", 0.3)):
+        assert halving.report(base, 1, job, metric)
+    assert halving.settle(base, 1, found) == ["best"]
+    result = runner.invoke(main, ["--output-root", str(tmp_path / "runs"), "summary", str(run), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = {row["config"]: row for row in json.loads(result.stdout)["rows"]}
+    assert {job: (row["state"], row["outcome"], row["rung"], row["rung_metrics"]) for job, row in rows.items()} == {
+        "best": ("COMPLETED", "finished", 1, [0.9]),
+        "mid": ("STOPPED@1", "stopped", 1, [0.6]),
+        "low": ("STOPPED@1", "stopped", 1, [0.3]),
+    }
+    result = runner.invoke(main, ["--output-root", str(tmp_path / "runs"), "status", str(run)])
+    assert result.exit_code == 0, result.output
+    states = {line.split()[0]: line.split()[3] for line in result.stdout.splitlines()[2:]}
+    assert states == {"best": "COMPLETED", "mid": "STOPPED@1", "low": "STOPPED@1"}, result.stdout
