@@ -73,6 +73,7 @@ def load(
     from jobgen.commands.validate import checked
 
     where = "jobgen.api.load"
+    _new_command()
     file = _path(where, "path", path)
     items = _strings(where, "sets", sets)
     _optional_str(where, "site", site)
@@ -92,8 +93,10 @@ def submit(experiment: Experiment, *, dry_run: bool = False, output_root: PathLi
     returns at once for Slurm. `output_root`: else $JOBGEN_OUTPUT_ROOT, else the experiment's."""
     from jobgen.backends.local import quiet
     from jobgen.commands import submit as sub
+    from jobgen.commands import waves
 
     where = "jobgen.api.submit"
+    _new_command()
     _check_type(where, "experiment", experiment, Experiment, "an Experiment from jobgen.api.load()")
     _check_type(where, "dry_run", dry_run, bool, "True or False")
     root = _root(where, output_root)
@@ -107,7 +110,7 @@ def submit(experiment: Experiment, *, dry_run: bool = False, output_root: PathLi
     )
     if not dry_run:
         with quiet():
-            sub.submit_pending(prepared.run_dir)
+            waves.submit_run(prepared.run_dir)
     return Run(prepared.run_dir)
 
 
@@ -132,9 +135,10 @@ def rerun(
     DriftError when the record cannot be repeated as it was, unless `allow_drift`."""
     from jobgen.backends.local import quiet
     from jobgen.commands.rerun import rerun as rerun_jobs
-    from jobgen.commands.submit import submit_pending
+    from jobgen.commands.waves import submit_run
 
     where = "jobgen.api.rerun"
+    _new_command()
     _check_type(where, "run", run, Run, "a Run from jobgen.api.get_run() or submit()")
     names, items = _strings(where, "jobs", jobs), _strings(where, "sets", sets)
     _check_type(where, "allow_drift", allow_drift, bool, "True or False")
@@ -142,7 +146,7 @@ def rerun(
     done = rerun_jobs(run.path, names, items, allow_drift=allow_drift, dry_run=dry_run)
     if not dry_run:
         with quiet():
-            submit_pending(done.run_dir)
+            submit_run(done.run_dir)
     return Run(done.run_dir)
 
 
@@ -239,6 +243,13 @@ class Run:
 
 def _statuses(loaded: Record) -> list[JobStatus]:
     return [JobStatus(job.name, job.state, job.job_id, job.sweep) for job in loaded.jobs]
+
+
+def _new_command() -> None:
+    """Each call that asks Slurm is a command of its own: it asks Slurm's configuration again."""
+    from jobgen.backends._tools import forget_config
+
+    forget_config()
 
 
 # --- arguments: a wrong type is a BadArgument naming the function and the parameter ----------------------

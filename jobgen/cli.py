@@ -85,6 +85,9 @@ class _Group(click.Group):
         # collector's passes over them cost more than it frees (bench/bench_status.py, "gc on").
         collecting = gc.isenabled()
         gc.disable()
+        _tools = sys.modules.get("jobgen.backends._tools")
+        if _tools is not None:  # in-process callers (tests, notebooks): the next command asks Slurm again
+            _tools.forget_config()
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.Abort, click.UsageError):
@@ -256,7 +259,7 @@ def submit(
             _test_only(prepared.run_dir, prepared.manifest)
         return
     click.echo(f"run: {prepared.run_dir}")
-    _submit_and_report(prepared.run_dir, fresh=True)
+    _submit_and_report(prepared.run_dir)
 
 
 def _test_only(run_dir: Path, manifest: dict[str, Any]) -> None:
@@ -287,14 +290,8 @@ def queue_line(manifest: dict[str, Any]) -> str | None:
     return room.fit_line(sum(waves.weight(e) for e in entries)) if room is not None else None
 
 
-def _submit_and_report(run_dir: Path, fresh: bool = False) -> None:
-    from jobgen.commands import submit as sub
+def _submit_and_report(run_dir: Path) -> None:
     from jobgen.commands import waves
-
-    if fresh:
-        line = waves.first_wave(run_dir)
-        if line:
-            click.echo(line)
 
     def report(job: dict[str, Any]) -> None:
         if job.get("tasks"):
@@ -309,11 +306,7 @@ def _submit_and_report(run_dir: Path, fresh: bool = False) -> None:
         else:
             click.echo(f"  {job['name']}: {job['state']}")
 
-    if waves.read(run_dir) is not None:
-        waves.top_up(run_dir, on_submit=report)
-        manifest = waves.load_manifest(run_dir)
-    else:
-        manifest = sub.submit_pending(run_dir, on_submit=report)
+    manifest = waves.submit_run(run_dir, on_submit=report, say=click.echo)
     if backends.get(manifest["backend"]).runs_here:
         from jobgen.results import halving as halving_view
         from jobgen.results.state_rule import (
@@ -502,12 +495,18 @@ def _top_up_quietly(run_dir: Path) -> None:
     from jobgen.commands import waves
 
     try:
-        submitted, waiting = waves.top_up(run_dir)
+        done = waves.top_up(run_dir)
     except JobgenError as exc:
         click.echo(f"warning: the run's waiting jobs were not submitted: {exc.message}", err=True)
         return
-    if submitted:
-        click.echo(f"top-up: submitted {submitted} waiting job(s) of the sweep; {waiting} still WAITING", err=True)
+    if done.submitted or done.requeued:
+        requeued = f"requeued {done.requeued} promoted job(s) of the sweep, " if done.requeued else ""
+        click.echo(
+            f"top-up: {requeued}submitted {done.submitted} waiting job(s) of the sweep; {done.waiting} still WAITING",
+            err=True,
+        )
+    if done.stalled(run_dir):
+        click.echo(f"warning: {done.stalled(run_dir)}", err=True)
 
 
 @main.command(name="top-up")
@@ -523,8 +522,11 @@ def top_up(ctx: click.Context, run: str, leaving: str | None) -> None:
     from jobgen.commands import waves
 
     run_dir = _one_run(ctx, run)
-    submitted, waiting = waves.top_up(run_dir, leaving=leaving, wait_if_last=leaving is not None)
-    click.echo(f"top-up: {run_dir}: submitted {submitted}, {waiting} still WAITING")
+    done = waves.top_up(run_dir, leaving=leaving, wait_if_last=leaving is not None)
+    requeued = f", requeued {done.requeued} promoted job(s)" if done.requeued else ""
+    click.echo(f"top-up: {run_dir}: submitted {done.submitted}{requeued}, {done.waiting} still WAITING")
+    if done.stalled(run_dir):
+        click.echo(f"warning: {done.stalled(run_dir)}", err=True)
 
 
 @main.command()

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+_CPU_AT_START = pytest.StashKey[tuple[float, float]]()
 sys.path.insert(0, str(REPO))  # tests/ helpers import as `tests.x`
 
 # One intra-op thread per process, for every process the tests start (ranks, local jobs, and the Slurm
@@ -30,12 +31,11 @@ pytest_plugins = ["tests.support.conftest_slurm"] if (REPO / "tests" / "support"
 # credential lifetime, preemption's grace time, sacct, status --watch, the controller's restart), not
 # computing, longest first (seconds of a clean run on 2026-12-04). Under pytest-xdist with --dist
 # loadgroup (scripts/test.sh), each test is a unit of its own and the units go out by kind
-# (pick_unit): with 3 workers or more, worker gw0 takes the waiting tests, longest first, while the
-# others keep both cores busy with the training tests, longest first; a worker that has run out of
-# its own kind takes the other kind's shortest left. So whichever kind takes longer on the machine of
-# the day (the waiting chain on a fast one, the training on a slow one: CI's machine varies 2x), the
-# workers end about together. (Measured: with all waiting tests fixed on gw0, the others ended 150 s
-# before it on a fast machine and gw0 idled on a slow one.) The groups are set here, by path, not with
+# (pick_unit): the waiters (waiter_ids: gw0 with 3 workers, gw0 and gw1 with 4) take the waiting
+# tests, longest first, while the others keep both cores busy with the training tests, longest first;
+# a worker that has run out of its own kind takes the other kind's shortest left. So whichever kind
+# takes longer on the machine of the day (the waiting chain on a fast one, the training on a slow one:
+# CI's machine varies 2x), the workers end about together. The groups are set here, by path, not with
 # xdist_group marks: pytest-xdist 3.8 marks a group by rewriting item._nodeid, which pytest 9 no longer
 # reads, so its marks group nothing.
 WAITING_ON_SLURM = (
@@ -81,6 +81,12 @@ def _waiting_rank(unit: str) -> int | None:
     return WAITING_ON_SLURM.index(path) if path in WAITING_ON_SLURM else None
 
 
+def waiter_ids(workers: int) -> frozenset[str]:
+    """The workers that take the waiting tests first: none below 3 workers, gw0 with 3, gw0 and gw1
+    with 4 or more (the waiting chain alone is longer than the training's share of a 3-worker run)."""
+    return frozenset(f"gw{i}" for i in range(min(max(workers - 2, 0), 2)))
+
+
 def pick_unit(units: list[str], waiter: bool) -> str | None:
     """The next unit for a worker, from the units left in collection order: `waiter` (gw0 with 3
     workers or more) takes the longest waiting test left, the others the longest training test left
@@ -104,7 +110,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     from xdist.scheduler import LoadGroupScheduling
 
     workers = config.getoption("numprocesses", None)
-    dedicated = isinstance(workers, int) and workers >= 3
+    waiters = waiter_ids(workers if isinstance(workers, int) else 0)
 
     class Scheduling(LoadGroupScheduling):
         def _split_scope(self, nodeid: str) -> str:
@@ -112,7 +118,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
             return xdist_group(nodeid) if scope == nodeid else scope
 
         def _assign_work_unit(self, node: Any) -> None:
-            scope = pick_unit(list(self.workqueue), dedicated and node.gateway.id == "gw0")
+            scope = pick_unit(list(self.workqueue), node.gateway.id in waiters)
             if scope is None:
                 return
             self.workqueue.move_to_end(scope, last=False)
@@ -168,6 +174,33 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
             os.close(gate)
 
 
+def _cpu_seconds() -> tuple[float, float]:
+    """(busy, all) CPU seconds of the whole machine since boot, from /proc/stat (Linux only)."""
+    with open("/proc/stat") as fh:
+        ticks = [int(v) for v in fh.readline().split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    return (sum(ticks) - idle) / tick, sum(ticks) / tick
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput") and os.path.exists("/proc/stat"):
+        session.config.stash[_CPU_AT_START] = _cpu_seconds()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """How busy the machine's CPUs were during the run: whether the suite's time is computing (near
+    100%: fewer or cheaper training processes help) or waiting (more waiters help)."""
+    start = config.stash.get(_CPU_AT_START, None)
+    if start is None:
+        return
+    busy, total = (now - then for now, then in zip(_cpu_seconds(), start, strict=True))
+    if total > 0:
+        terminalreporter.write_line(
+            f"CPU: {busy:.0f} of {total:.0f} core-seconds busy ({100 * busy / total:.0f}%) during the tests, on {os.cpu_count()} cores, this machine's every process counted"
+        )
+
+
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Clear SLURM_* (unless a test runs inside a real job), point caches and homes at tmp_path."""
@@ -184,6 +217,9 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, request: pyte
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.delenv("JOBGEN_SITE", raising=False)
     monkeypatch.delenv("JOBGEN_SITES_FILE", raising=False)
+    from jobgen.backends import _tools
+
+    _tools.forget_config()  # each test its own Slurm (stub tools): no answer kept from the one before
 
 
 @pytest.fixture

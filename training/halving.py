@@ -33,6 +33,9 @@ from typing import Any
 # Exit status of every rank of a job that paused at a rung: neither success (no result) nor failure.
 EXIT_PAUSED = 76
 DIR = "halving"
+# In the run folder while the run submits in waves (jobgen.commands.waves, launch.max_queued): a promoted
+# job is then requeued by a top-up, when the queue has a slot for it, not by the job that promoted it.
+WAVES = "waves.json"
 # The metric a rung compares, and the direction that is better, for each name it takes; and the key of
 # that metric in a job's per-epoch validation scores (training.results.Stats.val_metrics_per_epoch).
 METRICS = {"val_acc": "max"}
@@ -219,6 +222,11 @@ def first_requeue(base: Path, rung: int, job: str) -> bool:
     return _create(folder / job, f"{time.time()}\n")
 
 
+def requeued(base: Path, rung: int, job: str) -> bool:
+    """Whether someone took on requeueing `job` for its promotion past `rung` (first_requeue)."""
+    return (_dir(base, "requeued", rung) / job).exists()
+
+
 def forget_requeue(base: Path, rung: int, job: str) -> None:
     """A requeue that Slurm refused: the next participant tries again."""
     with contextlib.suppress(OSError):
@@ -258,8 +266,13 @@ def at_rung(base: Path, settings: Settings, job: str, rung: int, metric: float, 
     if is_promoted(base, rung, job):
         return True  # decided before a requeue or retry: the decision stands
     reports = read_reports(base, rung)
+    waves = (base.parent / WAVES).exists()
     for other in settle(base, rung, settings):
-        if other != job and reports[other].get("requeue_id") and first_requeue(base, rung, other):
+        if other == job or not reports[other].get("requeue_id"):
+            continue
+        if waves:
+            print(f"training: halving: promoted {other} at rung {rung}: requeued when the queue has room", flush=True)
+        elif first_requeue(base, rung, other):
             print(f"training: halving: promoted {other} at rung {rung}: {requeue_paused(reports[other])}", flush=True)
     if is_promoted(base, rung, job):
         return True

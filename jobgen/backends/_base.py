@@ -86,9 +86,10 @@ class Scheduler:
         for; None when there is none (or the scheduler keeps no time limits)."""
         return None
 
-    def queue_room(self, qos: str = "", account: str = "") -> QueueRoom | None:
+    def queue_room(self, qos: str = "", account: str = "", enough: int = 0) -> QueueRoom | None:
         """The limits on queued jobs that apply to this user's jobs of this QOS and account ("" = the
-        defaults), with the jobs each counts now; None where the scheduler has no queue to fill."""
+        defaults), with the jobs each counts now; None where the scheduler has no queue to fill.
+        `enough`: the caller only asks whether that many more fit (jobgen.backends._queue.read)."""
         return None
 
     def test_only(self, script: Path) -> tuple[bool, str]:

@@ -105,13 +105,7 @@ def user() -> str | None:
         return None
 
 
-def config() -> dict[str, str] | None:
-    """`scontrol show config` as key -> value; None when scontrol does not answer."""
-    out = slurm.ask(["scontrol", "show", "config"])
-    if out is None:
-        return None
-    pairs = (line.partition("=") for line in out.splitlines())
-    return {k.strip(): v.strip() for k, sep, v in pairs if sep and k.strip()}
+config = slurm.config  # `scontrol show config`, asked once per command
 
 
 @dataclass(frozen=True)
@@ -122,9 +116,10 @@ class _Queued:
     account: str
 
 
-def _jobs() -> list[_Queued] | None:
-    """Every job record the controller holds (every user's, ended ones too), array tasks one each."""
-    out = slurm.ask(["squeue", "-h", "-r", "-t", "all", "-o", "%u|%T|%q|%a"])
+def _jobs(me: str = "") -> list[_Queued] | None:
+    """Every job record the controller holds (ended ones too), array tasks one each: every user's, or
+    `me`'s alone (a question the controller answers from that user's jobs)."""
+    out = slurm.ask(["squeue", "-h", "-r", "-t", "all", *(["-u", me] if me else []), "-o", "%u|%T|%q|%a"])
     if out is None:
         return None
     jobs = []
@@ -139,42 +134,71 @@ def _active(job: _Queued) -> bool:
     return not job.state.is_final
 
 
-def read(qos: str = "", account: str = "") -> QueueRoom | None:
+@dataclass(frozen=True)
+class _Rule:
+    """A submit limit as sacctmgr gives it, before its jobs are counted."""
+
+    name: str
+    where: str
+    value: int
+    counts: str
+    everyone: bool  # counts every user's jobs (a QOS's GrpSubmitJobs), else the user's
+    qos: str = ""  # counts the jobs of this QOS ("" any)
+    account: str = ""  # counts the jobs under this account ("" any)
+
+    def limit(self, me: str, jobs: list[_Queued]) -> Limit:
+        counted = sum(
+            1
+            for j in jobs
+            if _active(j)
+            and (self.everyone or j.user == me)
+            and (not self.qos or j.qos == self.qos)
+            and (not self.account or j.account == self.account)
+        )
+        return Limit(self.name, self.where, self.value, counted, self.counts)
+
+
+def read(qos: str = "", account: str = "", enough: int = 0) -> QueueRoom | None:
     """The room Slurm leaves this user for jobs of this QOS and account ("" = the user's defaults);
-    None when there is no Slurm here (scontrol missing or silent)."""
+    None when there is no Slurm here (scontrol missing or silent). `enough`: the caller needs to know
+    only whether that many more jobs fit; when the user's own submit limits leave less room, every
+    user's jobs are not asked (the answer holds those limits alone, and MaxJobCount is left out)."""
     conf = config()
     if conf is None:
         return None
     me = user() or ""
-    jobs = _jobs()
+    rules: list[_Rule] = []
     unread: list[str] = []
-    limits: list[Limit] = []
-    if jobs is None:
-        return QueueRoom((), 0, ("squeue did not answer: jobs queued now unknown",))
-    mine = [j for j in jobs if j.user == me and _active(j)]
-    max_jobs = _int(conf.get("MaxJobCount")) or DEFAULT_MAX_JOB_COUNT
-    age = conf.get("MinJobAge", "")
-    limits.append(
-        Limit(
-            "MaxJobCount",
-            "slurm.conf",
-            max_jobs,
-            len(jobs),
-            f"held by the controller (every user's, ended ones until MinJobAge = {age or '?'} passes)",
-            held_back=1,
-        )
-    )
     enforce = conf.get("AccountingStorageEnforce", "").lower()
     if "slurmdbd" in conf.get("AccountingStorageType", "") and any(w in enforce for w in _ENFORCED):
-        found, why = _submit_limits(me, qos, account, conf.get("ClusterName", ""), jobs)
-        limits += found
-        if why:
-            unread.append(why)
-    return QueueRoom(tuple(limits), len(mine), tuple(unread))
+        rules, why = _submit_rules(me, qos, account, conf.get("ClusterName", ""))
+        unread += [why] if why else []
+    own = [rule for rule in rules if not rule.everyone]
+    if enough > 0 and own and me:
+        mine = _jobs(me)
+        if mine is not None:
+            limits = tuple(rule.limit(me, mine) for rule in own)
+            if min(limit.room for limit in limits) < enough:
+                return QueueRoom(limits, sum(1 for j in mine if j.user == me and _active(j)), tuple(unread))
+    jobs = _jobs()
+    if jobs is None:
+        return QueueRoom((), 0, ("squeue did not answer: jobs queued now unknown",))
+    max_jobs = _int(conf.get("MaxJobCount")) or DEFAULT_MAX_JOB_COUNT
+    age = conf.get("MinJobAge", "")
+    count = Limit(
+        "MaxJobCount",
+        "slurm.conf",
+        max_jobs,
+        len(jobs),
+        f"held by the controller (every user's, ended ones until MinJobAge = {age or '?'} passes)",
+        held_back=1,
+    )
+    limits = (count, *(rule.limit(me, jobs) for rule in rules))
+    return QueueRoom(limits, sum(1 for j in jobs if j.user == me and _active(j)), tuple(unread))
 
 
-def _submit_limits(me: str, qos: str, account: str, cluster: str, jobs: list[_Queued]) -> tuple[list[Limit], str]:
-    """The association's and QOS's submit limits for this user (sacctmgr), with the jobs they count."""
+def _submit_rules(me: str, qos: str, account: str, cluster: str) -> tuple[list[_Rule], str]:
+    """The association's and QOS's submit limits for this user (sacctmgr); with them, what could not be read."""
     where = [f"user={me}"] + ([f"cluster={cluster}"] if cluster else [])
     assoc = slurm.ask(
         [
@@ -194,42 +218,32 @@ def _submit_limits(me: str, qos: str, account: str, cluster: str, jobs: list[_Qu
     if not account:
         said = slurm.ask(["sacctmgr", "-n", "-P", "show", "user", me, "format=DefaultAccount"]) or ""
         account = said.strip().splitlines()[0] if said.strip() else (rows[0][0] if rows else "")
-    mine = [j for j in jobs if j.user == me and _active(j)]
-    limits = []
+    rules = []
     row = next((r for r in rows if r[0] == account and not r[1]), None) or next(
         (r for r in rows if r[0] == account), None
     )
     if row is not None:
-        in_account = sum(1 for j in mine if j.account == account)
         for name, text in (("MaxSubmitJobs", row[2]), ("GrpSubmitJobs", row[3])):
-            if _int(text) is not None:
-                limits.append(
-                    Limit(
-                        name,
-                        f"association {account}/{me}",
-                        int(text),
-                        in_account,
-                        f"of yours queued under account {account}",
-                    )
-                )
+            value = _int(text)
+            if value is not None:
+                where_ = f"association {account}/{me}"
+                rules.append(_Rule(name, where_, value, f"of yours queued under account {account}", False, "", account))
     qos = qos or (row[4] if row is not None and row[4] else "normal")
     answer = slurm.ask(["sacctmgr", "-n", "-P", "show", "qos", qos, "format=Name,MaxSubmitPU,GrpSubmit"])
     if answer is None:
-        return limits, f"sacctmgr did not answer about QOS {qos}: its MaxSubmitJobs unknown"
+        return rules, f"sacctmgr did not answer about QOS {qos}: its MaxSubmitJobs unknown"
     for line in answer.splitlines():
         parts = line.split("|")
         if len(parts) != 3 or parts[0] != qos:
             continue
         per_user, group = _int(parts[1]), _int(parts[2])
         if per_user is not None:
-            counted = sum(1 for j in mine if j.qos == qos)
-            limits.append(
-                Limit("MaxSubmitJobsPerUser", f"QOS {qos}", per_user, counted, f"of yours queued in QOS {qos}")
+            rules.append(
+                _Rule("MaxSubmitJobsPerUser", f"QOS {qos}", per_user, f"of yours queued in QOS {qos}", False, qos)
             )
         if group is not None:
-            counted = sum(1 for j in jobs if j.qos == qos and _active(j))
-            limits.append(Limit("GrpSubmitJobs", f"QOS {qos}", group, counted, f"queued in QOS {qos} (every user's)"))
-    return limits, ""
+            rules.append(_Rule("GrpSubmitJobs", f"QOS {qos}", group, f"queued in QOS {qos} (every user's)", True, qos))
+    return rules, ""
 
 
 def _int(text: str | None) -> int | None:

@@ -84,8 +84,8 @@ class SlurmScheduler(Scheduler):
         value = (_queue.config() or {}).get("MaxArraySize", "")
         return int(value) if value.isdigit() else DEFAULT_MAX_ARRAY_SIZE
 
-    def queue_room(self, qos: str = "", account: str = "") -> QueueRoom | None:
-        return _queue.read(qos, account)
+    def queue_room(self, qos: str = "", account: str = "", enough: int = 0) -> QueueRoom | None:
+        return _queue.read(qos, account, enough)
 
     def max_time(self, partition: str) -> int | None:
         """The partition's MaxTime (`scontrol show partition`; "" = the one marked Default=YES)."""

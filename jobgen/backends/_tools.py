@@ -36,7 +36,7 @@ UNREACHABLE = (
 # MaxJobCount jobs already (jobgen.backends._queue).
 BUSY = "temporarily unable to accept job"
 # `scontrol show config` needs the controller; a login node without one should not wait long.
-CLUSTER_NAME_TIMEOUT_S = 10
+CONFIG_TIMEOUT_S = 10
 _JOB_ID = re.compile(r"(\d+)(?:;\S+)?")
 
 
@@ -115,15 +115,30 @@ def ask_later(command: list[str], timeout: float = QUERY_TIMEOUT_S) -> Callable[
     return answer
 
 
+# This command's `scontrol show config`, once asked (empty until then): the sites, the array size and
+# the queue limits all read it, and one answer per command is enough (forget_config starts the next).
+_config: list[dict[str, str] | None] = []
+
+
+def config() -> dict[str, str] | None:
+    """`scontrol show config` as key -> value, asked once per command; None when scontrol is missing,
+    fails or does not answer."""
+    if not _config:
+        out = ask(["scontrol", "show", "config"], timeout=CONFIG_TIMEOUT_S)
+        pairs = (line.partition("=") for line in (out or "").splitlines())
+        _config.append(None if out is None else {k.strip(): v.strip() for k, sep, v in pairs if sep and k.strip()})
+    return _config[0]
+
+
+def forget_config() -> None:
+    """A new command begins (each CLI command, each jobgen.api call): the next config() asks Slurm again."""
+    _config.clear()
+
+
 def cluster_name() -> str | None:
     """This cluster's name (ClusterName in `scontrol show config`); None when scontrol is missing, fails
     or does not say (jobgen.experiment.sites picks the site by it)."""
-    out = ask(["scontrol", "show", "config"], timeout=CLUSTER_NAME_TIMEOUT_S)
-    for line in (out or "").splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() == "ClusterName":
-            return value.strip() or None
-    return None
+    return (config() or {}).get("ClusterName") or None
 
 
 def submit(command: list[str], what: str) -> str:

@@ -16,6 +16,7 @@ import contextlib
 import json
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,11 @@ from jobgen.backends import Scheduler
 from jobgen.backends._queue import QueueRoom, max_queued
 from jobgen.errors import JobgenError
 from jobgen.record import store as record
-from jobgen.states import Answer, State
+from jobgen.results import halving as halving_view
+from jobgen.states import Answer, JobInfo, State
+from training import halving
 
-WAVES = "waves.json"  # in a run folder while jobs of it wait for room in the queue
+WAVES = halving.WAVES  # in a run folder while jobs of it wait for room in the queue
 SCHEMA = 1
 # The last job of a sweep that leaves jobs waiting and finds no room (the controller still holds the
 # records of ended jobs: MaxJobCount counts them until MinJobAge passes) waits for room this long at most.
@@ -74,6 +77,57 @@ def first_wave(run_dir: Path) -> str | None:
     return line
 
 
+def submit_run(run_dir: Path, on_submit: Any = None, say: Any = None) -> dict[str, Any]:
+    """Submit a written run as `jobgen submit` and jobgen.api.submit do; its manifest after. Its first
+    submission reads the queue's room (first_wave; `say` gets the line on how many jobs fit) and waves
+    when the sweep does not fit; a scheduler that cannot wave refuses a sweep larger than the room
+    before it submits anything."""
+    from jobgen.commands import submit
+
+    line = first_wave(run_dir)
+    if line and say is not None:
+        say(line)
+    if read(run_dir) is not None:
+        top_up(run_dir, on_submit=on_submit)
+        return record.load_manifest(run_dir)
+    refuse_what_does_not_fit(run_dir)
+    return submit.submit_pending(run_dir, on_submit)
+
+
+def refuse_what_does_not_fit(run_dir: Path) -> None:
+    """For a scheduler with queue limits that cannot wave (submitit: it writes the batch script, so no
+    job of the sweep can submit the next on its way out): an error, before anything is submitted, when
+    the run's jobs not yet queued are more than the limits leave room for now."""
+    manifest = record.load_manifest(run_dir)
+    scheduler = backends.get(manifest["backend"])
+    key = "arrays" if manifest.get("arrays") else "jobs"
+    pending = [e for e in manifest[key] if not e.get("job_id") and e["state"] == State.NOT_SUBMITTED.value]
+    if scheduler.can_wave or manifest.get("dry_run") or not pending:
+        return
+    qos, account = _spec_queue(run_dir, pending[0])
+    room = scheduler.queue_room(qos, account)
+    total = sum(weight(e) for e in pending)
+    tight = room.binding if room is not None else None
+    if room is None or tight is None or total <= tight.room:
+        return
+    raise JobgenError(
+        f"{tight.room} of the {total} job(s) fit in the queue now ({tight.describe()}; you have {room.queued} "
+        f"queued) and the {scheduler.name} backend cannot submit in waves: use launch.backend = 'sbatch' "
+        f"(launch.max_queued), or sweep fewer points; nothing was submitted (once there is room: "
+        f"jobgen submit --resume {run_dir})"
+    )
+
+
+def _spec_queue(run_dir: Path, entry: dict[str, Any]) -> tuple[str, str]:
+    """The QOS and account a job asks for (its spec.json's [slurm]); "" where it names none."""
+    try:
+        spec = json.loads((run_dir / entry["spec"]).read_text(encoding="utf-8"))
+        said = spec.get("slurm") or {}
+        return str(said.get("qos") or ""), str(said.get("account") or "")
+    except (OSError, ValueError, KeyError, AttributeError):
+        return "", ""
+
+
 def max_queued_for(asked: int, reserve: int, room: QueueRoom | None) -> int | None:
     """The sweep's most queued jobs (jobgen.backends._queue.max_queued)."""
     return max_queued(asked, reserve, room)
@@ -97,13 +151,22 @@ def mark_waiting(run_dir: Path, key: str, waiting: list[dict[str, Any]]) -> None
         record.update_jobs(run_dir, tasks)
 
 
-def queued_of(scheduler: Scheduler, manifest: dict[str, Any], leaving: str | None) -> tuple[int, bool, int, bool]:
-    """(how many of the run's jobs are queued now, whether `leaving` is one of them and running: a job
-    on its way out, which is not counted; how many are pending; whether `leaving` has the greatest id
-    of those queued). A job the scheduler no longer knows has ended."""
+@dataclass(frozen=True)
+class Queued:
+    """The run's jobs in the queue now, as a top-up counts them. A job the scheduler no longer knows has ended."""
+
+    count: int  # queued (pending, running, suspended), the leaving job not counted
+    going: bool  # the leaving job is one of them and running: on its way out
+    pending: int
+    last: bool  # the leaving job has the greatest id of those queued
+    infos: dict[str, JobInfo]
+
+
+def queued_of(scheduler: Scheduler, manifest: dict[str, Any], leaving: str | None) -> Queued:
+    """The run's jobs queued now (Queued); `leaving`: the job running the top-up on its way out."""
     ids = [i for job in manifest["jobs"] if job.get("job_id") for i in (job.get("segments") or [job["job_id"]])]
     if not ids:
-        return 0, False, 0, False
+        return Queued(0, False, 0, False, {})
     infos = scheduler.states(ids)
     if isinstance(infos, Answer) and infos.silent:
         # No answer is no news: counting its jobs as ended would queue more than max_queued.
@@ -112,27 +175,70 @@ def queued_of(scheduler: Scheduler, manifest: dict[str, Any], leaving: str | Non
     going = leaving is not None and leaving in active and infos[leaving].state is State.RUNNING
     pending = sum(1 for i in active if infos[i].state in (State.PENDING, State.REQUEUED, State.SUBMITTED))
     last = going and max(active, key=_id_order) == leaving
-    return len(active) - (1 if going else 0), going, pending, last
+    return Queued(len(active) - (1 if going else 0), going, pending, last, dict(infos))
 
 
 def _id_order(job_id: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", job_id))
 
 
-def top_up(
-    run_dir: Path, leaving: str | None = None, on_submit: Any = None, wait_if_last: bool = False
-) -> tuple[int, int]:
-    """Submit the run's waiting jobs that fit now; (entries submitted, entries still waiting). Cheap for
-    a run that does not wave: no Slurm call. `leaving`: the job (id as recorded) running this on its way
-    out. `wait_if_last`: when nothing fits, no job of the sweep is pending (a pending one tops up when it
-    ends) and the leaving job has the greatest id of the sweep's queued jobs, wait for room (LAST_WAIT_S
-    at most): the others queued may be on their way out too (the tasks of an array end together, and a
-    waiting array needs all their slots), or the controller may still hold the records of ended jobs
-    (MaxJobCount, until MinJobAge passes); else nothing might submit the rest. The jobs with smaller ids
-    leave at once: one waits for all."""
+def resumable(run_dir: Path, manifest: dict[str, Any], queued: Queued, leaving: str | None) -> list[tuple[str, int]]:
+    """(job, rung) for each job of a halving run that a decision promoted past the rung it paused at and
+    that nobody requeued yet: each needs a queue slot to resume (decisions applied first, as `jobgen
+    status` applies them). [] for a run without halving."""
+    found = halving_view.settings(run_dir)
+    if found is None:
+        return []
+    halving_view.settle(run_dir, found)
+    jobs = {job["name"]: job for job in manifest["jobs"]}
+    out = []
+    for name, rung in halving_view.Board.read(run_dir, found).waiting(jobs):
+        job = jobs[name]
+        job_id = job.get("job_id")
+        info = queued.infos.get(job_id or "")
+        ended = info is None or info.state.is_final or job_id == leaving
+        if not job_id or not ended or (run_dir / job["dir"] / "result.json").exists():
+            continue  # never submitted, still queued or running (it goes on by itself), or finished
+        if not halving.requeued(halving.root(run_dir), rung, name):
+            out.append((name, rung))
+    return out
+
+
+@dataclass(frozen=True)
+class TopUp:
+    """What a top-up did: entries submitted, promoted jobs requeued (halving), entries still waiting, and
+    the run's jobs queued when it looked (the leaving job not counted)."""
+
+    submitted: int = 0
+    requeued: int = 0
+    waiting: int = 0
+    queued: int = 0
+    full: str = ""  # the limit that left no room for the first in line (Limit.describe), if one did
+
+    def stalled(self, run_dir: Path) -> str:
+        """One line when jobs wait and no job of the sweep is queued to top up as it ends; else ""."""
+        if not self.waiting or self.queued:
+            return ""
+        why = f" ({self.full})" if self.full else ""
+        return (
+            f"{self.waiting} job(s) WAITING and no job of the sweep is queued to submit them as it ends{why}: "
+            f"run `jobgen top-up {run_dir}` (or `jobgen status`) once jobs have ended"
+        )
+
+
+def top_up(run_dir: Path, leaving: str | None = None, on_submit: Any = None, wait_if_last: bool = False) -> TopUp:
+    """Submit the run's waiting jobs that fit now (TopUp says what it did). Cheap for a run that does
+    not wave: no Slurm call. In a halving run, the paused jobs a decision promoted are
+    requeued first, each in a slot of its own. `leaving`: the job (id as recorded) running this on its
+    way out. `wait_if_last`: when nothing fits, no job of the sweep is pending (a pending one tops up
+    when it ends) and the leaving job has the greatest id of the sweep's queued jobs, wait for room
+    (LAST_WAIT_S at most): the others queued may be on their way out too (the tasks of an array end
+    together, and a waiting array needs all their slots), or the controller may still hold the records
+    of ended jobs (MaxJobCount, until MinJobAge passes); else nothing might submit the rest. The jobs
+    with smaller ids leave at once: one waits for all."""
     waves = read(run_dir)
     if waves is None:
-        return 0, 0
+        return TopUp()
     from jobgen.commands import submit
 
     deadline = time.monotonic() + LAST_WAIT_S
@@ -141,30 +247,71 @@ def top_up(
             manifest = record.load_manifest(run_dir)
             key = "arrays" if manifest.get("arrays") else "jobs"
             waiting = [e for e in manifest[key] if not e.get("job_id") and e["state"] == State.WAITING.value]
-            if not waiting:
-                with contextlib.suppress(OSError):
-                    (run_dir / WAVES).unlink()
-                return 0, 0
+            halved = bool(manifest.get("halving"))
+            if not waiting and not halved:
+                _stop(run_dir)
+                return TopUp()
             scheduler = backends.get(manifest["backend"])
-            queued, going, pending, last = queued_of(scheduler, manifest, leaving)
-            free = int(waves["max_queued"]) - queued
-            room = scheduler.queue_room(str(waves.get("qos") or ""), str(waves.get("account") or ""))
-            if room is not None:
-                # The job on its way out still counts for the submit limits; its record stays for
-                # MaxJobCount until MinJobAge passes.
-                for limit in room.limits:
-                    free = min(free, limit.room + (1 if going and limit.name != "MaxJobCount" else 0))
-            chosen = _fitting(waiting, free)
+            queued = queued_of(scheduler, manifest, leaving)
+            promoted = resumable(run_dir, manifest, queued, leaving) if halved else []
+            if not waiting and not promoted and queued.count == 0:
+                _stop(run_dir)  # nothing waits, and no job is left that could promote one
+                return TopUp()
+            free = int(waves["max_queued"]) - queued.count
+            # The limits are asked only when the run's own bound leaves room for the first in line.
+            first, full = 1 if promoted else weight(waiting[0]) if waiting else 0, ""
+            if first and free >= first:
+                # The job on its way out still counts for the submit limits (its slot is the next job's);
+                # its record stays for MaxJobCount until MinJobAge passes.
+                going = 1 if queued.going else 0
+                qos, account = str(waves.get("qos") or ""), str(waves.get("account") or "")
+                room = scheduler.queue_room(qos, account, enough=first - going)
+                for limit in room.limits if room is not None else ():
+                    free = min(free, limit.room + (going if limit.name != "MaxJobCount" else 0))
+                    full = limit.describe() if free < first and not full else full
+            requeued = _requeue(run_dir, manifest, scheduler, promoted[: max(0, free)])
+            chosen = _fitting(waiting, free - requeued)
             if chosen:
                 submit.submit_entries(run_dir, manifest, key, chosen, on_submit)
-                left = len(waiting) - len(chosen)
-                if not left:
-                    with contextlib.suppress(OSError):
-                        (run_dir / WAVES).unlink()
-                return len(chosen), left
-        if not (wait_if_last and last and pending == 0) or time.monotonic() > deadline:
-            return 0, len(waiting)
+                if len(chosen) == len(waiting) and not halved:
+                    _stop(run_dir)
+            now = queued.count + requeued + sum(weight(e) for e in chosen)
+            done = TopUp(len(chosen), requeued, len(waiting) - len(chosen), now, full)
+            # A job queued now (submitted or requeued) tops up in its turn when it ends.
+            if chosen or requeued or not (wait_if_last and queued.last and queued.pending == 0):
+                return done
+        if time.monotonic() > deadline:
+            return done
         time.sleep(_POLL_S)
+
+
+def _stop(run_dir: Path) -> None:
+    """The run waves no more: its jobs' exit paths and the commands leave it alone."""
+    with contextlib.suppress(OSError):
+        (run_dir / WAVES).unlink()
+
+
+def _requeue(run_dir: Path, manifest: dict[str, Any], scheduler: Scheduler, promoted: list[tuple[str, int]]) -> int:
+    """Requeue these promoted jobs of a halving run (each once per promotion, whoever tries); how many
+    went back in the queue."""
+    found = halving_view.settings(run_dir)
+    if found is None:
+        return 0
+    base, done = halving.root(run_dir), 0
+    ids = {job["name"]: job.get("job_id") for job in manifest["jobs"]}
+    for name, rung in promoted:
+        target = halving_view.requeue_id(run_dir, found, name, rung) or ids.get(name)
+        if not target or not halving.first_requeue(base, rung, name):
+            continue
+        try:
+            scheduler.requeue(str(target), what=f"requeueing {name}, promoted past rung {rung}")
+        except JobgenError:
+            halving.forget_requeue(base, rung, name)  # the next top-up or status tries again
+            continue
+        # Recorded as queued again: a state recorded as ended is not asked about again.
+        record.update_jobs(run_dir, {name: {"state": State.REQUEUED.value}})
+        done += 1
+    return done
 
 
 def _fitting(waiting: list[dict[str, Any]], free: int) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ harmless: the decision files are created once, a pending job is not requeued aga
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Any
 from training import halving
 
 FINISHED, PAUSED, STOPPED, RUNNING = "finished", "paused", "stopped", "running"
+# Paused, then promoted, and not requeued yet: in a run that waves, it waits for a slot in the queue.
+WAITING = "waiting"
 
 
 @dataclass(frozen=True)
@@ -29,8 +32,17 @@ class JobRungs:
     promoted: tuple[int, ...]  # the rungs it was promoted past
 
     def label(self) -> str:
-        """How the state column shows a job that halving ended: 'PAUSED@3', 'STOPPED@1'; '' otherwise."""
-        return f"{self.outcome.upper()}@{self.rung}" if self.outcome in (PAUSED, STOPPED) else ""
+        """How the state column shows a job that halving ended or that waits to resume: 'PAUSED@3',
+        'STOPPED@1', 'WAITING@1' (promoted past rung 1, not in the queue yet); '' otherwise."""
+        return f"{self.outcome.upper()}@{self.rung}" if self.outcome in (PAUSED, STOPPED, WAITING) else ""
+
+
+def settings(run_dir: Path) -> halving.Settings | None:
+    """settings_of the run's manifest file."""
+    try:
+        return settings_of(json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
 
 
 def settings_of(manifest: Any) -> halving.Settings | None:
@@ -49,6 +61,7 @@ class Board:
     settings: halving.Settings
     reports: dict[int, dict[str, dict[str, Any]]]
     promoted: dict[int, set[str]]
+    requeued: dict[int, set[str]]  # the jobs someone requeued (or is requeueing) for their promotion
 
     @classmethod
     def read(cls, run_dir: Path, found: halving.Settings) -> Board:
@@ -57,6 +70,7 @@ class Board:
             found,
             {r: halving.read_reports(base, r) for r in found.rungs},
             {r: halving.promoted(base, r) for r in found.rungs},
+            {r: _names(base / "requeued" / str(r)) for r in found.rungs},
         )
 
     def job(self, name: str, finished: bool, ended: bool, sweep_ended: bool) -> JobRungs:
@@ -70,9 +84,17 @@ class Board:
             outcome = FINISHED
         elif ended and last is not None and last not in passed:
             outcome = STOPPED if sweep_ended else PAUSED
+        elif ended and last is not None and name not in self.requeued[last]:
+            outcome = WAITING
         else:
             outcome = RUNNING
         return JobRungs(last, tuple(reached), metrics, outcome, passed)
+
+    def resuming(self, name: str) -> bool:
+        """The job was promoted past the last rung it reached and nobody requeued it yet: should it have
+        ended, it runs again, and its reports may promote others."""
+        reached = [r for r in self.settings.rungs if name in self.reports[r]]
+        return bool(reached) and name in self.promoted[reached[-1]] and name not in self.requeued[reached[-1]]
 
     def waiting(self, names: Iterable[str]) -> list[tuple[str, int]]:
         """(job, rung) for each job promoted past its last rung reached: it must run again to go on."""
@@ -82,6 +104,13 @@ class Board:
             if reached and name in self.promoted[reached[-1]]:
                 out.append((name, reached[-1]))
         return out
+
+
+def _names(folder: Path) -> set[str]:
+    try:
+        return {p.name for p in folder.iterdir() if not p.name.startswith(".")}
+    except OSError:
+        return set()
 
 
 def settle(run_dir: Path, found: halving.Settings) -> list[tuple[int, str]]:
@@ -100,7 +129,8 @@ def requeue_id(run_dir: Path, found: halving.Settings, name: str, rung: int) -> 
 def labels(run: Any, found: halving.Settings) -> dict[str, JobRungs]:
     """Each job of a read run (jobgen.record.model.Run, states settled) as halving sees it."""
     board = Board.read(run.run_dir, found)
-    sweep_ended = all(job.state.is_final for job in run.jobs)
+    # A promoted job that has not resumed yet may still promote others: the sweep has not ended.
+    sweep_ended = all(job.state.is_final and (job.finished or not board.resuming(job.name)) for job in run.jobs)
     return {job.name: board.job(job.name, job.finished, job.state.is_final, sweep_ended) for job in run.jobs}
 
 
@@ -113,8 +143,8 @@ def promote(run: Any, found: halving.Settings) -> list[str]:
 
     said = [f"halving: promoted {job} past rung {rung}" for rung, job in settle(run.run_dir, found)]
     backend = backends.get(run.manifest.get("backend", ""))
-    if backend.runs_here:
-        return said
+    if backend.runs_here or (Path(run.run_dir) / halving.WAVES).exists():
+        return said  # a local run's runner resumes its own; a run in waves, its top-ups (a slot each)
     jobs = {job.name: job for job in run.jobs}
     for name, rung in Board.read(run.run_dir, found).waiting(jobs):
         job = jobs[name]
@@ -159,6 +189,7 @@ def resume_local(run_dir: Path, found: halving.Settings, jobs: list[dict[str, An
         name, rung = waiting[0]
         done.add((name, rung))
         order.append(name)
+        halving.first_requeue(halving.root(run_dir), rung, name)  # what a requeue marks on Slurm
         run_one(by_name[name])
 
 
@@ -172,7 +203,8 @@ def rungs_of(run: Any) -> Callable[[Any, bool], JobRungs | None]:
     if found is None:
         return lambda job, finished: None
     board = Board.read(run.run_dir, found)
-    sweep_ended = all(job.state.is_final for job in run.jobs)
+    # A promoted job that has not resumed yet may still promote others: the sweep has not ended.
+    sweep_ended = all(job.state.is_final and (job.finished or not board.resuming(job.name)) for job in run.jobs)
     return lambda job, finished: board.job(job.name, finished, job.state.is_final, sweep_ended)
 
 

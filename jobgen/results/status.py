@@ -86,7 +86,9 @@ def status_table(
                 source,
             ]
         )
-    return header, table, all(job.state.is_final for job in run.jobs)
+    # A promoted job waiting for a slot to resume (WAITING@r) has not ended, whatever its last state.
+    resuming = {name for name, view in (rungs or {}).items() if view.outcome == halving_view.WAITING}
+    return header, table, all(job.state.is_final and job.name not in resuming for job in run.jobs)
 
 
 def runs_table(run_dirs: Sequence[Path], root: Path, refresh: bool) -> tuple[list[str], list[list[str]]]:

@@ -9,13 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from jobgen.backends import _queue
+from jobgen.backends import _queue, _tools
 from jobgen.cli import main
 from jobgen.commands import waves
-from jobgen.errors import SubmitError
+from jobgen.errors import JobgenError, SubmitError
 from tests.support.stub_tools import install_stubs
 
 SCONTROL = """
+echo "$*" >> "$STATE/scontrol.log"
+if [ "$1" = requeue ]; then echo "$2" >> "$STATE/requeued"; exit 0; fi
 if [ "$1 $2" = "show config" ]; then
   printf 'ClusterName = c1\\nMaxJobCount = %s\\nMinJobAge = 300 sec\\nAccountingStorageType = %s\\nAccountingStorageEnforce = %s\\n' \\
     "${MAXJ:-10000}" "${ACCT:-accounting_storage/none}" "${ENFORCE:-none}"
@@ -23,9 +25,14 @@ if [ "$1 $2" = "show config" ]; then
 fi
 exit 1
 """
-# The limits' question (-o %u|%T|%q|%a) gets $STATE/queue; the states' questions get nothing.
+# The limits' question (-o %u|%T|%q|%a) gets $STATE/queue; the states' question (-O JobArrayID,...)
+# gets $STATE/states (nothing when absent: the jobs have ended).
 SQUEUE = """
-case "$*" in *'%u|%T|%q|%a'*) cat "$STATE/queue" 2>/dev/null ;; esac
+echo "$*" >> "$STATE/squeue.log"
+case "$*" in
+  *'%u|%T|%q|%a'*) cat "$STATE/queue" 2>/dev/null ;;
+  *JobArrayID*) cat "$STATE/states" 2>/dev/null ;;
+esac
 exit 0
 """
 SACCTMGR = """
@@ -77,6 +84,7 @@ def test_submit_limits_only_where_enforced_and_counted_per_qos(tmp_path, monkeyp
     assert [lim.name for lim in _queue.read("small").limits] == ["MaxJobCount"]  # enforcement off: ignored
     monkeypatch.setenv("ACCT", "accounting_storage/slurmdbd")
     monkeypatch.setenv("ENFORCE", "associations,limits")
+    _tools.forget_config()  # the next command asks Slurm's configuration again
     room = _queue.read("small")
     by_name = {lim.name: lim for lim in room.limits}
     assert by_name["MaxSubmitJobsPerUser"].counted == 2 and by_name["MaxSubmitJobsPerUser"].room == 3
@@ -188,3 +196,173 @@ def test_submit_leaves_the_rest_waiting_and_status_tops_up(runner, tmp_path, mon
     assert not (run_dir / "waves.json").exists()
     ids = [j["job_id"] for j in json.loads((run_dir / "manifest.json").read_text())["jobs"]]
     assert ids == [str(101 + i) for i in range(10)]  # each job submitted once
+
+
+def _asked(state: Path, tool: str, words: str) -> int:
+    """How many times the stub `tool` was run with `words` in its arguments."""
+    log = state / f"{tool}.log"
+    return sum(1 for line in log.read_text().splitlines() if words in line) if log.exists() else 0
+
+
+def _states(state: Path, running: dict[str, str]) -> None:
+    """What squeue says of the run's jobs: job id -> state; the others have ended."""
+    fields = "00:05|1|n1|2026-01-01T00:00:00|2026-01-01T01:00:00|0|"
+    (state / "states").write_text("".join(f"{jid}|{st}|{fields}\n" for jid, st in running.items()))
+
+
+def test_the_api_waves_as_the_cli_does_and_submitit_refuses_what_does_not_fit(runner, tmp_path, monkeypatch):
+    from jobgen import api
+
+    stubs = {"scontrol": SCONTROL, "squeue": SQUEUE, "sbatch": SBATCH_OK, "sacct": "exit 1\n"}
+    state = install_stubs(tmp_path, monkeypatch, stubs)
+    monkeypatch.setenv("MAXJ", "9")  # room 8: waves of 3 (half, less the reserve)
+    exp = tmp_path / "wave.toml"
+    exp.write_text(SWEEP)
+    run = api.submit(api.load(exp, backend="sbatch"), output_root=tmp_path / "runs")
+    jobs = json.loads((run.path / "manifest.json").read_text())["jobs"]
+    assert [j["state"] for j in jobs] == ["SUBMITTED"] * 3 + ["WAITING"] * 7
+    assert (state / "calls").read_text().strip() == "3" and (run.path / "waves.json").exists()
+    # One `scontrol show config` for the whole call, though the run's room is read twice.
+    assert _asked(state, "scontrol", "show config") == 1
+
+    # submitit writes its own batch script (no exit path of jobgen's to submit the next wave): a sweep
+    # larger than the room is refused in one line, before any job is submitted.
+    with pytest.raises(JobgenError) as caught:
+        api.submit(api.load(exp, backend="submitit"), output_root=tmp_path / "runs")
+    message = caught.value.message
+    assert message.startswith("8 of the 10 job(s) fit in the queue now (slurm.conf MaxJobCount = 9, 0 held")
+    assert "the submitit backend cannot submit in waves" in message and "nothing was submitted" in message
+    assert (state / "calls").read_text().strip() == "3"
+    result = runner.invoke(main, ["--output-root", str(tmp_path / "runs"), "submit", str(exp), "--backend", "submitit"])
+    assert result.exit_code == 1 and "the submitit backend cannot submit in waves" in result.output
+    refused = [d for d in (tmp_path / "runs" / "wave").iterdir() if d.name != run.path.name]
+    assert len(refused) == 2
+    for run_dir in refused:
+        assert {j["state"] for j in json.loads((run_dir / "manifest.json").read_text())["jobs"]} == {"NOT_SUBMITTED"}
+
+
+def test_a_top_up_with_no_slot_free_asks_no_limit(runner, tmp_path, monkeypatch):
+    stubs = {"scontrol": SCONTROL, "squeue": SQUEUE, "sbatch": SBATCH_OK, "sacct": "exit 1\n"}
+    state = install_stubs(tmp_path, monkeypatch, stubs)
+    monkeypatch.setenv("MAXJ", "9")
+    exp = tmp_path / "wave.toml"
+    exp.write_text(SWEEP)
+    root = ["--output-root", str(tmp_path / "runs")]
+    assert runner.invoke(main, [*root, "submit", str(exp)]).exit_code == 0
+    # The room read before the first wave and again under the run's lock: one scontrol for both.
+    assert _asked(state, "scontrol", "show config") == 1 and _asked(state, "squeue", "%u|%T|%q|%a") == 2
+    (run_dir,) = (tmp_path / "runs" / "wave").iterdir()
+    # The three queued, one of them leaving: a slot for the next, so the limits are read (once).
+    _states(state, {"101": "RUNNING", "102": "PENDING", "103": "RUNNING"})
+    result = runner.invoke(main, [*root, "top-up", "--leaving", "103", str(run_dir)])
+    assert "submitted 1, 6 still WAITING" in result.output, result.output
+    assert _asked(state, "scontrol", "show config") == 2 and _asked(state, "squeue", "%u|%T|%q|%a") == 3
+    # max_queued jobs queued and none leaving: nothing can be submitted, so neither scontrol nor the
+    # everyone's squeue is asked (status and every ending job top up: that is most top-ups of a sweep).
+    _states(state, {"101": "RUNNING", "102": "PENDING", "104": "PENDING"})
+    result = runner.invoke(main, [*root, "top-up", str(run_dir)])
+    assert "submitted 0, 6 still WAITING" in result.output, result.output
+    assert _asked(state, "scontrol", "show config") == 2 and _asked(state, "squeue", "%u|%T|%q|%a") == 3
+
+
+HALVING = """
+[experiment]
+name = "halve"
+[train]
+model = "builtin:tiny"
+engine = "torch"
+epochs = 3
+[data]
+dataset = "builtin:synthetic"
+[launch]
+max_queued = 1
+[sweep.grid]
+"train.seed" = [1, 2, 3, 4]
+[sweep.halving]
+rungs = [1]
+eta = 2
+"""
+
+
+def _shown(output: str) -> dict[str, str]:
+    """job -> the state column of `jobgen status`."""
+    return {cells[0]: cells[3] for cells in (line.split() for line in output.splitlines()) if cells[:1] != ["run:"]}
+
+
+def test_halving_in_waves_a_promoted_job_waits_for_a_slot_and_a_paused_one_frees_its_own(runner, tmp_path, monkeypatch):
+    from training import halving
+
+    stubs = {"scontrol": SCONTROL, "squeue": SQUEUE, "sbatch": SBATCH_OK, "sacct": "exit 1\n"}
+    state = install_stubs(tmp_path, monkeypatch, stubs)
+    exp = tmp_path / "halve.toml"
+    exp.write_text(HALVING)
+    root = ["--output-root", str(tmp_path / "runs")]
+    result = runner.invoke(main, [*root, "submit", str(exp)])
+    assert result.exit_code == 0 and "1 job(s) queued, 3 WAITING" in result.output, result.output
+    (run_dir,) = (tmp_path / "runs" / "halve").iterdir()
+    script = (run_dir / "jobs" / "seed-1" / "job.sbatch").read_text()
+    # A job that pauses at a rung leaves the queue: on its way out it tops the sweep up, as any ending job.
+    assert 'a promotion requeues the job"\n        jobgen_next_wave || true\n        exit 0' in script
+    base, found = halving.root(run_dir), halving.Settings((1,), 2, "val_acc", "max")
+
+    # seed-1 (101) reaches the rung first: nothing to compare it with, it pauses and submits seed-2.
+    monkeypatch.setenv("SLURM_JOB_ID", "101")
+    assert not halving.at_rung(base, found, "seed-1", 1, 0.9, tmp_path / "ck1")
+    _states(state, {"101": "RUNNING"})
+    result = runner.invoke(main, [*root, "top-up", "--leaving", "101", str(run_dir)])
+    assert "submitted 1, 2 still WAITING" in result.output, result.output
+
+    # seed-2 (102) does worse: seed-1 is promoted, but the one slot is seed-2's. In a run that waves
+    # neither the job that promotes nor `jobgen status` requeues it then.
+    monkeypatch.setenv("SLURM_JOB_ID", "102")
+    _states(state, {"101": "COMPLETED", "102": "RUNNING"})
+    assert not halving.at_rung(base, found, "seed-2", 1, 0.5, tmp_path / "ck2")
+    assert halving.is_promoted(base, 1, "seed-1")
+    result = runner.invoke(main, [*root, "status", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    shown = _shown(result.output)
+    assert (shown["seed-1"], shown["seed-2"], shown["seed-3"], shown["seed-4"]) == (
+        "WAITING@1",  # promoted past rung 1, waits for a slot to resume
+        "RUNNING",
+        "WAITING",  # never submitted
+        "WAITING",
+    ), result.output
+    assert not (state / "requeued").exists()
+
+    # seed-2 pauses: its slot goes to seed-1, requeued once; no new job is submitted beside it.
+    result = runner.invoke(main, [*root, "top-up", "--leaving", "102", str(run_dir)])
+    assert "submitted 0, requeued 1 promoted job(s), 2 still WAITING" in result.output, result.output
+    assert (state / "requeued").read_text().split() == ["101"] and (state / "calls").read_text().strip() == "2"
+    _states(state, {"101": "PENDING", "102": "COMPLETED"})
+    shown = _shown(runner.invoke(main, [*root, "status", str(run_dir)]).output)
+    assert (shown["seed-1"], shown["seed-2"], shown["seed-3"]) == ("PENDING", "PAUSED@1", "WAITING")
+    assert (state / "requeued").read_text().split() == ["101"] and (state / "calls").read_text().strip() == "2"
+
+
+def test_a_full_submit_limit_of_the_user_asks_only_the_users_jobs(runner, tmp_path, monkeypatch):
+    stubs = {"scontrol": SCONTROL, "squeue": SQUEUE, "sacctmgr": SACCTMGR, "sbatch": SBATCH_OK, "sacct": "exit 1\n"}
+    state = install_stubs(tmp_path, monkeypatch, stubs)
+    monkeypatch.setenv("ACCT", "accounting_storage/slurmdbd")
+    monkeypatch.setenv("ENFORCE", "associations,limits")
+    exp = tmp_path / "wave.toml"
+    exp.write_text(SWEEP)
+    root = ["--output-root", str(tmp_path / "runs")]
+    sets = ["--set", "slurm.qos=small", "--set", "launch.max_queued=4"]
+    result = runner.invoke(main, [*root, "submit", str(exp), *sets])
+    assert result.exit_code == 0 and "4 job(s) queued, 6 WAITING" in result.output, result.output
+    (run_dir,) = (tmp_path / "runs" / "wave").iterdir()
+    everyone = _asked(state, "squeue", "-t all -o %u|%T|%q|%a")  # every user's jobs: MaxJobCount counts them
+    own = _asked(state, "squeue", f"-u {_queue.user()} -o %u|%T|%q|%a")
+    # The four ended; five other jobs of the user fill the QOS's MaxSubmitJobsPerUser = 5. The user's
+    # own jobs show that nothing fits: every user's jobs are not asked.
+    _queue_lines(state, [f"{_queue.user()}|PENDING|small|acct1"] * 5)
+    result = runner.invoke(main, [*root, "top-up", str(run_dir)])
+    assert "submitted 0, 6 still WAITING" in result.output, result.output
+    assert "(QOS small MaxSubmitJobsPerUser = 5, 5 of yours queued in QOS small)" in result.output
+    assert _asked(state, "squeue", "-t all -o %u|%T|%q|%a") == everyone
+    assert _asked(state, "squeue", f"-u {_queue.user()} -o %u|%T|%q|%a") == own + 1
+    # Room again under the user's limits: MaxJobCount needs every user's jobs, and they are asked.
+    _queue_lines(state, [f"{_queue.user()}|PENDING|small|acct1"] * 2)
+    result = runner.invoke(main, [*root, "top-up", str(run_dir)])
+    assert "submitted 3, 3 still WAITING" in result.output, result.output
+    assert _asked(state, "squeue", "-t all -o %u|%T|%q|%a") == everyone + 1

@@ -33,3 +33,11 @@ def test_every_unit_goes_out_once_and_the_alone_test_last(units: list[str], wait
         left.remove(unit)
         handed.append(unit)
     assert sorted(handed) == sorted(units) and handed[-1] == PROBE
+
+
+def test_the_waiters_are_none_below_three_workers_one_with_three_and_two_from_four():
+    from tests.conftest import waiter_ids
+
+    assert waiter_ids(0) == waiter_ids(2) == frozenset()
+    assert waiter_ids(3) == {"gw0"}
+    assert waiter_ids(4) == waiter_ids(8) == {"gw0", "gw1"}

@@ -226,3 +226,15 @@ def run_entrypoint(
         raise AssertionError(f"entrypoint timed out; log:\n{log.read_text()[-4000:]}") from None
     assert rc == 0, f"rc={rc}; log:\n{log.read_text()[-6000:]}"
     return json.loads((spec.parent / "result.json").read_text())
+
+
+def run_here(spec: Path) -> dict[str, Any]:
+    """Run a one-rank job in the test's own process (the libraries are imported once for every such
+    test of a worker, where `run_entrypoint` pays torch's, transformers' and Lightning's import each
+    time); return its result.json. For what the process itself does (signals, exit codes, ranks), use
+    `run_entrypoint`."""
+    from training.run import run
+    from training.spec import load
+
+    assert run(load(spec), spec) == 0
+    return json.loads((spec.parent / "result.json").read_text())

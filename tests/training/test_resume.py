@@ -104,7 +104,7 @@ def saved_stats(checkpoints: Path) -> dict:
     return saved["jobgen"]["stats"] if "jobgen" in saved else saved["stats"]
 
 
-# The mid-epoch resume after SIGTERM (preemption) runs for every engine on one and two ranks in
+# The mid-epoch resume after SIGTERM (preemption) runs for every engine in
 # test_preemption.py, with these checks (the handler and the checkpoint at the next step are the same
 # for both signals), and USR2 reaches every engine at an epoch's end above; USR2 mid-epoch runs here
 # for the one shape no SIGTERM test has: the Trainer on two ranks.

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.training.conftest import run_entrypoint, subprocess_env, write_spec
+from tests.training.conftest import run_entrypoint, run_here, subprocess_env, write_spec
 from tests.training.test_metrics import Reference
 from training import synthetic
 from training.metrics import metrics, predictions
@@ -84,7 +84,7 @@ def test_regression_is_inferred_scored_by_pearson_and_predictions_recompute(
         train={"engine": "torch", "save_predictions": True, "epochs": 2},
         data={"dataset": "", "partition": [], "files": files, "label_field": "score", "val_fraction": 0.2},
     )
-    result = run_entrypoint(spec, subprocess_env(), timeout=300)
+    result = run_here(spec)
     assert result["primary_metric"] == "pearson"
     assert set(result["test_metrics"]) == {"pearson", "spearman", "mse"}
     assert result["test_acc"] is None and result["val_acc_per_epoch"] == [] and result["epochs_done"] == 2
@@ -117,7 +117,7 @@ def test_multi_label_from_list_labels_on_lightning(tmp_path: Path, cache_dir: Pa
         train={"engine": "lightning", "save_predictions": True, "epochs": 3},
         data={"dataset": "", "partition": [], "files": files, "label_field": "tags"},
     )
-    result = run_entrypoint(spec, subprocess_env(), timeout=300)
+    result = run_here(spec)
     assert result["primary_metric"] == "micro_f1"
     assert set(result["test_metrics"]) == {"micro_f1", "macro_f1"}
     assert result["test_metrics"]["micro_f1"] > 0.75, result["test_metrics"]
@@ -227,7 +227,7 @@ def test_glue_presets_mnli_matched_and_mismatched_and_stsb(tmp_path: Path, cache
     mnli = write_spec(
         tmp_path / "mnli", cache_dir, train=train, data={"preset": "glue/mnli", "dataset": str(folder), "partition": []}
     )
-    result = run_entrypoint(mnli, subprocess_env(), timeout=300)
+    result = run_here(mnli)
     assert result["primary_metric"] == "accuracy"
     by_split = result["test_metrics_by_split"]
     assert set(by_split) == {"validation_matched", "validation_mismatched"}
@@ -242,7 +242,7 @@ def test_glue_presets_mnli_matched_and_mismatched_and_stsb(tmp_path: Path, cache
     stsb = write_spec(
         tmp_path / "stsb", cache_dir, train=train, data={"preset": "glue/stsb", "dataset": str(folder), "partition": []}
     )
-    result = run_entrypoint(stsb, subprocess_env(), timeout=300)
+    result = run_here(stsb)
     assert result["primary_metric"] == "pearson"
     assert set(result["test_metrics"]) == {"pearson", "spearman", "mse"}
     assert result["scored"]["test"] == 53
