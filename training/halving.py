@@ -25,10 +25,12 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from training.contract import LOWER_IS_BETTER, TASKS, metric_problem
 
 # Exit status of every rank of a job that paused at a rung: neither success (no result) nor failure.
 EXIT_PAUSED = 76
@@ -36,11 +38,35 @@ DIR = "halving"
 # In the run folder while the run submits in waves (jobgen.commands.waves, launch.max_queued): a promoted
 # job is then requeued by a top-up, when the queue has a slot for it, not by the job that promoted it.
 WAVES = "waves.json"
-# The metric a rung compares, and the direction that is better, for each name it takes; and the key of
-# that metric in a job's per-epoch validation scores (training.results.Stats.val_metrics_per_epoch).
-METRICS = {"val_acc": "max"}
-_SCORE_KEYS = {"val_acc": "accuracy"}
-DEFAULT_METRIC = "val_acc"
+# The metric a rung compares is one of the validation metrics a job scores (result.json's val_metrics
+# names: training.contract.METRICS). PRIMARY: the job's primary metric, named only once its data is
+# read (data.problem_type = "auto"); every job of a sweep trains alike, so every job names the same.
+PRIMARY = "primary"
+# The name halving took first, for the validation accuracy: still read in experiments and manifests.
+ALIASES = {"val_acc": "accuracy"}
+
+
+# Set by a backend whose jobs end where no batch script of jobgen's reads the pause marker (submitit):
+# the exit status of a paused job's ranks, "0" for a job that ended as planned.
+PAUSED_EXIT_ENV = "JOBGEN_PAUSED_EXIT"
+
+
+def paused_status(env: Mapping[str, str] | None = None) -> int:
+    """The exit status of a paused job's ranks: EXIT_PAUSED, for the batch script to read (with the
+    marker), or what PAUSED_EXIT_ENV says."""
+    said = (os.environ if env is None else env).get(PAUSED_EXIT_ENV, "")
+    return int(said) if said.isdigit() and int(said) < 256 else EXIT_PAUSED
+
+
+def canonical(metric: str) -> str:
+    """A metric name as val_metrics names it (an older alias mapped)."""
+    return ALIASES.get(metric, metric)
+
+
+def mode_of(metric: str) -> str:
+    """The direction that is better for a metric: min for the errors (mse), max for every other (and for
+    PRIMARY: a primary metric left to the problem type is never an error)."""
+    return "min" if canonical(metric) in LOWER_IS_BETTER else "max"
 
 
 @dataclass(frozen=True)
@@ -57,15 +83,31 @@ class Settings:
 
     @classmethod
     def from_record(cls, raw: Mapping[str, Any]) -> Settings:
-        return cls(tuple(int(r) for r in raw["rungs"]), int(raw["eta"]), str(raw["metric"]), str(raw["mode"]))
+        metric = canonical(str(raw["metric"]))
+        return cls(tuple(int(r) for r in raw["rungs"]), int(raw["eta"]), metric, str(raw["mode"]))
+
+    def metric_of_job(self, primary: str) -> str:
+        """The validation metric this job's rungs compare, `primary` being the job's primary metric."""
+        return primary if self.metric == PRIMARY else self.metric
+
+
+def job_metric_problem(metric: str, problem_type: str, num_labels: int) -> str | None:
+    """Why a job of this problem type cannot compare `metric` at its rungs (it does not score it); None
+    when it can. For the start of a job whose problem type validation could not know (auto)."""
+    if metric == PRIMARY:
+        return None
+    scored = [m for m in TASKS[problem_type].metrics if m != "f1" or num_labels == 2]
+    if metric in scored:
+        return None
+    why = metric_problem(problem_type, metric) or f"{metric!r} is the F1 of class 1 of two classes"
+    return f"{why.split(';')[0]}; this job's validation scores {', '.join(scored)}"
 
 
 def epoch_metric(name: str, val_metrics_per_epoch: list[dict[str, Any]], rung: int) -> float:
-    """The metric `name` after `rung` epochs: the one place that says where a rung's metric comes from.
-    NaN where the job has no such score (it then ranks last)."""
-    if name not in _SCORE_KEYS:
-        raise ValueError(f"halving metric {name!r} is not recorded per epoch; use one of {', '.join(METRICS)}")
-    value = val_metrics_per_epoch[rung - 1].get(_SCORE_KEYS[name])
+    """The validation metric `name` (val_metrics' names) after `rung` epochs: the one place that says
+    where a rung's metric comes from. NaN where the epoch has no value (Pearson of a constant): it then
+    ranks last."""
+    value = val_metrics_per_epoch[rung - 1].get(name)
     return math.nan if value is None else float(value)
 
 
@@ -233,20 +275,33 @@ def forget_requeue(base: Path, rung: int, job: str) -> None:
         (_dir(base, "requeued", rung) / job).unlink()
 
 
-def requeue_paused(report_: Mapping[str, Any]) -> str:
-    """Ask Slurm to start a promoted job again (it resumes from its rung's checkpoint); what happened.
-    A job still pending needs nothing; one still running is requeued too (it may be on its way out)."""
+def requeue_paused(report_: Mapping[str, Any]) -> tuple[bool, str]:
+    """Ask Slurm to start a promoted job again (it resumes from its rung's checkpoint): (whether it is
+    queued again now, what happened). A job still pending needs nothing; one still running is requeued
+    too (it may be on its way out). Where there is no scontrol (a container's image), nothing is asked."""
     target, scontrol = report_.get("requeue_id"), shutil.which("scontrol")
     if not target:
-        return "not a Slurm job: its runner resumes it"
+        return False, "not a Slurm job: its runner resumes it"
     if not scontrol:
-        return f"no scontrol here: `jobgen status` requeues {target}"
+        return False, f"no scontrol here: `jobgen status` requeues {target}"
     shown = subprocess.run([scontrol, "show", "job", "-o", str(target)], check=False, capture_output=True, text=True)
     state = shown.stdout.split("JobState=", 1)[1].split()[0] if "JobState=" in shown.stdout else "unknown"
     if state in ("PENDING", "REQUEUED"):
-        return f"{target} is {state} already"
+        return True, f"{target} is {state} already"
     asked = subprocess.run([scontrol, "requeue", str(target)], check=False, capture_output=True, text=True)
-    return f"scontrol requeue {target} -> rc {asked.returncode} {asked.stderr.strip()}".strip()
+    return asked.returncode == 0, f"scontrol requeue {target} -> rc {asked.returncode} {asked.stderr.strip()}".strip()
+
+
+def requeue_promoted(base: Path, rung: int, job: str, report_: Mapping[str, Any]) -> str | None:
+    """A job at its rung requeues `job`, which it promoted, unless someone did already (first_requeue);
+    what happened, None when it was not its turn. A requeue not made (no scontrol where the job runs,
+    Slurm refused) is given back: the next participant, a `jobgen status`, makes it."""
+    if not report_.get("requeue_id") or not first_requeue(base, rung, job):
+        return None
+    done, said = requeue_paused(report_)
+    if not done:
+        forget_requeue(base, rung, job)
+    return said
 
 
 def pause_marker(checkpoint_dir: Path, env: Mapping[str, str] | None = None) -> Path:
@@ -256,24 +311,37 @@ def pause_marker(checkpoint_dir: Path, env: Mapping[str, str] | None = None) -> 
     return checkpoint_dir / f".paused-{env.get('SLURM_JOB_ID', 'local')}-{env.get('SLURM_RESTART_COUNT', '0') or 0}"
 
 
-def at_rung(base: Path, settings: Settings, job: str, rung: int, metric: float, checkpoint_dir: Path) -> bool:
-    """Rank 0 of `job` after `rung` epochs, its checkpoint written: report, apply the rule (promoting
-    others too), and say whether this job goes on. A job that stops writes its pause marker first,
-    then looks once more: a promotion made in between is not lost."""
+def paused_since(checkpoint_dir: Path, since: float, env: Mapping[str, str] | None = None) -> bool:
+    """Whether the job's rank 0 wrote its pause marker since `since` (time.time()): a launcher that
+    reports its ranks' pause as a failure of its own (torchrun) then ran a paused job."""
+    try:
+        return pause_marker(checkpoint_dir, env).stat().st_mtime >= since - 1  # some file systems keep seconds
+    except OSError:
+        return False
+
+
+def at_rung(
+    base: Path, settings: Settings, job: str, rung: int, metric: float, checkpoint_dir: Path, name: str = ""
+) -> bool:
+    """Rank 0 of `job` after `rung` epochs, its checkpoint written: report (`name`: the metric's), apply
+    the rule (promoting others too), and say whether this job goes on. A job that stops writes its pause
+    marker first, then looks once more: a promotion made in between is not lost."""
     from training.requeue import requeue_target
 
-    report(base, rung, job, metric, requeue_id=requeue_target())
+    report(base, rung, job, metric, requeue_id=requeue_target(), name=name or settings.metric)
     if is_promoted(base, rung, job):
         return True  # decided before a requeue or retry: the decision stands
-    reports = read_reports(base, rung)
     waves = (base.parent / WAVES).exists()
     for other in settle(base, rung, settings):
-        if other == job or not reports[other].get("requeue_id"):
+        if other == job:
             continue
         if waves:
             print(f"training: halving: promoted {other} at rung {rung}: requeued when the queue has room", flush=True)
-        elif first_requeue(base, rung, other):
-            print(f"training: halving: promoted {other} at rung {rung}: {requeue_paused(reports[other])}", flush=True)
+            continue
+        # Read after the settling: it may promote a job whose report came in just before it.
+        said = requeue_promoted(base, rung, other, read_reports(base, rung).get(other, {}))
+        if said is not None:
+            print(f"training: halving: promoted {other} at rung {rung}: {said}", flush=True)
     if is_promoted(base, rung, job):
         return True
     marker = pause_marker(checkpoint_dir)
@@ -285,9 +353,31 @@ def at_rung(base: Path, settings: Settings, job: str, rung: int, metric: float, 
     return False
 
 
-def say_pause(job: str, rung: int, metric: float) -> None:
+def goes_on(spec: Any, stats: Any, done: int, rank: int, agree: Callable[[list[float]], list[float]]) -> bool:
+    """Every engine, at the start of an epoch with `done` epochs validated and checkpointed (a resumed job
+    passes here again and keeps the decision it had): True when the job trains on. At a halving rung,
+    rank 0 reports the job's metric and applies the rule, and every rank follows its answer (`agree`
+    sums values over the ranks, a collective every rank calls). A job that stops has
+    stats.paused_at = done and stats.interrupted set: it ends with EXIT_PAUSED, its checkpoint kept."""
+    if not spec.halving or spec.probe or done not in spec.halving["rungs"]:
+        return True
+    go = 0.0  # only rank 0's answer counts: the others add nothing to the sum
+    if rank == 0:
+        settings = Settings.from_record(spec.halving)
+        name = settings.metric_of_job(stats.primary_metric)
+        metric = epoch_metric(name, stats.val_metrics_per_epoch, done)
+        go = float(at_rung(root(spec.run_dir), settings, spec.job, done, metric, spec.checkpoint_dir, name))
+        if not go:
+            say_pause(spec.job, done, name, metric)
+    if agree([go])[0] > 0:
+        return True
+    stats.paused_at, stats.interrupted = done, True
+    return False
+
+
+def say_pause(job: str, rung: int, name: str, metric: float) -> None:
     print(
-        f"training: halving: {job} pauses at rung {rung} ({metric:.4f} is not in the top of its rung); "
+        f"training: halving: {job} pauses at rung {rung} ({name} {metric:.4f} is not in the top of its rung); "
         "it resumes here if a later report promotes it",
         file=sys.stderr,
         flush=True,

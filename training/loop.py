@@ -256,9 +256,7 @@ def fit(job: Job) -> None:
         if t.max_steps and job.progress["global_step"] >= t.max_steps:
             break
         if not _goes_on(job, epoch):
-            stats.paused_at = epoch
-            stats.interrupted = True
-            return
+            return  # paused at a halving rung: stats.paused_at says so
         outcome = train_epoch(job, epoch)
         if outcome == "interrupted":
             console.phase("checkpointing for the requeue")
@@ -287,18 +285,8 @@ def fit(job: Job) -> None:
 
 def _goes_on(job: Job, done: int) -> bool:
     """After `done` epochs: at a halving rung, rank 0 reports and applies the rule, and every rank
-    follows its answer (a resumed job passes again here, keeping the decision it had)."""
-    spec = job.spec
-    if not spec.halving or spec.probe or done not in spec.halving["rungs"]:
-        return True
-    go = 1.0
-    if job.rt.rank == 0:
-        settings = halving.Settings.from_record(spec.halving)
-        metric = halving.epoch_metric(settings.metric, job.stats.val_metrics_per_epoch, done)
-        go = float(halving.at_rung(halving.root(spec.run_dir), settings, spec.job, done, metric, spec.checkpoint_dir))
-        if not go:
-            halving.say_pause(spec.job, done, metric)
-    return job.rt.reduce_sum([go])[0] > 0
+    follows its answer (training.halving.goes_on)."""
+    return halving.goes_on(job.spec, job.stats, done, job.rt.rank, job.rt.reduce_sum)
 
 
 def test(job: Job) -> None:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from training import requeue, results
+from training import halving, requeue, results
 from training.spec import Spec
 
 # Engines that take their ranks from torch.distributed's variables and need a launcher for several.
@@ -61,10 +62,12 @@ def launch_locally(spec: Spec, spec_path: Path) -> int:
         str(spec_path),
     ]
     signal = spec.requeue.signal if spec.requeue.enabled else None
-    before = results.result_stamp(spec.job_dir)
+    before, started = results.result_stamp(spec.job_dir), time.time()
     rc, relayed = relay.run(cmd, signal)
     if results.finished_anyway(spec.job_dir, before, rc):
         return 0
+    if rc != 0 and halving.paused_since(spec.checkpoint_dir, started):
+        return halving.paused_status()  # torchrun reports its ranks' pause at a rung as a failure
     # torchrun reports a rank's "requeue me" exit as a failure of its own; say what the ranks meant.
     return requeue.EXIT_REQUEUE if rc != 0 and relayed and requeue.newest_checkpoint(spec.checkpoint_dir) else rc
 

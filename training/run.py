@@ -61,6 +61,7 @@ def _run(spec: Spec) -> int:
     from training.metrics import resolve_primary
 
     stats.primary_metric = resolve_primary(prepared.problem_type, spec.data.primary_metric, prepared.num_labels)
+    _check_halving_metric(spec, prepared)
     prepared = probe.slice_eval(spec, prepared)
     console.phase(f"starting the {spec.train.engine} engine")
     engine = importlib.import_module(ENGINE_MODULES[spec.train.engine])
@@ -102,10 +103,23 @@ def _run(spec: Spec) -> int:
         common.end_process_group()  # the other ranks wait in its barrier, even if writing failed
     trackers.finish("KILLED" if stats.interrupted else "FINISHED")
     if stats.paused_at:
-        raise SystemExit(halving.EXIT_PAUSED)  # rank 0 wrote the pause marker: the batch script ends with 0
+        raise SystemExit(halving.paused_status())  # rank 0 wrote the pause marker: the batch script ends with 0
     if stats.interrupted:
         requeue.leave_for_requeue(rank, spec.checkpoint_dir)
     return 0
+
+
+def _check_halving_metric(spec: Spec, prepared: Prepared) -> None:
+    """A rung metric this job does not score stops it before training (validation refuses it where the
+    problem type is known; with data.problem_type = "auto" only the data says)."""
+    if not spec.halving or spec.probe:
+        return
+    from training.spec import SpecError
+
+    metric = halving.Settings.from_record(spec.halving).metric
+    problem = halving.job_metric_problem(metric, prepared.problem_type, prepared.num_labels)
+    if problem:
+        raise SpecError(f"sweep.halving.metric = {problem}")
 
 
 def _end_after_failure(exc: BaseException) -> None:

@@ -6,6 +6,7 @@ import contextlib
 import contextvars
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,9 +14,12 @@ from typing import Any
 from jobgen.backends._base import Scheduler
 from jobgen.facts import JobShape, now_iso
 from jobgen.states import State
-from training.halving import EXIT_PAUSED
+from training.halving import EXIT_PAUSED, paused_since
 
 LOG_NAME = "local.out"
+# The manifest entry's field: wall-clock seconds the job ran on this machine, every run of it together
+# (a local job holds no allocation: these are its hours in a halving summary's totals).
+RAN_S = "ran_s"
 # Whether a job's output is copied to our stdout as it runs (the CLI) or only to its log (jobgen.api).
 _ECHO = contextvars.ContextVar("jobgen_local_echo", default=True)
 
@@ -45,16 +49,32 @@ class Local(Scheduler):
         return ["bash", str(script)]
 
     def submit(self, run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
+        """Run the job here, to its end; its entry's new fields. RAN_S adds this run's wall-clock seconds
+        to those of the job's earlier runs (a halving job promoted after its pause runs again)."""
         log_path = run_dir / job["dir"] / LOG_NAME
-        started = now_iso()
+        started, tick, wall = now_iso(), time.monotonic(), time.time()
+        before = job.get(RAN_S)
+        before = float(before) if isinstance(before, (int, float)) and not isinstance(before, bool) else 0.0
+
+        def ran() -> float:
+            return round(before + time.monotonic() - tick, 3)
+
         try:
             code = _run_teed(job["submit_command"], log_path)
         except KeyboardInterrupt:
-            return {"state": State.CANCELLED.value, "submitted_at": started, "ended_at": now_iso(), "exit_code": None}
+            return {
+                "state": State.CANCELLED.value,
+                "submitted_at": started,
+                "ended_at": now_iso(),
+                "exit_code": None,
+                RAN_S: ran(),
+            }
         # A job paused at a halving rung ended as planned, without a result (the state rule then shows it
-        # as paused, jobgen.results.halving): not a failure.
-        state = State.COMPLETED if code in (0, EXIT_PAUSED) else State.FAILED
-        return {"state": state.value, "submitted_at": started, "ended_at": now_iso(), "exit_code": code}
+        # as paused, jobgen.results.halving): not a failure. A launcher (torchrun) reports its ranks'
+        # pause as a failure of its own: the pause marker this run wrote says what they meant.
+        paused = code == EXIT_PAUSED or (code != 0 and paused_since(run_dir / job["dir"] / "checkpoints", wall))
+        state = State.COMPLETED if code == 0 or paused else State.FAILED
+        return {"state": state.value, "submitted_at": started, "ended_at": now_iso(), "exit_code": code, RAN_S: ran()}
 
     def requeue_refusal(self, run_dir: Path) -> str | None:
         return (

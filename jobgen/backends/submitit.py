@@ -16,6 +16,7 @@ from jobgen.backends._slurm import SlurmScheduler, extra_options, resource_optio
 from jobgen.errors import BackendError, SubmitError
 from jobgen.facts import JobShape, now_iso, time_minutes
 from jobgen.states import State
+from training.halving import PAUSED_EXIT_ENV
 
 
 class Submitit(SlurmScheduler):
@@ -109,9 +110,14 @@ INTEGERS = frozenset({"nodes", "tasks_per_node", "cpus_per_task"})
 
 def executor_parameters(spec: dict[str, Any], setup_file: Path, srun_flags: list[str] | None = None) -> dict[str, Any]:
     """The experiment's resources (the same mapping as sbatch scripts: resource_options) in submitit's words."""
+    setup = [f"source {shlex.quote(str(setup_file))}"]
+    if spec.get("halving"):
+        # A job paused at a halving rung ended as planned (no batch script of jobgen's reads its marker
+        # here): status 0, or submitit records a failure and Slurm a FAILED job.
+        setup.append(f"export {PAUSED_EXIT_ENV}=0")
     params: dict[str, Any] = {
         "name": f"{spec['experiment']}.{spec['job']}",
-        "slurm_setup": [f"source {shlex.quote(str(setup_file))}"],
+        "slurm_setup": setup,
         "slurm_srun_args": ["--label", "--kill-on-bad-exit=1", *(srun_flags or [])],
     }
     for flag, value in resource_options(spec["slurm"]):

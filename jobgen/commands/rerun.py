@@ -26,6 +26,7 @@ from jobgen import __version__, backends
 from jobgen.commands.submit import Files, customize, training_package_dir, write_new_run
 from jobgen.errors import DriftError, JobgenError
 from jobgen.experiment import config, resolved, sites
+from jobgen.experiment import halving as halving_config
 from jobgen.plan.plan import Job, cache_dir_for, plan
 from jobgen.plan.render import RunInfo, render_job
 from jobgen.plan.spec import build_spec
@@ -93,6 +94,7 @@ def rerun(
     scheduler = backends.get(old.backend)
     experiment = recorded_experiment(old, sets) if sets else None
     tree = resolved_experiment(old, sets)
+    halved = _halving(old, experiment, len(recorded))
 
     def make(run_id: str, new_dir: Path) -> tuple[dict[str, Any], Files]:
         changed = drift + (_render_drifts(old, recorded, run_id, new_dir) if experiment is not None else [])
@@ -103,7 +105,7 @@ def rerun(
                 "--allow-drift to run it anyway (the new manifest records what differed)",
                 changed,
             )
-        made = _render(experiment, recorded, run_id, new_dir, _git(old)) if experiment is not None else {}
+        made = _render(experiment, recorded, run_id, new_dir, _git(old), halved) if experiment is not None else {}
         files: Files = {name: (old.run_dir / name).read_bytes() for name in KEPT if (old.run_dir / name).is_file()}
         if tree is not None:
             files[resolved.FILE] = resolved.text(tree)
@@ -114,12 +116,33 @@ def rerun(
             files[str(rec.job.entry["script"])] = script
             entries.append(_entry(rec.job, scheduler.submit_command(new_dir / rec.job.entry["script"]), dry_run))
         manifest = _manifest(old, run_id, entries, dry_run, sets, changed)
+        if halved:
+            manifest["halving"] = halved
         files[record.MANIFEST] = record.manifest_text(manifest)
         record.check_no_secrets({k: v for k, v in files.items() if isinstance(v, str)})
         return manifest, files
 
     new_dir, manifest = write_new_run(old.run_dir.parent.parent, old.run_dir.parent.name, make, {SNAPSHOT: code})
     return Rerun(new_dir, manifest, old.run_dir, manifest["rerun"]["jobs"], manifest["rerun"]["drift"], notes)
+
+
+def _halving(old: Run, experiment: config.Experiment | None, jobs: int) -> dict[str, Any] | None:
+    """The new run's [sweep.halving] settings (its manifest's "halving"): the old run's, or with --set
+    the recorded experiment's again; None without halving. A JobgenError for fewer jobs than eta: at a
+    rung a job goes on only in the top 1/eta of the jobs there, so fewer would all stop at the first."""
+    if experiment is not None:
+        settings = halving_config.settings(experiment.sweep.halving, experiment.train.epochs, experiment.data)
+        found = settings.record() if settings is not None else None
+    else:
+        found = old.manifest.get("halving") if isinstance(old.manifest.get("halving"), dict) else None
+    eta = found.get("eta") if found else None
+    if isinstance(eta, int) and jobs < eta:
+        raise JobgenError(
+            f"{old.run_dir} halves its sweep (eta = {eta}): a job goes on at a rung only in the top 1/{eta} of "
+            f"at least {eta} jobs, so the {jobs} named would all stop at their first rung; rerun at least "
+            f"{eta} of its jobs (or all)"
+        )
+    return found
 
 
 def _manifest(
@@ -249,9 +272,15 @@ def _site(old: Run) -> sites.Site | None:
 
 
 def _render(
-    exp: config.Experiment, recorded: list[Recorded], run_id: str, new_dir: Path, git: tuple[str | None, bool]
+    exp: config.Experiment,
+    recorded: list[Recorded],
+    run_id: str,
+    new_dir: Path,
+    git: tuple[str | None, bool],
+    halved: dict[str, Any] | None,
 ) -> dict[str, tuple[dict[str, Any], str]]:
-    """job name -> (spec, script) of the recorded jobs, rendered for the new run."""
+    """job name -> (spec, script) of the recorded jobs, rendered for the new run; `halved`: the run's
+    [sweep.halving] settings, which each spec carries (as jobgen.commands.submit writes them)."""
     planned = {job.name: job for job in plan(exp)}
     lost = [rec.job.name for rec in recorded if rec.job.name not in planned]
     if lost:
@@ -270,6 +299,8 @@ def _render(
     for rec in recorded:
         job = _as_limited(planned[rec.job.name], rec.spec)
         spec = build_spec(job, info, Path(str(rec.spec.get("cache_dir") or cache_dir_for(job, new_dir.parent.parent))))
+        if halved:
+            spec["halving"] = halved
         out[job.name] = (spec, render_job(job, info))
     return out
 
@@ -292,7 +323,8 @@ def _git(old: Run) -> tuple[str | None, bool]:
 
 def _render_drifts(old: Run, recorded: list[Recorded], run_id: str, new_dir: Path) -> list[str]:
     """With --set: what this jobgen renders differently from the record, the recorded experiment as it was."""
-    now = _render(recorded_experiment(old, []), recorded, run_id, new_dir, _git(old))
+    before = recorded_experiment(old, [])
+    now = _render(before, recorded, run_id, new_dir, _git(old), _halving(old, before, len(recorded)))
     return [
         line for rec in recorded for line in _render_drift(rec, _moved(old, rec, run_id, new_dir), now[rec.job.name])
     ]

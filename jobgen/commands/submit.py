@@ -155,7 +155,7 @@ def _render(
     if missing:
         raise ConfigError(f"{exp.label}: container.image: {missing[0]}")
     entries = []
-    halved = halving_config.settings(exp.sweep.halving, exp.train.epochs)
+    halved = halving_config.settings(exp.sweep.halving, exp.train.epochs, exp.data)
     for job in jobs:
         rel = f"jobs/{job.name}"
         script_rel = f"{rel}/{scheduler.script_name}"
@@ -306,7 +306,9 @@ def _resume_promoted(run_dir: Path, backend: Scheduler, manifest: dict[str, Any]
     from training.halving import Settings
 
     def run_one(entry: dict[str, Any]) -> None:
-        record.update_jobs(run_dir, {entry["name"]: backend.submit(run_dir, entry)})
+        # The entry as recorded now (its first run's fields: the time it ran so far), not as at the start.
+        now = {e["name"]: e for e in record.load_manifest(run_dir)["jobs"]}.get(entry["name"], entry)
+        record.update_jobs(run_dir, {entry["name"]: backend.submit(run_dir, now)})
 
     halving_view.resume_local(run_dir, Settings.from_record(manifest["halving"]), manifest["jobs"], run_one)
 

@@ -173,7 +173,12 @@ def _check_halving(exp: Experiment, ctx: _Context) -> None:
     swept = _swept_keys({"grid": exp.sweep.grid, "points": exp.sweep.points, "random": exp.sweep.random})
     has_sweep = bool(exp.sweep.grid or exp.sweep.points or exp.sweep.random)
     problems = halving_config.problems(
-        exp.sweep.halving, exp.train.epochs, has_sweep=has_sweep, swept=swept, engine=exp.train.engine
+        exp.sweep.halving,
+        exp.train.epochs,
+        has_sweep=has_sweep,
+        swept=swept,
+        data=exp.data,
+        chain=exp.slurm.chain,
     )
     for key, problem in problems[:1]:
         ctx.fail(f"sweep.halving.{key}" if key else "sweep.halving", problem)

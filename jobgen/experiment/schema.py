@@ -198,7 +198,8 @@ class SweepSection:
         {},
         "Successive halving: stop the losers at rungs. rungs = [epochs, ...] (each below train.epochs) or "
         "min_epochs (rungs min_epochs * eta**k; default 1), eta (keep the top 1/eta, default 3), metric "
-        "(default val_acc), mode (max or min); docs/guides/halving.md.",
+        "(a validation metric of the task: accuracy, mcc, pearson...; default the primary), mode (max or min; "
+        "default the metric's direction); docs/guides/halving.md.",
     )
     max_jobs: int = opt(
         10000, "Refuse sweeps larger than this (raise it on purpose for huge sweeps).", min=1, max=10_000_000

@@ -30,6 +30,7 @@ class JobRungs:
     rung_metrics: tuple[float, ...]
     outcome: str  # finished, paused, stopped, running
     promoted: tuple[int, ...]  # the rungs it was promoted past
+    metric: str = ""  # the validation metric of rung_metrics (val_metrics' name), as the job reported it
 
     def label(self) -> str:
         """How the state column shows a job that halving ended or that waits to resume: 'PAUSED@3',
@@ -88,7 +89,17 @@ class Board:
             outcome = WAITING
         else:
             outcome = RUNNING
-        return JobRungs(last, tuple(reached), metrics, outcome, passed)
+        return JobRungs(last, tuple(reached), metrics, outcome, passed, self.metric(name))
+
+    def metric(self, name: str = "") -> str:
+        """The validation metric the rungs compare: as `name`'s reports (or any job's) name it, else as
+        the settings do; '' while that is the jobs' primary metric and no job has reported."""
+        for rung in self.settings.rungs:
+            for job, found in self.reports[rung].items():
+                if (not name or job == name) and isinstance(found.get("name"), str) and found["name"]:
+                    return halving.canonical(found["name"])
+        named = self.settings.metric
+        return "" if named == halving.PRIMARY else named
 
     def resuming(self, name: str) -> bool:
         """The job was promoted past the last rung it reached and nobody requeued it yet: should it have
@@ -164,9 +175,11 @@ def promote(run: Any, found: halving.Settings) -> list[str]:
 
 
 def rung_text(job: JobRungs) -> str:
-    """'1:0.612 3:0.701' (epochs:metric at each rung reached, promotions marked with '>')."""
+    """'accuracy 1:0.6120> 3:0.7010' (the metric, then epochs:metric at each rung reached, promotions
+    marked with '>')."""
     pairs = zip(job.reached, job.rung_metrics, strict=True)
-    return " ".join(f"{r}:{m:.4f}" + (">" if r in job.promoted else "") for r, m in pairs)
+    text = " ".join(f"{r}:{m:.4f}" + (">" if r in job.promoted else "") for r, m in pairs)
+    return f"{job.metric} {text}" if job.metric else text
 
 
 def resume_local(run_dir: Path, found: halving.Settings, jobs: list[dict[str, Any]], run_one: Any) -> list[str]:
@@ -208,30 +221,44 @@ def rungs_of(run: Any) -> Callable[[Any, bool], JobRungs | None]:
     return lambda job, finished: board.job(job.name, finished, job.state.is_final, sweep_ended)
 
 
-FIELDS = ("outcome", "rung", "rung_metrics")
+FIELDS = ("outcome", "rung", "rung_metrics", "rung_metric")
 
 
 def fields(jobs: list[Any]) -> dict[str, Any]:
     """`summary --format json` row fields: outcome, rung (last reached, epochs), rung_metrics (in rung
-    order); None for a line of several jobs (seeds) or a run without halving."""
+    order) and rung_metric (the validation metric they are, val_metrics' name; None before any report of
+    a run that compares the jobs' primary metric); None for a line of several jobs (seeds) or a run
+    without halving."""
     view = jobs[0].rungs if len(jobs) == 1 else None
     if view is None:
         return dict.fromkeys(FIELDS)
-    return {"outcome": view.outcome, "rung": view.rung, "rung_metrics": [round(m, 6) for m in view.rung_metrics]}
+    return {
+        "outcome": view.outcome,
+        "rung": view.rung,
+        "rung_metrics": [round(m, 6) for m in view.rung_metrics],
+        "rung_metric": view.metric or None,
+    }
 
 
 def totals(jobs: list[Any], kind: str) -> dict[str, Any]:
     """For a summary with halving runs: the hours used (`kind`: gpu_hours or cpu_hours, as the jobs held)
     and full_sweep_hours, each job's hours scaled to train.epochs by the epochs it trained (its last
-    rung, or all of them once finished); None when a job that ran has no hours or no epoch count. {}
-    without halving."""
+    rung, or all of them once finished); None when a job that ran has no hours or no epoch count. A
+    local run's jobs hold no allocation: their hours are the wall-clock hours they ran, every run of a
+    job together (hours_kind "wall"; with jobs of other backends, unknown). {} without halving."""
     views = [(job, job.rungs) for job in jobs]
     if not any(view is not None for _, view in views):
         return {}
     used, full, known = 0.0, 0.0, True
+    kinds: set[str] = set()
     for job, view in views:
-        hours = None if job.usage is None else getattr(job.usage, kind)
-        ran = job.usage.ran if job.usage is not None else job.started_at is not None
+        if _runs_here(job):
+            ran, hours = _local_hours(job)
+            kinds.add("wall")
+        else:
+            hours = None if job.usage is None else getattr(job.usage, kind)
+            ran = job.usage.ran if job.usage is not None else job.started_at is not None
+            kinds.add(kind.split("_")[0])
         if not ran:
             continue
         if hours is None:
@@ -246,11 +273,34 @@ def totals(jobs: list[Any], kind: str) -> dict[str, Any]:
             known = False
             continue
         full += hours * epochs / trained
+    known = known and len(kinds) <= 1
     return {
-        "hours_kind": kind.split("_")[0],
+        "hours_kind": kinds.pop() if len(kinds) == 1 else kind.split("_")[0],
         "hours_used": round(used, 6) if known else None,
         "full_sweep_hours": round(full, 6) if known else None,
     }
+
+
+def _runs_here(job: Any) -> bool:
+    from jobgen import backends
+    from jobgen.errors import JobgenError
+
+    try:
+        return bool(job.backend) and backends.get(job.backend).runs_here
+    except JobgenError:
+        return False
+
+
+def _local_hours(job: Any) -> tuple[bool, float | None]:
+    """(whether it ran, its wall-clock hours over every run) of a local job; None while it runs, and for
+    a record from before RAN_S (its start and end are its last run's: too short for a promoted job)."""
+    from jobgen.backends.local import RAN_S
+
+    entry = job.source.entry if job.source is not None else {}
+    seconds = entry.get(RAN_S)
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds >= 0:
+        return True, seconds / 3600
+    return entry.get("submitted_at") is not None, None
 
 
 def state_label(job: Any) -> str:
@@ -258,17 +308,33 @@ def state_label(job: Any) -> str:
     return job.rungs.label() if job.rungs is not None else ""
 
 
+# Metrics that are fractions (0 to 1): the rung chart shows them in percent, as the report's other charts.
+_FRACTIONS = ("accuracy", "f1", "macro_f1", "micro_f1")
+
+
 def rung_chart(lines: list[Any], colors: dict[int, str]) -> str:
     """The report's rung chart: the metric at each rung reached (x: epochs), one line per job of a
-    halving run; '' when no job of the report has rungs."""
+    halving run; '' when no job of the report has rungs. Its axis names the metric (the runs' one, or
+    "metric" when the report's runs compare different ones); fractions in percent, others as they are."""
     from jobgen.results.charts import Series, line_chart
 
-    series = []
+    views = []
     for line in lines:
         view = line.jobs[0].rungs if len(line.jobs) == 1 else None
         if view is not None and view.reached:
-            points = [(float(r), 100 * m) for r, m in zip(view.reached, view.rung_metrics, strict=True)]
-            series.append(Series(f"{line.label} ({view.outcome})", points, colors[id(line)]))
-    if not series:
+            views.append((line, view))
+    if not views:
         return ""
-    return line_chart("Halving: metric at each rung", "rung (epochs)", "metric (%)", series)
+    names = {view.metric for _, view in views}
+    name = names.pop() if len(names) == 1 else ""
+    scale = 100.0 if name in _FRACTIONS else 1.0
+    series = [
+        Series(
+            f"{line.label} ({view.outcome})",
+            [(float(r), scale * m) for r, m in zip(view.reached, view.rung_metrics, strict=True)],
+            colors[id(line)],
+        )
+        for line, view in views
+    ]
+    axis = f"{name or 'metric'}{' (%)' if scale == 100 else ''}"
+    return line_chart(f"Halving: {name or 'metric'} at each rung", "rung (epochs)", axis, series)

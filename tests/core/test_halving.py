@@ -3,10 +3,14 @@ races (threads and processes on a real file system), and [sweep.halving]'s valid
 
 from __future__ import annotations
 
+import json
 import math
 import multiprocessing
+import os
 import threading
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,6 +19,9 @@ from hypothesis import strategies as st
 from jobgen.errors import ConfigError
 from jobgen.experiment import config
 from jobgen.experiment import halving as halving_config
+from jobgen.results import halving as halving_view
+from jobgen.states import State
+from tests.core.conftest import stub_tool
 from training import halving
 
 METRICS = st.sampled_from([0.1, 0.25, 0.5, 0.5, 0.75, 0.9, math.nan])
@@ -145,7 +152,7 @@ def test_a_decision_is_made_once(tmp_path: Path) -> None:
 
 
 def test_rungs_from_min_epochs() -> None:
-    assert halving_config.settings({"min_epochs": 1}, 10) == halving.Settings((1, 3, 9), 3, "val_acc", "max")
+    assert halving_config.settings({"min_epochs": 1}, 10) == halving.Settings((1, 3, 9), 3, "primary", "max")
     assert halving_config.settings({"min_epochs": 2, "eta": 2}, 9).rungs == (2, 4, 8)  # type: ignore[union-attr]
     assert halving_config.settings({"rungs": [1, 2], "mode": "min"}, 3).mode == "min"  # type: ignore[union-attr]
 
@@ -169,7 +176,11 @@ dataset = "builtin:synthetic"
         ("rungs = [2, 1]", "sweep.halving.rungs: must increase: 1 follows 2"),
         ("eta = 1", "sweep.halving.eta: must be an integer from 2"),
         ("min_epochs = 3", "sweep.halving.min_epochs: 3 leaves no rung below train.epochs = 3"),
-        ('metric = "val_loss"', "sweep.halving.metric: 'val_loss' is not recorded per epoch"),
+        ('metric = "val_loss"', "sweep.halving.metric: 'val_loss' is not a validation metric; use one of accuracy,"),
+        (
+            "rungs = [1]\n[slurm]\nchain = 2",
+            "sweep.halving: slurm.chain = 2 cannot pause: the segments after a paused one start",
+        ),
         ('mode = "up"', "sweep.halving.mode: must be max or min"),
         ("rungs = [1]\nmin_epochs = 1", "sweep.halving.min_epochs: give rungs or min_epochs, not both"),
         ("etaa = 2", "sweep.halving.etaa: unknown key"),
@@ -184,6 +195,17 @@ def test_validate_refuses(tmp_path: Path, table: str, wanted: str) -> None:
     assert "\n" not in str(info.value)
 
 
+def test_validate_names_the_metrics_of_the_task(tmp_path: Path) -> None:
+    path = tmp_path / "x.toml"
+    data = 'dataset = "builtin:synthetic"\npreset = "glue/stsb"'
+    path.write_text(BASE.replace('dataset = "builtin:synthetic"', data) + '[sweep.halving]\nmetric = "accuracy"\n')
+    with pytest.raises(ConfigError) as info:
+        config.load(path)
+    assert str(info.value).endswith(
+        "sweep.halving.metric: 'accuracy' is not a validation metric of regression jobs; use one of pearson, spearman, mse"
+    )
+
+
 def test_validate_refuses_halving_without_a_sweep(tmp_path: Path) -> None:
     path = tmp_path / "x.toml"
     path.write_text(BASE.replace('[sweep.grid]\n"train.lr" = [1e-4, 1e-3, 1e-2]\n', "") + "[sweep.halving]\neta = 3\n")
@@ -191,11 +213,266 @@ def test_validate_refuses_halving_without_a_sweep(tmp_path: Path) -> None:
         config.load(path)
 
 
-def test_validate_accepts(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("table", "data", "metric", "mode"),
+    [
+        # The default: the task's primary validation metric, and its direction.
+        ("", "", "primary", "max"),  # problem type "auto": each job names its primary once it read its data
+        ("", 'preset = "glue/cola"', "mcc", "max"),
+        ("", 'preset = "glue/stsb"', "pearson", "max"),
+        ("", 'problem_type = "regression"\nprimary_metric = "mse"', "mse", "min"),
+        ("", 'problem_type = "multi_label"', "micro_f1", "max"),
+        ('metric = "mse"', 'problem_type = "regression"', "mse", "min"),
+        ('metric = "spearman"\nmode = "min"', 'preset = "glue/stsb"', "spearman", "min"),
+        ('metric = "val_acc"', "", "accuracy", "max"),  # the older name of the validation accuracy
+    ],
+)
+def test_validate_accepts(tmp_path: Path, table: str, data: str, metric: str, mode: str) -> None:
     path = tmp_path / "x.toml"
-    path.write_text(BASE + "[sweep.halving]\nrungs = [1, 2]\n")
+    path.write_text(BASE.replace("[data]\n", f"[data]\n{data}\n") + f"[sweep.halving]\nrungs = [1, 2]\n{table}\n")
     exp = config.load(path)
-    assert halving_config.settings(exp.sweep.halving, exp.train.epochs) == halving.Settings((1, 2), 3, "val_acc", "max")
+    found = halving_config.settings(exp.sweep.halving, exp.train.epochs, exp.data)
+    assert found == halving.Settings((1, 2), 3, metric, mode)
+
+
+def test_a_sweep_of_other_tasks_or_primaries_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "x.toml"
+    path.write_text(BASE + '"data.preset" = ["glue/cola", "glue/stsb"]\n[sweep.halving]\nrungs = [1]\n')
+    with pytest.raises(ConfigError, match=r"sweep.halving: the sweep varies data.preset; halving compares jobs"):
+        config.load(path)
+    path.write_text(BASE + '"data.primary_metric" = ["mcc", "accuracy"]\n[sweep.halving]\nrungs = [1]\n')
+    with pytest.raises(ConfigError, match=r"sweep.halving.metric: the sweep varies data.primary_metric"):
+        config.load(path)
+    path.write_text(path.read_text() + 'metric = "mcc"\n')  # named: every job compares MCC
+    assert halving_config.settings(config.load(path).sweep.halving, 3, config.load(path).data).metric == "mcc"
+
+
+def test_a_job_refuses_a_rung_metric_its_task_does_not_score() -> None:
+    assert halving.job_metric_problem("primary", "regression", 1) is None
+    assert halving.job_metric_problem("mcc", "single_label", 3) is None
+    assert halving.job_metric_problem("pearson", "single_label", 2) == (
+        "'pearson' is not scored for single_label; this job's validation scores accuracy, macro_f1, f1, mcc"
+    )
+    assert halving.job_metric_problem("f1", "single_label", 3) == (
+        "'f1' is the F1 of class 1 of two classes; this job's validation scores accuracy, macro_f1, mcc"
+    )
+
+
+def _job(tmp_path: Path, name: str, metric: str, mode: str, epochs: list[dict[str, float]]) -> tuple[Any, Any]:
+    spec = SimpleNamespace(
+        halving={"rungs": [1], "eta": 2, "metric": metric, "mode": mode},
+        probe={},
+        run_dir=str(tmp_path),
+        job=name,
+        checkpoint_dir=tmp_path / name / "checkpoints",
+    )
+    return spec, SimpleNamespace(val_metrics_per_epoch=epochs, primary_metric="pearson", paused_at=0, interrupted=False)
+
+
+@pytest.mark.parametrize(
+    ("metric", "mode", "name", "winner"),
+    [("mse", "min", "mse", "a"), ("spearman", "max", "spearman", "b"), ("primary", "max", "pearson", "a")],
+)
+def test_a_rung_compares_the_chosen_metric(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, metric: str, mode: str, name: str, winner: str
+) -> None:
+    for key in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID"):
+        monkeypatch.delenv(key, raising=False)  # not a Slurm job: nothing to requeue
+    # a is better by Pearson and MSE, b by Spearman: who goes on says which metric the rung compared.
+    scores = {"a": {"pearson": 0.9, "spearman": 0.1, "mse": 0.2}, "b": {"pearson": 0.5, "spearman": 0.8, "mse": 0.9}}
+    went_on = {}
+    for job in ("a", "b"):
+        spec, stats = _job(tmp_path, job, metric, mode, [scores[job]])
+        went_on[job] = halving.goes_on(spec, stats, 1, 0, lambda values: values)
+        assert stats.paused_at == (0 if went_on[job] else 1) and stats.interrupted == (not went_on[job])
+    reports = halving.read_reports(halving.root(tmp_path), 1)
+    assert {job: (r["name"], r["metric"]) for job, r in reports.items()} == {j: (name, scores[j][name]) for j in "ab"}
+    assert halving.promoted(halving.root(tmp_path), 1) == {winner}
+    assert went_on["b"] == (winner == "b")  # a reported first, alone: it went on only if promoted later
+    spec, stats = _job(tmp_path, "a", metric, mode, [scores["a"]])
+    assert halving.goes_on(spec, stats, 2, 0, lambda values: values)  # not a rung: nothing asked
+
+
+def test_every_rank_follows_rank_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ranks sum what they bring (a collective): rank 0 brings its answer, the others nothing, so a
+    pause of rank 0 stops them all (the others once brought 1: a job of several ranks never paused)."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    spec, stats = _job(tmp_path, "a", "pearson", "max", [{"pearson": 0.5}])  # alone at its rung: it pauses
+    brought: list[float] = []
+
+    def rank_1(values: list[float]) -> list[float]:
+        brought.append(values[0])
+        return [values[0] + 0.0]  # rank 0 brings 0: paused
+
+    assert not halving.goes_on(spec, stats, 1, 1, rank_1) and stats.paused_at == 1
+    assert brought == [0.0] and not (tmp_path / "a" / "checkpoints").exists()  # rank 1 wrote nothing
+    spec, stats = _job(tmp_path, "a", "pearson", "max", [{"pearson": 0.5}])
+    assert not halving.goes_on(spec, stats, 1, 0, lambda values: [values[0] + brought[0]])
+    assert stats.paused_at == 1 and halving.pause_marker(tmp_path / "a" / "checkpoints").exists()
+
+
+def test_a_promotion_no_job_could_requeue_is_left_to_status(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bin_dir: Path
+) -> None:
+    """In a container's image there is no scontrol: the job that promotes a paused one cannot requeue it,
+    and must not keep the requeue for itself (then no `jobgen status` would make it)."""
+    monkeypatch.setenv("PATH", str(bin_dir))  # nothing but the stand-ins
+    paused = {"requeue_id": "77_2"}
+    said = halving.requeue_promoted(tmp_path, 1, "p", paused)
+    assert said == "no scontrol here: `jobgen status` requeues 77_2"
+    assert halving.first_requeue(tmp_path, 1, "p")  # still free: status gets it
+    halving.forget_requeue(tmp_path, 1, "p")
+    stub_tool(bin_dir, "scontrol", 'echo "JobId=77 JobState=COMPLETED"; [ "$1" = requeue ] && exit 1; exit 0\n')
+    assert "rc 1" in str(halving.requeue_promoted(tmp_path, 1, "p", paused))
+    assert halving.first_requeue(tmp_path, 1, "p")  # refused by Slurm: given back too
+    halving.forget_requeue(tmp_path, 1, "p")
+    stub_tool(bin_dir, "scontrol", 'echo "JobId=77 JobState=COMPLETED"; exit 0\n')
+    assert "rc 0" in str(halving.requeue_promoted(tmp_path, 1, "p", paused))
+    assert halving.requeue_promoted(tmp_path, 1, "p", paused) is None  # requeued once: nobody does it again
+
+
+def _finished_run(tmp_path: Path, metric: str) -> tuple[Path, list[Any]]:
+    """A local halving run on disk that has ended: a finished (promoted at rung 1), b stopped there."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    manifest = {
+        "halving": {"rungs": [1], "eta": 2, "metric": metric, "mode": "max"},
+        "jobs": [{"name": n, "dir": f"jobs/{n}", "state": "COMPLETED"} for n in ("a", "b")],
+    }
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    (run_dir / "jobs" / "a").mkdir(parents=True)
+    (run_dir / "jobs" / "a" / "result.json").write_text("{}\n")  # promoted, then finished
+    base = halving.root(run_dir)
+    halving.report(base, 1, "a", 0.9, name="pearson")
+    halving.report(base, 1, "b", -0.25, name="pearson")
+    assert halving.claim(base, 1, "a", 1)
+    read = [SimpleNamespace(name=n, state=State.COMPLETED, finished=n == "a") for n in ("a", "b")]
+    rungs = halving_view.rungs_of(SimpleNamespace(manifest=manifest, run_dir=run_dir, jobs=read))
+    jobs = [
+        SimpleNamespace(
+            run_dir=run_dir,
+            name=name,
+            result=result,
+            rungs=rungs(job, result is not None),
+            state=State.COMPLETED,
+            backend="local",
+            source=SimpleNamespace(entry={"submitted_at": "2026-12-06T10:00:00+00:00", **ran}),
+            usage=None,
+            started_at=None,
+            train={"epochs": 3},
+        )
+        for job, (name, result, ran) in zip(
+            read, (("a", object(), {"ran_s": 1800.0}), ("b", None, {"ran_s": 600.0})), strict=True
+        )
+    ]
+    return run_dir, jobs
+
+
+@pytest.mark.parametrize("metric", ["primary", "pearson"])
+def test_summary_and_report_name_the_rung_metric(tmp_path: Path, metric: str) -> None:
+    _, (a, b) = _finished_run(tmp_path, metric)
+    assert halving_view.fields([a]) == {
+        "outcome": "finished",
+        "rung": 1,
+        "rung_metrics": [0.9],
+        "rung_metric": "pearson",
+    }
+    assert halving_view.fields([b])["outcome"] == "stopped"
+    assert halving_view.rung_text(b.rungs) == "pearson 1:-0.2500"  # type: ignore[arg-type]
+    lines = [SimpleNamespace(jobs=[job], label=job.name) for job in (a, b)]
+    chart = halving_view.rung_chart(lines, {id(line): "#000" for line in lines})
+    assert "Halving: pearson at each rung" in chart and "(%)" not in chart  # a correlation, not a percentage
+
+
+def test_a_local_runs_hours_are_its_jobs_wall_hours(tmp_path: Path) -> None:
+    _, jobs = _finished_run(tmp_path, "primary")
+    # a: 0.5 h to the end; b: 600 s for 1 of 3 epochs, 0.5 h for all of them.
+    assert halving_view.totals(jobs, "cpu_hours") == {
+        "hours_kind": "wall",
+        "hours_used": round(2400 / 3600, 6),
+        "full_sweep_hours": 1.0,
+    }
+    jobs[1].source.entry.pop("ran_s")  # recorded before the time was kept: unknown, never a guess
+    assert halving_view.totals(jobs, "cpu_hours")["hours_used"] is None
+
+
+def test_the_local_backend_adds_up_a_jobs_runs_and_reads_a_launchers_pause(tmp_path: Path) -> None:
+    from jobgen.backends.local import RAN_S, SCHEDULER
+
+    job_dir = tmp_path / "jobs" / "j"
+    (job_dir / "checkpoints").mkdir(parents=True)
+    marker = halving.pause_marker(job_dir / "checkpoints")
+    entry: dict[str, Any] = {"name": "j", "dir": "jobs/j", "submit_command": ["bash", "-c", "sleep 0.3"]}
+    first = SCHEDULER.submit(tmp_path, entry)
+    again = SCHEDULER.submit(tmp_path, {**entry, **first})  # promoted after its pause: it runs again
+    assert 0.3 <= first[RAN_S] < 5 and again[RAN_S] >= first[RAN_S] + 0.3
+    assert again["state"] == "COMPLETED"
+    # torchrun ends with 1 when its ranks paused: the marker written by this run says they did.
+    pauses = ["bash", "-c", f"echo 1 > {marker}; exit 1"]
+    assert SCHEDULER.submit(tmp_path, {**entry, "submit_command": pauses})["state"] == "COMPLETED"
+    os.utime(marker, (1, 1))  # an earlier run's marker: this failure is a failure
+    assert SCHEDULER.submit(tmp_path, {**entry, "submit_command": ["bash", "-c", "exit 1"]})["state"] == "FAILED"
+
+
+CONTAINED = """
+[experiment]
+name = "ct"
+[slurm]
+gpus_per_node = 1
+[train]
+engine = "lightning"
+model = "builtin:tiny"
+epochs = 3
+[data]
+dataset = "builtin:synthetic"
+[container]
+runtime = "pyxis"
+image = "ubuntu:22.04"
+[sweep.grid]
+"train.lr" = [1e-4, 1e-3, 1e-2]
+[sweep.halving]
+rungs = [1]
+"""
+
+
+def test_jobs_in_containers_carry_what_halving_needs(tmp_path: Path, runner: Any) -> None:
+    """The rung files live in the run folder: mounted at its own path. Each job's spec has the rungs, and
+    its script's pause guard reads the marker the job writes (Slurm's variables pass into the image)."""
+    from jobgen.cli import main
+
+    path, root = tmp_path / "ct.toml", tmp_path / "runs"
+    path.write_text(CONTAINED)
+    result = runner.invoke(main, ["--output-root", str(root), "submit", str(path), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (root / "ct").iterdir()
+    want = {"rungs": [1], "eta": 3, "metric": "primary", "mode": "max"}
+    assert json.loads((run_dir / "manifest.json").read_text())["halving"] == want
+    for job in ("lr-0.0001", "lr-0.001", "lr-0.01"):
+        spec = json.loads((run_dir / "jobs" / job / "spec.json").read_text())
+        assert spec["halving"] == want and spec["run_dir"] == str(run_dir)
+        script = (run_dir / "jobs" / job / "job.sbatch").read_text()
+        assert f"--container-mounts={root}:{root}" in script
+        checkpoints = Path(spec["job_dir"]) / "checkpoints"
+        guard = f'jobgen_paused={checkpoints}/.paused-"${{SLURM_JOB_ID:-local}}-${{SLURM_RESTART_COUNT:-0}}"'
+        assert guard in script
+        env = {"SLURM_JOB_ID": "41", "SLURM_RESTART_COUNT": "2"}
+        assert halving.pause_marker(checkpoints, env) == checkpoints / ".paused-41-2"  # as the guard names it
+
+
+def test_submitit_ends_a_paused_job_as_planned() -> None:
+    """submitit writes its own batch script, which reads no pause marker: its jobs' ranks end a pause with
+    status 0 (else submitit records a failure and Slurm a FAILED job), jobs without halving as before."""
+    from jobgen.backends.submitit import executor_parameters
+
+    slurm = {"nodes": 1, "ntasks_per_node": 1, "cpus_per_task": 2, "gpus_per_node": 0, "mem": "", "time": "1:00"}
+    slurm |= {"partition": "", "account": "", "qos": "", "constraint": "", "exclusive": False, "extra": {}}
+    spec: dict[str, Any] = {"experiment": "e", "job": "j", "slurm": slurm}
+    assert executor_parameters(spec, Path("/r/setup.sh"))["slurm_setup"] == ["source /r/setup.sh"]
+    spec["halving"] = {"rungs": [1], "eta": 3, "metric": "primary", "mode": "max"}
+    setup = executor_parameters(spec, Path("/r/setup.sh"))["slurm_setup"]
+    assert setup == ["source /r/setup.sh", f"export {halving.PAUSED_EXIT_ENV}=0"]
+    assert halving.paused_status({halving.PAUSED_EXIT_ENV: "0"}) == 0
+    assert halving.paused_status({}) == halving.paused_status({halving.PAUSED_EXIT_ENV: "x"}) == halving.EXIT_PAUSED
 
 
 def test_summary_and_status_show_what_halving_did_to_each_job(tmp_path: Path, runner) -> None:
@@ -214,7 +491,7 @@ def test_summary_and_status_show_what_halving_did_to_each_job(tmp_path: Path, ru
     ]
     run = synth.write_run(tmp_path / "runs", "halv", jobs)
     manifest = json.loads((run / "manifest.json").read_text())
-    found = halving.Settings((1,), 3, "val_acc", "max")
+    found = halving.Settings((1,), 3, "accuracy", "max")
     manifest["halving"] = found.record()
     (run / "manifest.json").write_text(json.dumps(manifest))
     base = halving.root(run)

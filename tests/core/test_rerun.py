@@ -230,3 +230,25 @@ def test_a_moved_run_is_rerun_where_it_is_now(runner, root: Path, tmp_path: Path
     script = (new / "jobs" / "exp" / "job.sh").read_text()
     assert str(root) not in script and f"export PYTHONPATH={new / 'code'}" in script
     assert _acc(new, "exp") == 0.51
+
+
+HALVED = SWEPT.replace("epochs = 1", "epochs = 3") + "\n[sweep.halving]\nrungs = [1]\neta = 2\n"
+
+
+def test_a_halving_run_is_rerun_with_its_halving(runner, root: Path, tmp_path: Path, checkout: Path):
+    """The new run halves its sweep as the old one did: its manifest (what status and summary read) and
+    its jobs' specs (what the jobs apply) carry [sweep.halving], with --set too."""
+    old = _submit(runner, root, tmp_path, HALVED)
+    want = {"rungs": [1], "eta": 2, "metric": "primary", "mode": "max"}
+    assert _manifest(old)["halving"] == want
+    for args in ([], ["--set", "train.epochs=4"]):
+        result = _cli(runner, root, "rerun", str(old), "--dry-run", *args)
+        assert result.exit_code == 0, result.output
+        new = _newest(root)
+        assert new != old and _manifest(new)["halving"] == want
+        for job in ("lr-0.001", "lr-0.002"):
+            assert json.loads((new / "jobs" / job / "spec.json").read_text())["halving"] == want
+    # One job of a sweep halved with eta 2 would stop at its first rung: refused, in one line.
+    result = _cli(runner, root, "rerun", str(old), "lr-0.002")
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "halves its sweep (eta = 2)" in result.output and "rerun at least 2 of its jobs" in result.output

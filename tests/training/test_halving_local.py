@@ -86,3 +86,13 @@ def test_local_halving_sweep(tmp_path: Path) -> None:
         assert row["outcome"] == ("finished" if job == best else "stopped")
         # A job halving stopped ended without its result: never shown as COMPLETED.
         assert row["state"] == ("COMPLETED" if job == best else "STOPPED@1"), row
+        assert row["rung_metric"] == "accuracy"  # the task's primary metric, the default
+    # A local run's hours: its jobs' wall-clock hours, the promoted one's two runs together.
+    from jobgen.record.store import load_manifest
+
+    ran = {e["name"]: e["ran_s"] for e in load_manifest(run_dir)["jobs"]}
+    totals = json.loads(summary.stdout)["totals"]
+    assert totals["hours_kind"] == "wall"
+    assert totals["hours_used"] == pytest.approx(sum(ran.values()) / 3600, abs=2e-6)
+    full = sum(s if job == best else 2 * s for job, s in ran.items()) / 3600  # the stopped ones: 1 of 2 epochs
+    assert totals["full_sweep_hours"] == pytest.approx(full, abs=2e-6)

@@ -106,8 +106,8 @@ def test_summary_of_a_real_local_sweep(demo: _Demo, tmp_path: Path, runner) -> N
     by_csv = _rows(outputs["csv"])
     # A local job holds no allocation (no GPU-, CPU-hours, limit) and a CPU job no MFU: blank, not 0.
     blank = ("mfu", "gpu_hours", "cpu_hours", "energy_kwh", "time_used_fraction", "usage_from")
-    # predictions: the demo does not set train.save_predictions; outcome, rung, rung_metrics: nor halving.
-    halving = ("outcome", "rung", "rung_metrics")
+    # predictions: the demo does not set train.save_predictions; outcome, rung, rung_metric(s): nor halving.
+    halving = ("outcome", "rung", "rung_metrics", "rung_metric")
     unfilled = ("problem", "hint", "val_acc_so_far", "excluded_nodes", "predictions", *halving, *blank)
     filled = [f for f in FIELDS if not f.endswith("_std") and f not in unfilled]
     for row in rows:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from training import adapter, console, ranks, requeue
+from training import adapter, console, halving, ranks, requeue
 from training.data import Prepared
 from training.engines import common
 from training.hardware import effective_precision, resolve_accelerator
@@ -433,6 +433,8 @@ def _bookkeeping_class() -> type:
             if args.process_index == 0:
                 folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
                 atomic_write(folder / STATE_FILE, json.dumps({"stats": tr.stats.state()}) + "\n")
+            if self.interrupted:
+                raise Interrupted(f"checkpointed at step {state.global_step} for the requeue")
 
         def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             tr = self.trainer
@@ -444,6 +446,40 @@ def _bookkeeping_class() -> type:
             tr.stats.parameters = common.parameter_shards(tr.model, args.process_index, args.world_size, reduce_sum)
 
     return Bookkeeping
+
+
+class Interrupted(Exception):
+    """Raised by every rank once the requeue checkpoint is saved: out of `train` at once, as Paused."""
+
+
+class Paused(Exception):
+    """Raised by every rank of a job that halving paused at a rung (training.halving.goes_on), at the
+    start of the epoch after it. Out of `train` at once: the Trainer's end of training would load the
+    best checkpoint and, with save_total_limit = 1, delete the rung's checkpoint the job resumes from."""
+
+
+def _rung_check_class() -> type:
+    """RungCheck, made on call (a TrainerCallback, as `_bookkeeping_class`)."""
+    from transformers import TrainerCallback
+
+    class RungCheck(TrainerCallback):
+        """Successive halving (training/halving.py) at each epoch's start, as the loop of the torch and
+        Fabric engines does it: the Trainer has validated and saved the previous epoch by then. A resumed
+        job starts at the epoch after its checkpoint, so it passes its rung again there and keeps the
+        decision it had."""
+
+        def __init__(self, trainer: Any) -> None:
+            self.trainer = trainer
+
+        def on_epoch_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            tr = self.trainer
+            done = tr.stats.epochs_validated()
+            if not halving.goes_on(
+                tr.spec, tr.stats, done, args.process_index, lambda values: _reduce_sum(values, args.device)
+            ):
+                raise Paused(f"paused at rung {done}")
+
+    return RungCheck
 
 
 def _reduce_sum(values: list[float], device: Any) -> list[float]:
@@ -524,6 +560,7 @@ def _fit_and_test(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue
         trainer.shard(offload=t.strategy == "fsdp_offload")
     book = _bookkeeping_class()(trainer, watcher)
     trainer.add_callback(book)
+    trainer.add_callback(_rung_check_class()(trainer))
     # With disable_tqdm the Trainer prints every log as a dict (quoted numbers, its own samples/s over
     # its own window): the progress lines and the result line say what is wanted, windows named.
     from transformers.trainer_callback import PrinterCallback
@@ -541,7 +578,10 @@ def _fit_and_test(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue
     if resume_from is not None:
         stats.restore(json.loads((resume_from / STATE_FILE).read_text())["stats"])
         stats.resumed = True
-    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    try:
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    except (Interrupted, Paused):
+        book.interrupted = True  # for a pause, stats.paused_at says so
     stats.interrupted = book.interrupted
     stats.epochs_done = stats.epochs_validated()
     stats.optimizer_steps = trainer.state.global_step

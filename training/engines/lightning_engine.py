@@ -16,7 +16,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.strategies import DeepSpeedStrategy
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from training import adapter, console, requeue
+from training import adapter, console, halving, requeue
 from training.contract import PRECISIONS, one_of
 from training.data import Prepared
 from training.engines import common
@@ -35,6 +35,11 @@ from training.timing import TrainClock
 class Preempted(Exception):
     """Raised by every rank after the requeue checkpoint: ends fit without Lightning's end-of-epoch
     validation and checkpointing (which would save a 'last' checkpoint of a half-done epoch)."""
+
+
+class Paused(Exception):
+    """Raised by every rank of a job that halving paused at a rung (training.halving.goes_on), at the
+    start of the epoch after it: the checkpoint of the rung's epoch is written, nothing more is."""
 
 
 class Classifier(L.LightningModule):
@@ -302,6 +307,29 @@ class Bookkeeping(Callback):
         )
 
 
+class RungCheck(Callback):
+    """Successive halving (training/halving.py) at each epoch's start, as the loop of the torch and Fabric
+    engines does it: there the previous epoch is validated and its checkpoint written (ModelCheckpoint
+    saves at the end of the training epoch, after validation). A job that pauses raises Paused; a resumed
+    job passes its rung again at its start and keeps the decision it had."""
+
+    def __init__(self, spec: Spec, stats: Stats) -> None:
+        self.spec, self.stats = spec, stats
+        self.checked = -1  # the epochs validated at the last check: once per epoch boundary
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self.on_train_epoch_start(trainer, pl_module)  # a resumed epoch may get no epoch start
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        done = self.stats.epochs_validated()
+        if done == self.checked:
+            return
+        self.checked = done
+        rank = trainer.global_rank
+        if not halving.goes_on(self.spec, self.stats, done, rank, lambda v: _reduce_sum(trainer, pl_module, v)):
+            raise Paused(f"paused at rung {done}")
+
+
 def _reduce_sum(trainer: Any, pl_module: Any, values: list[float]) -> list[float]:
     tensor = torch.tensor(values, dtype=torch.float64, device=pl_module.device)
     return cast(list[float], trainer.strategy.reduce(tensor, reduce_op="sum").tolist())
@@ -373,7 +401,7 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher |
         dirpath=str(spec.checkpoint_dir), filename="last", save_top_k=1, enable_version_counter=False
     )
     book = Bookkeeping(spec, stats, watcher)
-    trainer = _trainer(spec, stats, [best, last, book])
+    trainer = _trainer(spec, stats, [best, last, book, RungCheck(spec, stats)])
     if watcher is not None:
         _keep_our_signal_handlers(trainer)
     module = Classifier(spec, prepared, stats)
@@ -383,8 +411,8 @@ def run(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue.Watcher |
     stats.resumed = resume_from is not None
     try:
         trainer.fit(module, ckpt_path=str(resume_from) if resume_from else None)
-    except Preempted:
-        stats.interrupted = True
+    except (Preempted, Paused):
+        stats.interrupted = True  # and stats.paused_at for a pause
     except SIGTERMException:
         # Lightning's own SIGTERM stop is a SystemExit without a code (exit 0, "COMPLETED"); the job
         # was killed before its result: say so.
