@@ -316,7 +316,7 @@ def _submit_and_report(run_dir: Path) -> None:
 
         (run,) = read_runs([run_dir])  # the one state rule: exit 0 without a result is not COMPLETED
         click.echo(summarize([run], baseline=None, fmt="table", plot=None))
-        halved = halving_view.settings(run_dir)
+        halved = halving_view.settings_of(run.manifest)
         rungs = halving_view.labels(run, halved) if halved else {}
         # A job halving stopped at a rung ended as planned: it is shown as such, not as a failure.
         failed = [

@@ -1,9 +1,11 @@
 """The run's index: what jobgen read from a run's records, kept in the run folder for the next command.
 
 One file per run (INDEX, SQLite by the standard library), written only by jobgen's commands. Each row
-holds what was read from one record (a job's file, a job's folder, the manifest): the record's stamp
-(inode, size, mtime, ctime), the fingerprint of the code that read it, and what was read, a JSON object
-by key (the damage check's verdict, a result's numbers, a job's progress, which records a folder holds).
+holds what was read from the records of one folder (a job's folder; the run folder, for the manifest),
+one JSON object: for each record read (a job's file, the folder itself as "", the manifest) its stamp
+(inode, size, mtime, ctime) and what was read, by key (the damage check's verdict, a result's numbers,
+a job's progress, which records the folder holds); the row names the fingerprint of the code that
+read it. A job's facts are one row: a settled read is one SELECT and one decode per job.
 
 The one staleness rule: what was read is used only while the record's stamp and the reading code's
 fingerprint are both those it was kept with; anything else is read from the record again. The index
@@ -33,7 +35,7 @@ BUSY_MS = 2_000  # how long a command waits for another's write before it reads 
 
 Stamp = tuple[int, int, int, int]  # inode, size, mtime, ctime (ns): what os.stat says of one version
 
-_SCHEMA = "CREATE TABLE IF NOT EXISTS records (path TEXT PRIMARY KEY, stamp TEXT NOT NULL, code TEXT NOT NULL, read TEXT NOT NULL)"
+_SCHEMA = "CREATE TABLE IF NOT EXISTS folders (folder TEXT PRIMARY KEY, code TEXT NOT NULL, read BLOB NOT NULL)"
 # SQLite's codes for a file that is not a sound database: it is rebuilt, not trusted.
 _DAMAGED = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
 
@@ -66,6 +68,13 @@ def _text(mark: Stamp) -> str:
     return f"{mark[0]} {mark[1]} {mark[2]} {mark[3]}"
 
 
+def _split(rel: str) -> tuple[str, str]:
+    """A record's path under the run -> (its folder's row, its name there): "jobs/a/result.json" ->
+    ("jobs/a", "result.json"); a job's folder "jobs/a/" -> ("jobs/a", ""); "manifest.json" -> ("", ...)."""
+    folder, _, name = rel.rpartition("/")
+    return folder, name
+
+
 class Index:
     """A run's index, read at the first question and written by `save`.
 
@@ -75,45 +84,42 @@ class Index:
 
     def __init__(self, run_dir: Path | str) -> None:
         self.path = os.path.join(run_dir, INDEX)
-        self._rows: dict[str, tuple[str, str]] | None = None  # path -> (stamp, read as JSON text)
-        self._decoded: dict[str, tuple[str, dict[str, Any]]] = {}  # decoded, and what keep() added
+        self._rows: dict[str, bytes] | None = None  # folder -> its row's JSON, as loaded
+        self._folders: dict[str, dict[str, Any]] = {}  # folder -> name -> [stamp, read], decoded once
         self._changed: set[str] = set()
         self._damaged = False
 
     @property
-    def rows(self) -> dict[str, tuple[str, str]]:
+    def rows(self) -> dict[str, bytes]:
         if self._rows is None:
             self._rows = self._load()
         return self._rows
 
-    def _load(self) -> dict[str, tuple[str, str]]:
+    def _load(self) -> dict[str, bytes]:
         if not os.path.exists(self.path):
             return {}
         try:
             with contextlib.closing(_connect(self.path)) as db:
-                found = db.execute("SELECT path, stamp, read FROM records WHERE code = ?", (fingerprint(),))
-                return {path: (mark, read) for path, mark, read in found}
+                found = db.execute("SELECT folder, read FROM folders WHERE code = ?", (fingerprint(),))
+                return dict(found.fetchall())
         except sqlite3.Error as exc:
             self._damaged = _is_damaged(exc)
             return {}
 
+    def _folder(self, folder: str) -> dict[str, Any]:
+        """What was read of the folder's records, by name (decoded at its first question)."""
+        found = self._folders.get(folder)
+        if found is None:
+            found = self._folders[folder] = _decode(self.rows.get(folder))
+        return found
+
     def row(self, rel: str, mark: Stamp) -> dict[str, Any] | None:
         """What was read of this version of the record, by key; None when nothing is kept."""
-        text = _text(mark)
-        found = self._decoded.get(rel)
-        if found is not None:
-            return found[1] if found[0] == text else None
-        row = self.rows.get(rel)
-        if row is None or row[0] != text:
+        folder, name = _split(rel)
+        entry = self._folder(folder).get(name)
+        if type(entry) is not list or len(entry) != 2 or entry[0] != _text(mark) or type(entry[1]) is not dict:
             return None
-        try:
-            read = loads(row[1])
-        except (ValueError, RecursionError):
-            return None
-        if type(read) is not dict:
-            return None
-        self._decoded[rel] = (text, read)
-        return read
+        return entry[1]
 
     def get(self, rel: str, mark: Stamp, key: str) -> tuple[bool, Any]:
         """(True, the value) when this version of the record was read for `key`, else (False, None)."""
@@ -124,7 +130,8 @@ class Index:
 
     def knows(self, rel: str) -> bool:
         """Whether a version of the record was read by this code."""
-        return rel in self._decoded or rel in self.rows
+        folder, name = _split(rel)
+        return name in self._folder(folder)
 
     def keep(self, rel: str, mark: Stamp, key: str, value: Any) -> None:
         """Keep what was read for `key` (a JSON value) of this version of the record, unless it changed
@@ -132,20 +139,21 @@ class Index:
         if time.time_ns() - mark[2] < SETTLED_NS:
             return
         read = self.row(rel, mark)
+        folder, name = _split(rel)
         if read is None:
             read = {}
-            self._decoded[rel] = (_text(mark), read)
+            self._folder(folder)[name] = [_text(mark), read]  # what was read of another version goes
         if key not in read or read[key] != value:
             read[key] = value
-            self._changed.add(rel)
+            self._changed.add(folder)
 
     def save(self) -> None:
-        """Write what keep() added: one writer at a time (SQLite's lock, rollback journal); a locked,
+        """Write the rows keep() changed: one writer at a time (SQLite's lock, rollback journal); a locked,
         read-only or full run folder keeps nothing this time. A damaged index is replaced whole."""
         if not self._changed:
             return
         code = fingerprint()
-        rows = [(rel, self._decoded[rel][0], code, dumps(self._decoded[rel][1]).decode()) for rel in self._changed]
+        rows = [(folder, code, dumps(self._folders[folder])) for folder in self._changed]
         if self._damaged:
             self._replace(rows)
         else:
@@ -157,7 +165,7 @@ class Index:
                 self._replace(rows)
         self._changed.clear()
 
-    def _replace(self, rows: list[tuple[str, str, str, str]]) -> None:
+    def _replace(self, rows: list[tuple[str, str, bytes]]) -> None:
         """Write a new index beside the damaged one and put it in its place (a reader has one or the other)."""
         tmp = f"{self.path}.{os.getpid()}-{threading.get_ident()}.tmp"  # each writer its own
         try:
@@ -171,13 +179,24 @@ class Index:
                 os.unlink(tmp)
 
 
+def _decode(text: bytes | str | None) -> dict[str, Any]:
+    """A row's JSON as {name: [stamp, read]}; {} for none, or for one that is not an object."""
+    if text is None:
+        return {}
+    try:
+        found = loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    return found if type(found) is dict else {}
+
+
 def _connect(path: str) -> sqlite3.Connection:
     # isolation_level None: the transactions are the ones written out below. SQLite's default rollback
     # journal, never WAL: its shared memory does not work on the network file systems run folders live on.
     return sqlite3.connect(path, timeout=BUSY_MS / 1000, isolation_level=None)
 
 
-def _write(path: str, rows: list[tuple[str, str, str, str]]) -> None:
+def _write(path: str, rows: list[tuple[str, str, bytes]]) -> None:
     try:
         db = _connect(path)
     except sqlite3.Error:
@@ -186,7 +205,7 @@ def _write(path: str, rows: list[tuple[str, str, str, str]]) -> None:
         db.execute(_SCHEMA)
         db.execute("BEGIN IMMEDIATE")  # the write lock first: a second writer waits, then writes after
         try:
-            db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?)", rows)
+            db.executemany("INSERT OR REPLACE INTO folders VALUES (?, ?, ?)", rows)
             db.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
@@ -203,22 +222,22 @@ def one(run_dir: Path | str, rel: str, mark: Stamp, key: str) -> tuple[bool, Any
     path = os.path.join(run_dir, INDEX)
     if not os.path.exists(path):
         return False, None
+    folder, name = _split(rel)
     try:
         with contextlib.closing(_connect(path)) as db:
             row = db.execute(
-                "SELECT read FROM records WHERE path = ? AND stamp = ? AND code = ?", (rel, _text(mark), fingerprint())
+                "SELECT read FROM folders WHERE folder = ? AND code = ?", (folder, fingerprint())
             ).fetchone()
-        read = loads(row[0]) if row else None
-    except (sqlite3.Error, ValueError, RecursionError):
+    except sqlite3.Error:
         return False, None
-    if type(read) is dict and key in read:
-        return True, read[key]
-    return False, None
+    index = Index(run_dir)
+    index._rows = {folder: row[0]} if row else {}
+    return index.get(rel, mark, key)
 
 
 def keep_one(run_dir: Path | str, rel: str, mark: Stamp, key: str, value: Any) -> None:
-    """Keep what was read for `key` of one record as its only value (a run's kind), without loading
-    the whole index."""
+    """Keep what was read for `key` of one record as its folder's only value (a run's kind), without
+    loading the whole index."""
     index = Index(run_dir)
     index._rows = {}  # the row is written whole: what else it held is not needed
     index.keep(rel, mark, key, value)

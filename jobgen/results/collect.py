@@ -39,6 +39,7 @@ from jobgen.results.cost import (
     usage_of,
 )
 from jobgen.results.diagnose import LAST_LINE, Cause, find_cause
+from jobgen.results.halving import JobRungs, rungs_of
 from jobgen.results.state_rule import in_background, kept_cause, look_at_records, progress, settle
 from jobgen.states import JobInfo, State
 from training.progress import PROGRESS_FILE
@@ -121,6 +122,7 @@ class JobRow:
     segments: tuple[str, ...] = ()  # a chained job (slurm.chain): each segment's state, "?" where unknown
     retries: Retries | None = None  # slurm.retries: the batch shell's record, once the job failed once
     usage: Usage | None = None  # what it held and used, all attempts together (jobgen.results.cost)
+    rungs: JobRungs | None = None  # a job of a halving run: the rungs it reached, its outcome
     source: RunJob | None = field(default=None, repr=False, compare=False)  # the read job it is made of
 
     @property
@@ -153,7 +155,8 @@ def collect(runs: Sequence[Run | Path], live_states: LiveStates | None = None) -
     asking = question(loaded, skip=lambda job: id(job) not in asked)
     ahead = loaded[0].ahead if loaded else None
     # The rows but their usage while the answer asked ahead is on its way, then the usage of each.
-    built = {id(job): _row(run, job, results[id(job)]) for run in loaded for job in run.jobs}
+    rungs = {id(run): rungs_of(run) for run in loaded}
+    built = {id(job): _row(run, job, rungs[id(run)], results[id(job)]) for run in loaded for job in run.jobs}
     said = ahead[1]() if ahead is not None and ahead[0] == asking else answer(asking)
     accounting = said | known
     rows: list[JobRow] = []
@@ -167,6 +170,9 @@ def collect(runs: Sequence[Run | Path], live_states: LiveStates | None = None) -
         else:
             rows.extend(collect_run(each, live_states, accounting))
     return rows
+
+
+Rungs = Callable[[RunJob, bool], JobRungs | None]  # a run's jobs as halving sees them (halving.rungs_of)
 
 
 def _restarts(result: Result | None) -> int:
@@ -207,7 +213,8 @@ def collect_run(
             given = (live_states or {}).get((run.run_id, job.name))
             job.live = JobInfo(given) if isinstance(given, State) else given
         settle([run], live=False, record=False)
-    return [read_job(run, job, accounting) for job in run.jobs]
+    rungs = rungs_of(run)
+    return [read_job(run, job, accounting, rungs=rungs) for job in run.jobs]
 
 
 def _broken_run_row(run_dir: Path, exc: Exception) -> JobRow:
@@ -236,14 +243,16 @@ def read_job(
     job: RunJob,
     accounting: Accounting | None = None,
     read: tuple[Result | None, str | None] | None = None,
+    rungs: Rungs | None = None,
 ) -> JobRow:
-    """One job of a run (its state already decided) -> a row; `read`: its job_result, when known."""
-    row = _row(run, job, read)
+    """One job of a run (its state already decided) -> a row; `read`: its job_result, when known;
+    `rungs`: halving.rungs_of(run), when made."""
+    row = _row(run, job, rungs or rungs_of(run), read)
     row.usage = usage_of(job, accounting, _restarts(row.result))
     return row
 
 
-def _row(run: Run, job: RunJob, read: tuple[Result | None, str | None] | None = None) -> JobRow:
+def _row(run: Run, job: RunJob, rungs: Rungs, read: tuple[Result | None, str | None] | None = None) -> JobRow:
     """read_job but the usage (None), which the accounting's answer gives."""
     result, problem = read if read is not None else job_result(job)
     row = JobRow(
@@ -262,6 +271,7 @@ def _row(run: Run, job: RunJob, read: tuple[Result | None, str | None] | None = 
         source=job,
         segments=_segments(job),
         retries=job.retries(),
+        rungs=rungs(job, result is not None),
     )
     if result is not None:
         return dataclasses.replace(row, problem=result.scoring) if result.scoring else row

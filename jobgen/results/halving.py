@@ -9,7 +9,7 @@ harmless: the decision files are created once, a pending job is not requeued aga
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,11 +39,16 @@ class JobRungs:
 
 
 def settings(run_dir: Path) -> halving.Settings | None:
-    """The run's halving settings (its manifest's "halving"), None for a run without halving."""
+    """settings_of the run's manifest file."""
     try:
-        raw = json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8")).get("halving")
-    except (OSError, ValueError, AttributeError):
+        return settings_of(json.loads((Path(run_dir) / "manifest.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError):
         return None
+
+
+def settings_of(manifest: Any) -> halving.Settings | None:
+    """The run's halving settings (its manifest's "halving"), None for a run without halving."""
+    raw = manifest.get("halving") if isinstance(manifest, dict) else None
     try:
         return halving.Settings.from_record(raw) if raw else None
     except (KeyError, TypeError, ValueError):
@@ -203,58 +208,17 @@ def resume_local(run_dir: Path, found: halving.Settings, jobs: list[dict[str, An
 
 # --- summary ---------------------------------------------------------------------------------------------
 
-_BOARDS: dict[Path, tuple[tuple[int, ...], Board, bool] | None] = {}
 
-
-def _stamp(run_dir: Path, found: halving.Settings) -> tuple[int, ...]:
-    base = halving.root(run_dir)
-    out = []
-    for kind in ("rungs", "decisions", "requeued"):
-        for rung in found.rungs:
-            try:
-                out.append((base / kind / str(rung)).stat().st_mtime_ns)
-            except OSError:
-                out.append(0)
-    try:
-        out.append((run_dir / "manifest.json").stat().st_mtime_ns)
-    except OSError:
-        out.append(0)
-    return tuple(out)
-
-
-def _board(run_dir: Path) -> tuple[Board, bool] | None:
-    """The run's board and whether its sweep has ended (every recorded state final), read again only
-    when a rung's folder or the manifest changed: a summary asks once per job."""
-    found = settings(run_dir)
+def rungs_of(run: Any) -> Callable[[Any, bool], JobRungs | None]:
+    """A function of a job of this read run (states settled) and whether it wrote a usable result: the
+    job as a summary sees it, the run's board read once. None for every job of a run without halving."""
+    found = settings_of(run.manifest)
     if found is None:
-        return None
-    stamp = _stamp(run_dir, found)
-    kept = _BOARDS.get(run_dir)
-    if kept is not None and kept[0] == stamp:
-        return kept[1], kept[2]
-    from jobgen.states import State
-
-    board = Board.read(run_dir, found)
-    try:
-        jobs = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")).get("jobs") or []
-        ended = all(
-            State(j.get("state", "UNKNOWN")).is_final
-            and (not board.resuming(j["name"]) or (run_dir / j["dir"] / "result.json").exists())
-            for j in jobs
-        )
-    except (OSError, ValueError, AttributeError, KeyError):
-        ended = False
-    _BOARDS[run_dir] = (stamp, board, ended)
-    return board, ended
-
-
-def row_of(job: Any) -> JobRungs | None:
-    """A summary row's job (jobgen.results.collect.JobRow) as halving sees it; None outside halving."""
-    found = _board(Path(job.run_dir))
-    if found is None:
-        return None
-    board, sweep_ended = found
-    return board.job(job.name, job.result is not None, job.state.is_final, sweep_ended)
+        return lambda job, finished: None
+    board = Board.read(run.run_dir, found)
+    # A promoted job that has not resumed yet may still promote others: the sweep has not ended.
+    sweep_ended = all(job.state.is_final and (job.finished or not board.resuming(job.name)) for job in run.jobs)
+    return lambda job, finished: board.job(job.name, finished, job.state.is_final, sweep_ended)
 
 
 FIELDS = ("outcome", "rung", "rung_metrics", "rung_metric")
@@ -265,7 +229,7 @@ def fields(jobs: list[Any]) -> dict[str, Any]:
     order) and rung_metric (the validation metric they are, val_metrics' name; None before any report of
     a run that compares the jobs' primary metric); None for a line of several jobs (seeds) or a run
     without halving."""
-    view = row_of(jobs[0]) if len(jobs) == 1 else None
+    view = jobs[0].rungs if len(jobs) == 1 else None
     if view is None:
         return dict.fromkeys(FIELDS)
     return {
@@ -282,7 +246,7 @@ def totals(jobs: list[Any], kind: str) -> dict[str, Any]:
     rung, or all of them once finished); None when a job that ran has no hours or no epoch count. A
     local run's jobs hold no allocation: their hours are the wall-clock hours they ran, every run of a
     job together (hours_kind "wall"; with jobs of other backends, unknown). {} without halving."""
-    views = [(job, row_of(job)) for job in jobs]
+    views = [(job, job.rungs) for job in jobs]
     if not any(view is not None for _, view in views):
         return {}
     used, full, known = 0.0, 0.0, True
@@ -341,8 +305,7 @@ def _local_hours(job: Any) -> tuple[bool, float | None]:
 
 def state_label(job: Any) -> str:
     """The state a summary shows for a job halving ended ('PAUSED@1'); '' for any other job."""
-    view = row_of(job)
-    return view.label() if view is not None else ""
+    return job.rungs.label() if job.rungs is not None else ""
 
 
 # Metrics that are fractions (0 to 1): the rung chart shows them in percent, as the report's other charts.
@@ -357,7 +320,7 @@ def rung_chart(lines: list[Any], colors: dict[int, str]) -> str:
 
     views = []
     for line in lines:
-        view = row_of(line.jobs[0]) if len(line.jobs) == 1 else None
+        view = line.jobs[0].rungs if len(line.jobs) == 1 else None
         if view is not None and view.reached:
             views.append((line, view))
     if not views:

@@ -38,8 +38,8 @@ def read_status(run_dir: Path, refresh: bool = False) -> StatusView:
     """The status of the run at `run_dir`: the run read (its records through its index), Slurm asked once
     about the jobs that may still change, and the states that changed recorded. `refresh` asks Slurm
     about every job."""
-    halved = halving_view.settings(Path(run_dir))
     run = status_of(run_dir, refresh)
+    halved = halving_view.settings_of(run.manifest)
     said: list[str] = []
     if halved is not None:
         said = halving_view.promote(run, halved)

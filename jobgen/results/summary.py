@@ -23,7 +23,6 @@ from jobgen.results.collect import JobRow, LiveStates, collect
 from jobgen.results.columns import (
     COLUMNS,
     METRICS,
-    NO_VALUE,
     SUMMED,
     Line,
     Stat,
@@ -143,20 +142,11 @@ def _is_seed(key: str) -> bool:
 
 def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
     first = jobs[0]
-    if len(jobs) == 1:  # most lines of a big sweep: one job, nothing to combine or count
-        metrics = {}
-        for name, of, combine in _ALONE:
-            value = of(first)
-            # Stat(value, None, 1) without the named tuple's own __new__ (called per job and metric).
-            metrics[name] = combine([value]) if combine else NO_VALUE if value is None else _new(Stat, (value, None, 1))
-        label, run_ids, state = first.name, [first.run_id], halving_view.state_label(first) or first.state.value
-        excluded = tuple(sorted(set(first.retries.excluded))) if first.retries else ()
-        gpu = first.result is not None and first.result.peak_gpu_mb is not None
-    else:
-        metrics = {metric.name: metric.combine([metric.of(job) for job in jobs]) for metric in METRICS}
-        label, run_ids, state = _label(jobs), sorted({j.run_id for j in jobs}), _state_text([j.state for j in jobs])
-        excluded = tuple(sorted({node for j in jobs if j.retries for node in j.retries.excluded}))
-        gpu = any(j.result is not None and j.result.peak_gpu_mb is not None for j in jobs)
+    metrics = {metric.name: metric.combine([metric.of(job) for job in jobs]) for metric in METRICS}
+    label, run_ids = _label(jobs), sorted({j.run_id for j in jobs})
+    state = (halving_view.state_label(first) if len(jobs) == 1 else "") or _state_text([j.state for j in jobs])
+    excluded = tuple(sorted({node for j in jobs if j.retries for node in j.retries.excluded}))
+    gpu = any(j.result is not None and j.result.peak_gpu_mb is not None for j in jobs)
     label = f"{first.run_id}/{label}" if many_runs else label
     problem, hint = _problem(jobs)
     detail = [f"{len(first.segments)} segments: {' → '.join(first.segments)}"] if first.segments else []
@@ -176,12 +166,6 @@ def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
         excluded=excluded,
         jobs=jobs,
     )
-
-
-# (name, of, combine) of each metric, combine None for the default one (Stat.of): a line of one job takes
-# its value as is, without the call (most lines of a big sweep are one job each).
-_new = tuple.__new__
-_ALONE = tuple((m.name, m.of, None if m.combine == Stat.of else m.combine) for m in METRICS)
 
 
 def _label(jobs: list[JobRow]) -> str:

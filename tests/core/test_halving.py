@@ -346,11 +346,14 @@ def _finished_run(tmp_path: Path, metric: str) -> tuple[Path, list[Any]]:
     halving.report(base, 1, "a", 0.9, name="pearson")
     halving.report(base, 1, "b", -0.25, name="pearson")
     assert halving.claim(base, 1, "a", 1)
+    read = [SimpleNamespace(name=n, state=State.COMPLETED, finished=n == "a") for n in ("a", "b")]
+    rungs = halving_view.rungs_of(SimpleNamespace(manifest=manifest, run_dir=run_dir, jobs=read))
     jobs = [
         SimpleNamespace(
             run_dir=run_dir,
             name=name,
             result=result,
+            rungs=rungs(job, result is not None),
             state=State.COMPLETED,
             backend="local",
             source=SimpleNamespace(entry={"submitted_at": "2026-12-06T10:00:00+00:00", **ran}),
@@ -358,7 +361,9 @@ def _finished_run(tmp_path: Path, metric: str) -> tuple[Path, list[Any]]:
             started_at=None,
             train={"epochs": 3},
         )
-        for name, result, ran in (("a", object(), {"ran_s": 1800.0}), ("b", None, {"ran_s": 600.0}))
+        for job, (name, result, ran) in zip(
+            read, (("a", object(), {"ran_s": 1800.0}), ("b", None, {"ran_s": 600.0})), strict=True
+        )
     ]
     return run_dir, jobs
 
@@ -373,7 +378,7 @@ def test_summary_and_report_name_the_rung_metric(tmp_path: Path, metric: str) ->
         "rung_metric": "pearson",
     }
     assert halving_view.fields([b])["outcome"] == "stopped"
-    assert halving_view.rung_text(halving_view.row_of(b)) == "pearson 1:-0.2500"  # type: ignore[arg-type]
+    assert halving_view.rung_text(b.rungs) == "pearson 1:-0.2500"  # type: ignore[arg-type]
     lines = [SimpleNamespace(jobs=[job], label=job.name) for job in (a, b)]
     chart = halving_view.rung_chart(lines, {id(line): "#000" for line in lines})
     assert "Halving: pearson at each rung" in chart and "(%)" not in chart  # a correlation, not a percentage
@@ -468,3 +473,40 @@ def test_submitit_ends_a_paused_job_as_planned() -> None:
     assert setup == ["source /r/setup.sh", f"export {halving.PAUSED_EXIT_ENV}=0"]
     assert halving.paused_status({halving.PAUSED_EXIT_ENV: "0"}) == 0
     assert halving.paused_status({}) == halving.paused_status({halving.PAUSED_EXIT_ENV: "x"}) == halving.EXIT_PAUSED
+
+
+def test_summary_and_status_show_what_halving_did_to_each_job(tmp_path: Path, runner) -> None:
+    """A halving run read from its files: the job a decision promoted past the rung and that finished
+    shows COMPLETED, the two that ended at the rung without a result STOPPED@1 (never FAILED or
+    COMPLETED), each with the rung and the metric it reported there."""
+    import json
+
+    from jobgen.cli import main
+    from tests.data.summary import synth
+
+    jobs = [
+        synth.FakeJob("best", sweep={"train.lr": 1}, state="COMPLETED"),
+        synth.FakeJob("mid", sweep={"train.lr": 2}, state="FAILED", result=None),
+        synth.FakeJob("low", sweep={"train.lr": 3}, state="FAILED", result=None),
+    ]
+    run = synth.write_run(tmp_path / "runs", "halv", jobs)
+    manifest = json.loads((run / "manifest.json").read_text())
+    found = halving.Settings((1,), 3, "accuracy", "max")
+    manifest["halving"] = found.record()
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    base = halving.root(run)
+    for job, metric in (("best", 0.9), ("mid", 0.6), ("low", 0.3)):
+        assert halving.report(base, 1, job, metric)
+    assert halving.settle(base, 1, found) == ["best"]
+    result = runner.invoke(main, ["--output-root", str(tmp_path / "runs"), "summary", str(run), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = {row["config"]: row for row in json.loads(result.stdout)["rows"]}
+    assert {job: (row["state"], row["outcome"], row["rung"], row["rung_metrics"]) for job, row in rows.items()} == {
+        "best": ("COMPLETED", "finished", 1, [0.9]),
+        "mid": ("STOPPED@1", "stopped", 1, [0.6]),
+        "low": ("STOPPED@1", "stopped", 1, [0.3]),
+    }
+    result = runner.invoke(main, ["--output-root", str(tmp_path / "runs"), "status", str(run)])
+    assert result.exit_code == 0, result.output
+    states = {line.split()[0]: line.split()[3] for line in result.stdout.splitlines()[2:]}
+    assert states == {"best": "COMPLETED", "mid": "STOPPED@1", "low": "STOPPED@1"}, result.stdout

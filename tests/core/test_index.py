@@ -301,10 +301,12 @@ def test_a_result_written_after_the_look_is_checked_once_looked_at_again(run: Pa
 
 
 def _rows(run: Path) -> dict[str, tuple[str, str, dict]]:
-    """The index's rows: path -> (stamp, code fingerprint, what was read)."""
+    """What the index keeps of each record: path -> (stamp, code fingerprint, what was read)."""
     with contextlib.closing(sqlite3.connect(run / INDEX)) as db:
         return {
-            path: (mark, code, json.loads(facts)) for path, mark, code, facts in db.execute("SELECT * FROM records")
+            f"{folder}/{name}" if folder else name: (mark, code, facts)
+            for folder, code, read in db.execute("SELECT folder, code, read FROM folders")
+            for name, (mark, facts) in json.loads(read).items()
         }
 
 
@@ -374,11 +376,12 @@ def test_what_other_code_read_is_read_again(runner, run: Path, monkeypatch: pyte
     """Rows kept by another fingerprint (edited reading code), even with this code's stamps: not taken."""
     _summary(runner, run)
     with contextlib.closing(sqlite3.connect(run / INDEX)) as db:
-        for path, _, _, facts in db.execute("SELECT * FROM records").fetchall():
-            doc = json.loads(facts)
-            if "result" in doc:
-                doc["result"]["test_acc"] = 0.01  # what the other code read
-            db.execute("UPDATE records SET code = 'other', read = ? WHERE path = ?", (json.dumps(doc), path))
+        for folder, read in db.execute("SELECT folder, read FROM folders").fetchall():
+            doc = json.loads(read)
+            for _, facts in doc.values():
+                if "result" in facts:
+                    facts["result"]["test_acc"] = 0.01  # what the other code read
+            db.execute("UPDATE folders SET code = 'other', read = ? WHERE folder = ?", (json.dumps(doc), folder))
         db.commit()
     assert _summary(runner, run) == {"job0": 0.5, "job1": 0.6, "job2": 0.7}
     assert {code for _, code, _ in _rows(run).values()} == {index_module.fingerprint()}  # written by this code
@@ -412,10 +415,14 @@ def test_the_fingerprint_is_of_the_source(tmp_path: Path) -> None:
 
 def test_values_of_the_wrong_shape_cost_time_not_answers(runner, run: Path) -> None:
     good = _summary(runner, run)
+    wrong = {"result": [1, 2], "problem": 3, "present": "x", "retries": [1], "asked": "x"}
     with contextlib.closing(sqlite3.connect(run / INDEX)) as db:
-        wrong = json.dumps({"result": [1, 2], "problem": 3, "present": "x", "retries": [1], "asked": "x"})
-        db.execute("UPDATE records SET read = ? WHERE path LIKE 'jobs/job0/%'", (wrong,))
-        db.execute("UPDATE records SET read = '{not json' WHERE path LIKE 'jobs/job1/%'")
+        (read,) = db.execute("SELECT read FROM folders WHERE folder = 'jobs/job0'").fetchone()
+        doc = {name: [mark, wrong] for name, (mark, _) in json.loads(read).items()}  # this version's stamps
+        db.execute("UPDATE folders SET read = ? WHERE folder = 'jobs/job0'", (json.dumps(doc),))
+        db.execute("UPDATE folders SET read = '{not json' WHERE folder = 'jobs/job1'")
+        entries = json.dumps({"result.json": 5, "spec.json": [1], "": ["x", 2]})  # not [stamp, what was read]
+        db.execute("UPDATE folders SET read = ? WHERE folder = 'jobs/job2'", (entries,))
         db.commit()
     assert _summary(runner, run) == good
     rows, warnings = _status(runner, run)
