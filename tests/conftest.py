@@ -33,7 +33,8 @@ pytest_plugins = ["tests.support.conftest_slurm"] if (REPO / "tests" / "support"
 # loadgroup (scripts/test.sh), each test is a unit of its own and the units go out by kind
 # (pick_unit): the waiters (waiter_ids: gw0 with 3 workers, gw0 and gw1 with 4) take the waiting
 # tests, longest first, while the others keep both cores busy with the training tests, longest first;
-# a worker that has run out of its own kind takes the other kind's shortest left. So whichever kind
+# a worker that has run out of its own kind takes the other kind's shortest left (not a waiter of
+# two: four training tests at once on two cores go no faster and fail timing checks). So whichever kind
 # takes longer on the machine of the day (the waiting chain on a fast one, the training on a slow one:
 # CI's machine varies 2x), the workers end about together. The groups are set here, by path, not with
 # xdist_group marks: pytest-xdist 3.8 marks a group by rewriting item._nodeid, which pytest 9 no longer
@@ -87,18 +88,22 @@ def waiter_ids(workers: int) -> frozenset[str]:
     return frozenset(f"gw{i}" for i in range(min(max(workers - 2, 0), 2)))
 
 
-def pick_unit(units: list[str], waiter: bool) -> str | None:
-    """The next unit for a worker, from the units left in collection order: `waiter` (gw0 with 3
-    workers or more) takes the longest waiting test left, the others the longest training test left
-    (HEAVY first); a worker with none of its kind left takes the other kind's shortest; the ALONE
-    test goes out only when nothing else is left."""
+def pick_unit(units: list[str], waiter: bool, own_only: bool = False) -> str | None:
+    """The next unit for a worker, from the units left in collection order: `waiter` (see waiter_ids)
+    takes the longest waiting test left, the others the longest training test left (HEAVY first); a
+    worker with none of its kind left takes the other kind's shortest, except a waiter with
+    `own_only`, which takes none (None): two waiters that trained too would run four training tests
+    at once on two cores, no faster, and slow enough that timing checks fail. The ALONE test goes out
+    only when nothing else is left."""
     rest = [u for u in units if not u.startswith(ALONE)]
     if not rest:
         return units[0] if units else None
     waiting = sorted((u for u in rest if _waiting_rank(u) is not None), key=lambda u: _waiting_rank(u) or 0)
     training = sorted((u for u in rest if _waiting_rank(u) is None), key=lambda u: not u.startswith(HEAVY))
     own, other = (waiting, training) if waiter else (training, waiting)
-    return own[0] if own else other[-1]
+    if own:
+        return own[0]
+    return None if waiter and own_only else other[-1]
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -118,7 +123,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
             return xdist_group(nodeid) if scope == nodeid else scope
 
         def _assign_work_unit(self, node: Any) -> None:
-            scope = pick_unit(list(self.workqueue), node.gateway.id in waiters)
+            scope = pick_unit(list(self.workqueue), node.gateway.id in waiters, own_only=len(waiters) > 1)
             if scope is None:
                 return
             self.workqueue.move_to_end(scope, last=False)

@@ -41,3 +41,9 @@ def test_the_waiters_are_none_below_three_workers_one_with_three_and_two_from_fo
     assert waiter_ids(0) == waiter_ids(2) == frozenset()
     assert waiter_ids(3) == {"gw0"}
     assert waiter_ids(4) == waiter_ids(8) == {"gw0", "gw1"}
+
+
+def test_with_two_waiters_a_waiter_out_of_waiting_tests_takes_no_training():
+    assert pick_unit([TRAINING[0], TRAINING[2]], waiter=True, own_only=True) is None
+    assert pick_unit([TRAINING[0], PROBE], waiter=False, own_only=True) == TRAINING[0]
+    assert pick_unit([PROBE], waiter=True, own_only=True) == PROBE  # whoever asks last
