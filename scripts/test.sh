@@ -2,17 +2,17 @@
 # The whole test suite, real Slurm included: install ./.venv (dev extras), start the test clusters
 # (tests/cluster/up.sh: slurmctld + 3 slurmd nodes each; needs root) and Chromium (scripts/browser.sh),
 # build the docs site (mkdocs build --strict),
-# run pytest on $JOBGEN_TEST_WORKERS pytest-xdist workers (default 4), stop the clusters. Extra
+# run pytest on $JOBGEN_TEST_WORKERS pytest-xdist workers (default 3), stop the clusters. Extra
 # arguments go to pytest.
 #
 # Each worker has two clusters of its own, one with accounting and one without (tests/support/slurm_cluster.py:
 # names, nets and directories derive from JOBGEN_CLUSTER_NAME/_NET/_DIR, defaults jobgen, 10.77.77,
 # /tmp/jobgen-cluster; worker 0's accounting cluster is that default one). The Slurm tests that mostly
-# wait (time limits, requeues, preemption, sacct) run on workers 0 and 1 while the other two keep both
+# wait (time limits, requeues, preemption, sacct) run on worker 0 (workers 0 and 1 with 4) while the others keep both
 # cores busy with training (tests/conftest.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-workers="${JOBGEN_TEST_WORKERS:-4}"
+workers="${JOBGEN_TEST_WORKERS:-3}"
 bash scripts/bootstrap.sh
 # A cache of compiled extensions (DeepSpeed's CPU ops: ~40 s of CPU to build) that survives between
 # test sessions, one per checkout: the build's hash covers the include paths inside .venv, so two
