@@ -11,7 +11,6 @@ several times without accounting, a job on the local backend (it holds no alloca
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import re
@@ -174,16 +173,6 @@ def usage_of(job: RunJob, accounting: Accounting | None, requeues: int = 0) -> U
 def from_attempts(attempts: list[Attempt], asked_gpus: int | None = None) -> Usage:
     """Sums over the attempts that started (none did: a Usage that says so). `asked_gpus`: the GPUs of
     an attempt whose accounting does not list them (None: unknown)."""
-    if len(attempts) == 1 and attempts[0].started:  # most jobs: the same sums of one term, without lists
-        a = attempts[0]
-        held = a.gpus if a.gpus is not None else asked_gpus
-        return Usage(
-            gpu_hours=None if held is None else float(held * a.elapsed_s) / 3600,
-            cpu_hours=None if a.cpus is None else float(a.cpus * a.elapsed_s) / 3600,
-            energy_kwh=None if a.energy_j is None else float(a.energy_j) / 3.6e6,
-            time_used=_fraction(a.elapsed_s, a.limit_s),
-            source="sacct",
-        )
     ran = [a for a in attempts if a.started]
     if not ran:
         return Usage(None, None, None, None, "sacct", ran=False)
@@ -340,7 +329,6 @@ PEAKS: tuple[tuple[str, dict[str, float] | None], ...] = (
 )
 
 
-@functools.lru_cache(maxsize=256)  # asked once per job; a sweep has a few kinds of GPU and precision
 def peak_flops(gpu: str, precision: str | None) -> float | None:
     """The GPU's dense peak FLOP/s at the precision the job ran in (training.contract's PRECISIONS, which
     say the dtype it computes in); None if unknown."""
