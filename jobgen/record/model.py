@@ -244,7 +244,7 @@ class RunJob:
         file's stamp and the reading code are those it was kept with, else read now and kept. `read` must
         depend on that file alone (read through `raw` or `json`); `key` names what it extracts; a kept
         value that `valid` refuses (a damaged index) is read again."""
-        mark = self._mark(name)
+        mark = self._stat(name)
         index = self.index
         if index is None or type(mark) is not tuple:
             return read(self)
@@ -257,32 +257,6 @@ class RunJob:
         if read_mark is not None:
             index.keep(rel, read_mark, key, value)
         return value
-
-    def _mark(self, name: str) -> Stamp | OSError | None:
-        """_stat, for a file about to be read for a fact: one the index knows nothing of is read at
-        once (_read_first) and stamped by that read."""
-        index = self.index
-        if index is not None and name not in self._marks and name not in self._files:
-            self._read_first(name, index)
-        return self._stat(name)
-
-    def _read_first(self, name: str, index: Index) -> None:
-        """Read a record the run's index knows nothing of at once, its stamp taken from the read (a stat
-        first would only look up a row there is none of)."""
-        # Kept for a first read after a sweep, where no record is known: bench_status.py's "stat first".
-        present = self._present if self._listed else self._listing()
-        if present is None or name not in present or index.knows(self.dir + "/" + name):
-            return  # absent, or asked of the file system and the index as usual
-        try:
-            data, mark = read_with_stamp(self.folder + "/" + name)
-        except FileNotFoundError:  # removed since the listing
-            self._files[name] = self._marks[name] = None
-            return
-        except OSError as exc:
-            self._files[name] = exc  # unreadable: its stat, as usual, says whether it is there
-            return
-        self._files[name] = data
-        self._marks[name] = self._read[name] = mark
 
     def _exists(self, name: str) -> bool:
         """Whether one of the job's records exists (even unreadable): from what this command read or
@@ -378,7 +352,7 @@ class RunJob:
         None when one is not known so: the marks taken so far stand, _problem asks the rest."""
         present = self._listing()
         if present is None or self._listed_now:
-            return None  # listed now: its records are read at once (_read_first), stamped by the reads
+            return None  # listed now: the folder changed, so its records are asked one by one (_problem)
         marks, base, rel = self._marks, self.folder + "/", self.dir + "/"
         out = []
         for name in JOB_FILES:
@@ -403,7 +377,7 @@ class RunJob:
 
     def _problem(self, name: str) -> str | None:
         """What is wrong with one of the job's files (None: fine or absent); the run's index first."""
-        mark = self._mark(name)
+        mark = self._stat(name)
         if mark is None:
             return None
         if isinstance(mark, OSError):
