@@ -43,17 +43,12 @@ class Usage:
     ran: bool = True  # False: the accounting says no attempt started (every number is then None)
 
 
-def ask_accounting(runs: Iterable[Run], skip: Callable[[RunJob], bool] | None = None) -> dict[str, list[Attempt]]:
-    """Every attempt of every submitted job of these runs (but those `skip` says are known): one question
-    per backend for all of them."""
-    return answer(question(runs, skip))
-
-
 Question = dict[str, list[str]]  # backend -> the job ids its accounting is asked about
 
 
 def question(runs: Iterable[Run], skip: Callable[[RunJob], bool] | None = None) -> Question:
-    """What ask_accounting asks each backend."""
+    """What the accounting is asked: every id of every submitted job of these runs (but those `skip`
+    says are known), by backend."""
     asking: Question = {}
     for run in runs:
         for job in run.jobs:
@@ -213,7 +208,7 @@ def from_request(job: RunJob) -> Usage | None:
     """What the job asked for (spec.json's `slurm`) × the elapsed time Slurm reported for it (this
     command's answer, or the start and end jobgen recorded). Only for a job that ran once: the
     elapsed time of earlier attempts is recorded nowhere but in the accounting."""
-    elapsed = _elapsed(job) if len(job_ids(job)) == 1 else None
+    elapsed = elapsed_seconds(job) if len(job_ids(job)) == 1 else None
     if elapsed is None:
         return None
     held_gpus, held_cpus, limit = _asked(job)
@@ -267,11 +262,6 @@ def _read_asked(job: RunJob) -> list[int | None]:
 
 
 def elapsed_seconds(job: RunJob) -> int | None:
-    """Seconds the job held its allocation, as its scheduler counts them (see _elapsed); None if unknown."""
-    return _elapsed(job)
-
-
-def _elapsed(job: RunJob) -> int | None:
     """Seconds the job has held its allocation: Slurm's word in this command (so far, while it runs),
     else the start and end jobgen recorded (an end is recorded only once Slurm says the job ended; an
     elapsed time recorded while it ran would be too short)."""
