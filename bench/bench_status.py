@@ -14,8 +14,6 @@ Each first read has a fresh copy of the run (new inodes: nothing of another copy
 floor, measured in the same round, is `python -c pass` plus one os.stat per job file: the least a
 command that checks every record can cost. `gc on` times the first status and summary with Python's
 cycle collector left on (the CLI turns it off while a command runs): what keeping that switch buys.
-`list again` times the first status with every job the scheduler no longer knows listed again after its
-answer (RunJob.look_again's skip off): what that skip buys (with --without-results, where it applies).
 CPU seconds (user + system) are printed too: on a busy machine they vary less than the wall times.
 
 With `--without-results` the jobs ended without their result (bench_scale.py's `true` jobs): the
@@ -56,11 +54,6 @@ for d in os.scandir(os.path.join(sys.argv[1], "jobs")):
 """
 # The CLI with the cycle collector left on while the command runs.
 GC_ON = "import gc, sys; gc.disable = lambda: None; from jobgen.cli import main; sys.argv[0] = 'jobgen'; main()"
-# The CLI with a job's folder listed again whenever it is looked at again (RunJob.look_again's skip off).
-LIST_AGAIN = (
-    "import sys; from jobgen.record import model; model.SETTLED_NS = 10**30; "
-    "from jobgen.cli import main; sys.argv[0] = 'jobgen'; main()"
-)
 BUDGETS = {"status": 1.5, "summary": 2.0, "report": 2.0, "settled": 0.5}
 
 
@@ -172,7 +165,7 @@ def main() -> int:
     args = parser.parse_args()
     jobgen = [str(Path(sys.executable).with_name("jobgen"))]
     names = ["floor", "status", "summary", "report", "status again", "summary again", "report again"]
-    names += ["status gc on", "summary gc on", "status list again"]
+    names += ["status gc on", "summary gc on"]
     budget = {"status": "status", "summary": "summary", "report": "report"}
     with tempfile.TemporaryDirectory() as tmp:
         env = {**user_env(), "JOBGEN_NO_COLOR": "1"}
@@ -211,15 +204,13 @@ def main() -> int:
                 take("status gc on", timed([sys.executable, "-c", GC_ON, *root, "status", str(run)], env))
                 run = fresh(template, copies / template.name)
                 take("summary gc on", timed([sys.executable, "-c", GC_ON, *root, "summary", str(run)], env))
-                run = fresh(template, copies / template.name)
-                take("status list again", timed([sys.executable, "-c", LIST_AGAIN, *root, "status", str(run)], env))
             floor = statistics.median(walls["floor"])
             print(f"{n:,} jobs, median of {args.rounds} (wall s, x floor, CPU s, budget)")
             for name in names:
                 wall, cpu = statistics.median(walls[name]), statistics.median(cpus[name])
                 limit = BUDGETS["settled"] if name.endswith("again") else BUDGETS.get(budget.get(name, ""), None)
                 said = "" if limit is None else f"  budget {limit:.1f} s {'ok' if wall <= limit else 'OVER'}"
-                print(f"  {name:<17} {wall:6.2f} s  {wall / floor:5.1f}x  cpu {cpu:5.2f} s{said}", flush=True)
+                print(f"  {name:<14} {wall:6.2f} s  {wall / floor:5.1f}x  cpu {cpu:5.2f} s{said}", flush=True)
     print(f"load average at the end: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs")
     return 0
 
