@@ -32,7 +32,7 @@ pytest_plugins = ["tests.support.conftest_slurm"] if (REPO / "tests" / "support"
 
 # Tests on the real cluster that spend their time waiting for Slurm (time limits, requeues after the
 # credential lifetime, preemption's grace time, sacct, status --watch, the controller's restart), not
-# computing, longest first (seconds of a clean run on 2026-12-04). Under pytest-xdist with --dist
+# computing, longest first (seconds of full runs on 2026-12-06, or alone where a test changed since). Under pytest-xdist with --dist
 # loadgroup (scripts/test.sh), each test is a unit of its own and the units go out by kind
 # (pick_unit): the waiters (waiter_ids: gw0 with 3 workers, gw0 and gw1 with 4) take the waiting
 # tests, longest first, while the others keep both cores busy with the training tests, longest first;
@@ -43,24 +43,25 @@ pytest_plugins = ["tests.support.conftest_slurm"] if (REPO / "tests" / "support"
 # xdist_group marks: pytest-xdist 3.8 marks a group by rewriting item._nodeid, which pytest 9 no longer
 # reads, so its marks group nothing.
 WAITING_ON_SLURM = (
-    "tests/slurm/test_queue_limits.py",  # 230: a cluster of its own, sweeps waiting for room in the queue
-    "tests/slurm/test_chain.py",  # 130: a 1-minute limit, three segments
-    "tests/slurm/test_states.py",  # 2 x 87: every state, with and without accounting
-    "tests/slurm/test_requeue.py",  # 80 + 43
-    "tests/slurm/test_preemption.py",  # 72 + 49 + 35: GraceTime
-    "tests/slurm/test_cluster.py",  # 40 + 14 + ...: time limit's signal, requeue
-    "tests/slurm/test_retries.py",  # 31 + 31
-    "tests/slurm/test_requeue_command.py",  # 19 + 16
-    "tests/slurm/test_concurrency.py",  # 33
-    "tests/slurm/test_cost.py",  # 25 + 7 + 6
-    "tests/slurm/test_controller.py",  # 18: the controller's restart
-    "tests/slurm/test_at_most_once.py",  # 9 + 7 + 2: lost replies
-    "tests/slurm/test_arrays.py",  # 2
+    "tests/slurm/test_queue_limits.py",  # 212 alone: a cluster of its own, sweeps waiting for room in the queue
+    "tests/slurm/test_requeue.py",  # 108 + 59 + 58
+    "tests/slurm/test_preemption.py",  # 94 + 70: GraceTime
+    "tests/slurm/test_chain.py",  # 41 + 3: a time limit brought to now, three segments
+    "tests/slurm/test_concurrency.py",  # 37
+    "tests/slurm/test_retries.py",  # 34 + 34
+    "tests/slurm/test_cluster.py",  # 33 + 14 + ...: time limit's signal, requeue
+    "tests/slurm/test_states.py",  # 29: every state, both clusters at once, a time limit brought to now
+    "tests/slurm/test_requeue_command.py",  # 28: both clusters at once
+    "tests/slurm/test_cost.py",  # 26 + 7 + 7
+    "tests/slurm/test_controller.py",  # 20: the controller's restart
+    "tests/slurm/test_at_most_once.py",  # 8 + 5 + 3: lost replies
+    "tests/slurm/test_arrays.py",  # 7
 )
 # Modules whose tests share a module-scoped fixture (one training run): one worker, so it runs once.
 ONE_WORKER_MODULES = (
     "tests/training/test_hf_trainer_fsdp.py",
     "tests/training/test_local_demo.py",
+    "tests/core/test_json_output.py",  # a real local probe run (11 s), for two of its tests
     "tests/slurm/test_queue_limits.py",  # a cluster of its own, started once for the module
 )
 # The test that runs with the machine to itself (see below): handed out last, when no other is left.
