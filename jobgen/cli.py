@@ -85,9 +85,6 @@ class _Group(click.Group):
         # collector's passes over them cost more than it frees (bench/bench_status.py, "gc on").
         collecting = gc.isenabled()
         gc.disable()
-        _tools = sys.modules.get("jobgen.backends._tools")
-        if _tools is not None:  # in-process callers (tests, notebooks): the next command asks Slurm again
-            _tools.forget_config()
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.Abort, click.UsageError):
@@ -285,7 +282,8 @@ def queue_line(manifest: dict[str, Any]) -> str | None:
     from jobgen.commands import waves
 
     queue = manifest.get("queue") or {}
-    room = backends.get(manifest["backend"]).queue_room(str(queue.get("qos") or ""), str(queue.get("account") or ""))
+    scheduler = backends.get(manifest["backend"])
+    room = scheduler.queue_room(scheduler.settings(), str(queue.get("qos") or ""), str(queue.get("account") or ""))
     entries = manifest.get("arrays") or manifest["jobs"]
     return room.fit_line(sum(waves.weight(e) for e in entries)) if room is not None else None
 

@@ -11,7 +11,7 @@ import fnmatch
 import functools
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -77,7 +77,13 @@ class Scheduler:
         """Submit one task of an array again (requeue of a task Slurm forgot); its new id."""
         raise JobgenError(f"the {self.name} backend has no job arrays")
 
-    def max_array_size(self) -> int:
+    def settings(self) -> Mapping[str, str] | None:
+        """The scheduler's settings that its queue limits and array size are read from (Slurm's `scontrol
+        show config`), asked once by a command and passed to queue_room and max_array_size; None where
+        there are none or they cannot be read."""
+        return None
+
+    def max_array_size(self, settings: Mapping[str, str] | None) -> int:
         """How many tasks one job array may have (jobs of a bigger sweep go in several arrays)."""
         raise JobgenError(f"the {self.name} backend has no job arrays")
 
@@ -86,7 +92,9 @@ class Scheduler:
         for; None when there is none (or the scheduler keeps no time limits)."""
         return None
 
-    def queue_room(self, qos: str = "", account: str = "", enough: int = 0) -> QueueRoom | None:
+    def queue_room(
+        self, settings: Mapping[str, str] | None, qos: str = "", account: str = "", enough: int = 0
+    ) -> QueueRoom | None:
         """The limits on queued jobs that apply to this user's jobs of this QOS and account ("" = the
         defaults), with the jobs each counts now; None where the scheduler has no queue to fill.
         `enough`: the caller only asks whether that many more fit (jobgen.backends._queue.read)."""

@@ -115,30 +115,19 @@ def ask_later(command: list[str], timeout: float = QUERY_TIMEOUT_S) -> Callable[
     return answer
 
 
-# This command's `scontrol show config`, once asked (empty until then): the sites, the array size and
-# the queue limits all read it, and one answer per command is enough (forget_config starts the next).
-_config: list[dict[str, str] | None] = []
-
-
-def config() -> dict[str, str] | None:
-    """`scontrol show config` as key -> value, asked once per command; None when scontrol is missing,
-    fails or does not answer."""
-    if not _config:
-        out = ask(["scontrol", "show", "config"], timeout=CONFIG_TIMEOUT_S)
-        pairs = (line.partition("=") for line in (out or "").splitlines())
-        _config.append(None if out is None else {k.strip(): v.strip() for k, sep, v in pairs if sep and k.strip()})
-    return _config[0]
-
-
-def forget_config() -> None:
-    """A new command begins (each CLI command, each jobgen.api call): the next config() asks Slurm again."""
-    _config.clear()
+def show_config() -> dict[str, str] | None:
+    """`scontrol show config` as key -> value; None when scontrol is missing, fails or does not answer."""
+    out = ask(["scontrol", "show", "config"], timeout=CONFIG_TIMEOUT_S)
+    if out is None:
+        return None
+    pairs = (line.partition("=") for line in out.splitlines())
+    return {k.strip(): v.strip() for k, sep, v in pairs if sep and k.strip()}
 
 
 def cluster_name() -> str | None:
     """This cluster's name (ClusterName in `scontrol show config`); None when scontrol is missing, fails
     or does not say (jobgen.experiment.sites picks the site by it)."""
-    return (config() or {}).get("ClusterName") or None
+    return (show_config() or {}).get("ClusterName") or None
 
 
 def submit(command: list[str], what: str) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobgen.commands import limits, submit
+from jobgen.commands import limits, submit, waves
 from jobgen.commands.wait import watch
 from jobgen.errors import JobgenError
 from jobgen.facts import now_iso
@@ -76,7 +76,7 @@ def probe(
     prepared = submit.prepare(path, output_root, backend=backend, sets=sets, site=site, probe=budget)
     if on_run is not None:
         on_run(prepared.run_dir)
-    submit.submit_pending(prepared.run_dir)
+    waves.submit_run(prepared.run_dir)
     run = _last(watch(prepared.run_dir, interval=interval, timeout=timeout))
     points = [
         point_of(job, plan, run.backend) for job, plan in zip(_in_order(run, prepared.jobs), prepared.jobs, strict=True)

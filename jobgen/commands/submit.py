@@ -187,16 +187,18 @@ def _render(
         manifest["container"] = container.record(jobs[0])  # [container] is one for the whole run
     if exp.launch.array:
         manifest["arrays"] = _arrays(jobs, entries, run, exp, files, scheduler, dry_run)
-    if scheduler.can_wave:  # what jobgen.commands.waves needs to size the waves when the run is submitted
-        manifest["queue"] = {
-            "max_queued": exp.launch.max_queued,
-            "reserve": exp.launch.queue_reserve,
-            "qos": exp.slurm.qos,
-            "account": exp.slurm.account,
-        }
+    if scheduler.can_wave:
+        manifest["queue"] = queue_settings(
+            exp.launch.max_queued, exp.launch.queue_reserve, exp.slurm.qos, exp.slurm.account
+        )
     files[record.MANIFEST] = record.manifest_text(manifest)
     record.check_no_secrets({k: v for k, v in files.items() if isinstance(v, str)})
     return manifest, files
+
+
+def queue_settings(max_queued: int, reserve: int, qos: str, account: str) -> dict[str, Any]:
+    """A run's manifest "queue": what jobgen.commands.waves sizes its waves by when it is submitted."""
+    return {"max_queued": max_queued, "reserve": reserve, "qos": qos, "account": account}
 
 
 def _arrays(
@@ -211,10 +213,11 @@ def _arrays(
     """Render the sweep as job arrays; the jobs then carry their array and task index."""
     from jobgen.plan.arrays import render_arrays
 
-    size = scheduler.max_array_size()
+    settings = scheduler.settings()
+    size = scheduler.max_array_size(settings)
     if scheduler.can_wave and not dry_run:
         # Waves submit whole arrays: none may be larger than a wave.
-        room = scheduler.queue_room(exp.slurm.qos, exp.slurm.account) if not exp.launch.max_queued else None
+        room = scheduler.queue_room(settings, exp.slurm.qos, exp.slurm.account) if not exp.launch.max_queued else None
         wave = max_queued(exp.launch.max_queued, exp.launch.queue_reserve, room)
         if wave is not None and wave < len(jobs):
             size = min(size, wave)

@@ -35,5 +35,6 @@ def queue_fit(path: str | Path, sets: list[str] | None = None, site: str | None 
     from jobgen import backends
 
     exp = load_experiment(path, sets=sets, site=site)
-    room = backends.get(exp.launch.backend).queue_room(exp.slurm.qos, exp.slurm.account)
+    scheduler = backends.get(exp.launch.backend)
+    room = scheduler.queue_room(scheduler.settings(), exp.slurm.qos, exp.slurm.account)
     return room.fit_line(len(plan(exp)) * max(1, exp.slurm.chain)) if room is not None else None
