@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from jobgen import __version__, backends
-from jobgen.commands.submit import Files, customize, queue_settings, training_package_dir, write_new_run
+from jobgen.commands.submit import Files, customize, new_entry, queue_settings, training_package_dir, write_new_run
 from jobgen.errors import DriftError, JobgenError
 from jobgen.experiment import config, resolved, sites
 from jobgen.experiment import halving as halving_config
@@ -33,7 +33,6 @@ from jobgen.plan.render import RunInfo, render_job
 from jobgen.plan.spec import build_spec
 from jobgen.record import store as record
 from jobgen.record.model import Run, RunJob
-from jobgen.states import State
 
 SNAPSHOT = "code/training"
 KEPT = ("experiment.toml", "code.patch")  # the run's own records, copied as they are
@@ -237,14 +236,8 @@ def _move_paths(value: Any, old: str, new: str) -> Any:
 def _entry(job: RunJob, command: list[str], dry_run: bool) -> dict[str, Any]:
     """A job of the new run: the old entry's name, sweep and files, never submitted yet. A job that ran
     as an array task is rerun as a job of its own (its own script, recorded beside the array's)."""
-    entry = {k: job.entry.get(k) for k in ("name", "index", "sweep", "dir", "spec", "script")}
-    entry.update(
-        submit_command=command,
-        job_id=None,
-        array_index=None,
-        submitted_at=None,
-        state=(State.DRY_RUN if dry_run else State.NOT_SUBMITTED).value,
-        error=None,
+    entry = new_entry(
+        {k: job.entry.get(k) for k in ("name", "index", "sweep", "dir", "spec", "script")}, command, dry_run
     )
     if int(job.entry.get("chain") or 1) > 1:
         entry["chain"] = job.entry["chain"]

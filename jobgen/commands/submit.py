@@ -166,7 +166,10 @@ def _render(
         elif halved is not None:
             spec["halving"] = halved.record()
         files[f"{rel}/spec.json"] = record.dumps(spec)
-        entries.append(_entry(job, rel, script_rel, scheduler.submit_command(run.run_dir / script_rel), dry_run))
+        fields = {"name": job.name, "index": job.index, "sweep": job.sweep, "dir": rel, "spec": f"{rel}/spec.json"}
+        entries.append(
+            new_entry({**fields, "script": script_rel}, scheduler.submit_command(run_dir / script_rel), dry_run)
+        )
         words = container_words(job, run)
         if words:
             entries[-1]["container"] = words  # for a backend that writes the srun line itself (submitit)
@@ -241,14 +244,10 @@ def _arrays(
     return out
 
 
-def _entry(job: Job, rel: str, script_rel: str, command: list[str], dry_run: bool) -> dict[str, Any]:
+def new_entry(fields: dict[str, Any], command: list[str], dry_run: bool) -> dict[str, Any]:
+    """A manifest entry not submitted yet: `fields` (name, index, sweep, dir, spec, script), then the rest."""
     return {
-        "name": job.name,
-        "index": job.index,
-        "sweep": job.sweep,
-        "dir": rel,
-        "spec": f"{rel}/spec.json",
-        "script": script_rel,
+        **fields,
         "submit_command": command,
         "job_id": None,
         "array_index": None,

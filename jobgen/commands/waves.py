@@ -23,7 +23,7 @@ from typing import Any
 
 from jobgen import backends
 from jobgen.backends import Scheduler
-from jobgen.backends._queue import QueueRoom, max_queued
+from jobgen.backends._queue import max_queued
 from jobgen.errors import JobgenError
 from jobgen.record import store as record
 from jobgen.results import halving as halving_view
@@ -70,10 +70,10 @@ def first_wave(run_dir: Path, settings: Mapping[str, str] | None) -> str | None:
     total = sum(weight(e) for e in entries)
     room = scheduler.queue_room(settings, str(queue.get("qos") or ""), str(queue.get("account") or ""))
     line = room.fit_line(total) if room is not None else None
-    max_queued = max_queued_for(int(queue.get("max_queued") or 0), int(queue.get("reserve") or 0), room)
-    if max_queued is None or total <= max_queued:
+    most = max_queued(int(queue.get("max_queued") or 0), int(queue.get("reserve") or 0), room)
+    if most is None or total <= most:
         return line
-    start(run_dir, max_queued, str(queue.get("qos") or ""), str(queue.get("account") or ""))
+    start(run_dir, most, str(queue.get("qos") or ""), str(queue.get("account") or ""))
     mark_waiting(run_dir, key, entries)
     return line
 
@@ -129,11 +129,6 @@ def _spec_queue(run_dir: Path, entry: dict[str, Any]) -> tuple[str, str]:
         return str(said.get("qos") or ""), str(said.get("account") or "")
     except (OSError, ValueError, KeyError, AttributeError):
         return "", ""
-
-
-def max_queued_for(asked: int, reserve: int, room: QueueRoom | None) -> int | None:
-    """The sweep's most queued jobs (jobgen.backends._queue.max_queued)."""
-    return max_queued(asked, reserve, room)
 
 
 def start(run_dir: Path, max_queued: int, qos: str, account: str) -> None:
@@ -334,10 +329,6 @@ def _fitting(waiting: list[dict[str, Any]], free: int) -> list[dict[str, Any]]:
         chosen.append(entry)
         used += weight(entry)
     return chosen
-
-
-def load_manifest(run_dir: Path) -> dict[str, Any]:
-    return record.load_manifest(run_dir)
 
 
 def count_waiting(run_dir: Path) -> int:

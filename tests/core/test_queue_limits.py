@@ -141,12 +141,12 @@ def test_waves_take_whole_entries_in_order():
 def test_max_queued_defaults_to_the_room_less_the_reserve():
     qos = _queue.Limit("MaxSubmitJobsPerUser", "QOS q", 10, 4, "")
     count = _queue.Limit("MaxJobCount", "slurm.conf", 100, 20, "", held_back=1)
-    assert waves.max_queued_for(0, 1, _queue.QueueRoom((qos, count), 4)) == 5
+    assert _queue.max_queued(0, 1, _queue.QueueRoom((qos, count), 4)) == 5
     # MaxJobCount binding: half the room, the other half for the records of ended jobs.
-    assert waves.max_queued_for(0, 1, _queue.QueueRoom((count,), 4)) == 79 // 2 - 1
-    assert waves.max_queued_for(7, 1, _queue.QueueRoom((qos,), 4)) == 7  # the user's word
-    assert waves.max_queued_for(0, 1, _queue.QueueRoom((), 0)) is None
-    assert waves.max_queued_for(0, 9, _queue.QueueRoom((qos,), 4)) == 1
+    assert _queue.max_queued(0, 1, _queue.QueueRoom((count,), 4)) == 79 // 2 - 1
+    assert _queue.max_queued(7, 1, _queue.QueueRoom((qos,), 4)) == 7  # the user's word
+    assert _queue.max_queued(0, 1, _queue.QueueRoom((), 0)) is None
+    assert _queue.max_queued(0, 9, _queue.QueueRoom((qos,), 4)) == 1
 
 
 SWEEP = """
