@@ -885,15 +885,14 @@ def prefetch(ctx: click.Context, experiment: str, sets: tuple[str, ...], site: s
 @site_option
 def validate(experiments: tuple[str, ...], sets: tuple[str, ...], site: str | None) -> None:
     """Check experiment files: keys, values, sweep points, job shapes and templates."""
-    from jobgen.commands.validate import queue_fit, validate_file
+    from jobgen.commands.validate import validate_file
     from jobgen.experiment.sites import describe as describe_site
 
     for path in experiments:
-        count, given = validate_file(path, list(sets), site)
+        count, given, line = validate_file(path, list(sets), site)
         click.echo(f"ok: {path} ({count} job{'s' if count != 1 else ''})")
         if given:
             click.echo(describe_site(given.record()))
-        line = queue_fit(path, list(sets), site)
         if line:
             click.echo(line)
 

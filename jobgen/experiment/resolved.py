@@ -100,7 +100,7 @@ def _table(out: list[str], path: list[str], table: Mapping[str, Any]) -> None:
         if out:
             out.append("")
         out.append("[" + ".".join(_key(p) for p in path) + "]")
-    out += [f"{_key(k)} = {_value(v)}" for k, v in plain]
+    out += [f"{_key(k)} = {toml_value(v)}" for k, v in plain]
     for key, value in nested:
         _table(out, [*path, key], value)
 
@@ -109,7 +109,8 @@ def _key(key: str) -> str:
     return key if _BARE.fullmatch(key) else _string(key)
 
 
-def _value(value: Any) -> str:
+def toml_value(value: Any) -> str:
+    """One TOML value (what tomllib gives) as TOML text, inline."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -121,9 +122,9 @@ def _value(value: Any) -> str:
     if isinstance(value, str):
         return _string(value)
     if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{_key(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, (datetime.date, datetime.time)):
         return value.isoformat()
     return _string(str(value))
