@@ -445,6 +445,7 @@ def probe(
             timeout=timeout,
             interval=interval,
             on_run=started,
+            say=lambda line: click.echo(line, err=fmt == "json"),
         )
     if fmt == "json":
         click.echo(json.dumps([p.as_json() for p in done.points], indent=2))

@@ -405,8 +405,12 @@ def test_a_probe_waves_on_sbatch_and_refuses_in_one_line_on_submitit(tmp_path, m
     exp = tmp_path / "wave.toml"
     exp.write_text(SWEEP)
     made: list[Path] = []
+    said: list[str] = []
     with pytest.raises(WaitTimeout):  # the stub sbatch runs nothing: the probe's jobs never end
-        probe.probe(exp, tmp_path / "runs", backend="sbatch", timeout=0.2, interval=0.1, on_run=made.append)
+        probe.probe(
+            exp, tmp_path / "runs", backend="sbatch", timeout=0.2, interval=0.1, on_run=made.append, say=said.append
+        )
+    assert said == [said[0]] and said[0].startswith("queue: 8 of the 10 job(s) fit now (slurm.conf MaxJobCount = 9")
     jobs = json.loads((made[0] / "manifest.json").read_text())["jobs"]
     assert [j["job_id"] for j in jobs] == ["101", "102", "103"] + [None] * 7
     assert [j["state"] for j in jobs][3:] == ["WAITING"] * 7
