@@ -197,18 +197,8 @@ def read(conf: Mapping[str, str] | None, qos: str = "", account: str = "", enoug
 def _submit_rules(me: str, qos: str, account: str, cluster: str) -> tuple[list[_Rule], str]:
     """The association's and QOS's submit limits for this user (sacctmgr); with them, what could not be read."""
     where = [f"user={me}"] + ([f"cluster={cluster}"] if cluster else [])
-    assoc = slurm.ask(
-        [
-            "sacctmgr",
-            "-n",
-            "-P",
-            "show",
-            "assoc",
-            "where",
-            *where,
-            "format=Account,Partition,MaxSubmit,GrpSubmit,DefaultQOS",
-        ]
-    )
+    fields = "format=Account,Partition,MaxSubmit,GrpSubmit,DefaultQOS"
+    assoc = slurm.ask(["sacctmgr", "-n", "-P", "show", "assoc", "where", *where, fields])
     if assoc is None:
         return [], "sacctmgr did not answer: the association's and QOS's MaxSubmitJobs unknown"
     rows = [line.split("|") for line in assoc.splitlines() if line.count("|") == 4]

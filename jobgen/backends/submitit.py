@@ -33,17 +33,8 @@ class Submitit(SlurmScheduler):
 
     def submit_command(self, script: Path) -> list[str]:
         """What submitit will run in every task (after sourcing `script`), for the record."""
-        spec = script.parent / "spec.json"
-        return [
-            "submitit",
-            f"--folder={script.parent / 'submitit'}",
-            "python",
-            "-u",
-            "-m",
-            "training",
-            "--spec",
-            str(spec),
-        ]
+        folder, spec = script.parent / "submitit", script.parent / "spec.json"
+        return ["submitit", f"--folder={folder}", "python", "-u", "-m", "training", "--spec", str(spec)]
 
     def submit(self, run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
         try:
