@@ -36,13 +36,10 @@ def on_cluster(env: dict[str, str]) -> Iterator[None]:
     """Point this process (in-process status, and the `jobgen` and Slurm commands it starts) at the
     cluster of `env` (a fixture's client environment) until the block ends: a test that drives two
     clusters at once (their waits overlapping) switches between them."""
-    from jobgen.backends import _tools
-
     saved = {key: os.environ.get(key) for key in ("SLURM_CONF", "JOBGEN_CLUSTER_DIR")}
     try:
         for key in saved:
             os.environ[key] = env[key]
-        _tools.forget_config()  # the other cluster's `scontrol show config` is not this one's
         yield
     finally:
         for key, value in saved.items():
@@ -50,7 +47,6 @@ def on_cluster(env: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        _tools.forget_config()
 
 
 def only_run(root: Path, experiment: str) -> Path:
