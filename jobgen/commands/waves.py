@@ -195,8 +195,10 @@ def resumable(run_dir: Path, manifest: dict[str, Any], queued: Queued, leaving: 
     for name, rung in halving_view.Board.read(run_dir, found).waiting(jobs):
         job = jobs[name]
         job_id = job.get("job_id")
-        info = queued.infos.get(job_id or "")
-        ended = info is None or info.state.is_final or job_id == leaving
+        # A chain: the segment that paused (it reported at the rung), the ones after it held behind it.
+        target = halving_view.requeue_id(run_dir, found, name, rung) if job.get("segments") else None
+        info = queued.infos.get(target or job_id or "")
+        ended = info is None or info.state.is_final or (target or job_id) == leaving
         if not job_id or not ended or (run_dir / job["dir"] / "result.json").exists():
             continue  # never submitted, still queued or running (it goes on by itself), or finished
         if not halving.requeued(halving.root(run_dir), rung, name):
