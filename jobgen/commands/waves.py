@@ -72,6 +72,14 @@ def first_wave(run_dir: Path) -> str | None:
     max_queued = max_queued_for(int(queue.get("max_queued") or 0), int(queue.get("reserve") or 0), room)
     if max_queued is None or total <= max_queued:
         return line
+    if manifest.get("halving") and any(int(e.get("chain") or 1) > 1 for e in entries):
+        # Waves would stall: a paused chain keeps its held segments queued, so paused jobs fill the slots.
+        raise JobgenError(
+            f"{total} segments do not fit in the queue ({max_queued} may be queued) and a halving sweep of "
+            "chains cannot wave: a paused job's later segments stay queued, held, until a promotion resumes "
+            "it; sweep fewer points, raise launch.max_queued, or use slurm.requeue = true instead of "
+            f"slurm.chain; nothing was submitted (once there is room: jobgen submit --resume {run_dir})"
+        )
     start(run_dir, max_queued, str(queue.get("qos") or ""), str(queue.get("account") or ""))
     mark_waiting(run_dir, key, entries)
     return line
