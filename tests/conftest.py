@@ -222,9 +222,6 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, request: pyte
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.delenv("JOBGEN_SITE", raising=False)
     monkeypatch.delenv("JOBGEN_SITES_FILE", raising=False)
-    from jobgen.backends import _tools
-
-    _tools.forget_config()  # each test its own Slurm (stub tools): no answer kept from the one before
 
 
 @pytest.fixture
