@@ -304,6 +304,7 @@ def _render(
         git_sha=git[0],
         git_dirty=git[1],
         default_python=backends.get(exp.launch.backend).python(),
+        halving=bool(halved),
     )
     out = {}
     for rec in recorded:

@@ -148,6 +148,7 @@ def _render(
         default_python=scheduler.python(),
         hf_home=hf_home(),
         jobgen_python=sys.executable,
+        halving=probe is None and halving_config.settings(exp.sweep.halving, exp.train.epochs, exp.data) is not None,
     )
     files: dict[str, str | bytes] = {"experiment.toml": exp.text, "code.patch": patch}
     files[resolved.FILE] = resolved.text(exp.raw)

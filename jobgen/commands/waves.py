@@ -73,6 +73,14 @@ def first_wave(run_dir: Path, settings: Mapping[str, str] | None) -> str | None:
     most = max_queued(int(queue.get("max_queued") or 0), int(queue.get("reserve") or 0), room)
     if most is None or total <= most:
         return line
+    if manifest.get("halving") and any(int(e.get("chain") or 1) > 1 for e in entries):
+        # Waves would stall: a paused chain keeps its held segments queued, so paused jobs fill the slots.
+        raise JobgenError(
+            f"{total} segments do not fit in the queue ({most} may be queued) and a halving sweep of "
+            "chains cannot wave: a paused job's later segments stay queued, held, until a promotion resumes "
+            "it; sweep fewer points, raise launch.max_queued, or use slurm.requeue = true instead of "
+            f"slurm.chain; nothing was submitted (once there is room: jobgen submit --resume {run_dir})"
+        )
     start(run_dir, most, str(queue.get("qos") or ""), str(queue.get("account") or ""))
     mark_waiting(run_dir, key, entries)
     return line
@@ -193,8 +201,10 @@ def resumable(run_dir: Path, manifest: dict[str, Any], queued: Queued, leaving: 
     for name, rung in halving_view.Board.read(run_dir, found).waiting(jobs):
         job = jobs[name]
         job_id = job.get("job_id")
-        info = queued.infos.get(job_id or "")
-        ended = info is None or info.state.is_final or job_id == leaving
+        # A chain: the segment that paused (it reported at the rung), the ones after it held behind it.
+        target = halving_view.requeue_id(run_dir, found, name, rung) if job.get("segments") else None
+        info = queued.infos.get(target or job_id or "")
+        ended = info is None or info.state.is_final or (target or job_id) == leaving
         if not job_id or not ended or (run_dir / job["dir"] / "result.json").exists():
             continue  # never submitted, still queued or running (it goes on by itself), or finished
         if not halving.requeued(halving.root(run_dir), rung, name):

@@ -178,7 +178,6 @@ def _check_halving(exp: Experiment, ctx: _Context) -> None:
         has_sweep=has_sweep,
         swept=swept,
         data=exp.data,
-        chain=exp.slurm.chain,
     )
     for key, problem in problems[:1]:
         ctx.fail(f"sweep.halving.{key}" if key else "sweep.halving", problem)

@@ -441,3 +441,22 @@ def test_a_submitit_job_refused_for_a_limit_names_it(tmp_path, monkeypatch):
     message = caught.value.message
     assert message.startswith("submitting seed-1: refused by QOS small MaxSubmitJobsPerUser = 5, 5 of yours")
     assert "launch.max_queued" in message and "\n" not in message and "submitit:" not in message
+
+
+def test_a_halving_sweep_of_chains_that_does_not_fit_is_refused_not_waved(runner, tmp_path, monkeypatch):
+    """A paused chain keeps its held segments queued: in waves the paused jobs would fill every slot and
+    the sweep would stall. So it is refused in one line, before anything is submitted; one that fits goes."""
+    stubs = {"scontrol": SCONTROL, "squeue": SQUEUE, "sbatch": SBATCH_OK, "sacct": "exit 1\n"}
+    state = install_stubs(tmp_path, monkeypatch, stubs)
+    exp = tmp_path / "halve.toml"
+    exp.write_text(HALVING.replace("max_queued = 1", "max_queued = 7\n[slurm]\nchain = 2"))
+    root = ["--output-root", str(tmp_path / "runs")]
+    result = runner.invoke(main, [*root, "submit", str(exp)])
+    assert result.exit_code != 0, result.output
+    said = result.output.strip().splitlines()[-1]
+    assert "8 segments do not fit in the queue (7 may be queued) and a halving sweep of chains cannot wave" in said
+    assert not (state / "calls").exists()  # nothing submitted
+    exp.write_text(HALVING.replace("max_queued = 1", "max_queued = 8\n[slurm]\nchain = 2"))
+    result = runner.invoke(main, [*root, "submit", str(exp)])
+    assert result.exit_code == 0, result.output
+    assert (state / "calls").read_text().strip() == "8"
