@@ -44,6 +44,7 @@ pytest_plugins = ["tests.support.conftest_slurm"] if (REPO / "tests" / "support"
 # reads, so its marks group nothing.
 WAITING_ON_SLURM = (
     "tests/slurm/test_queue_limits.py",  # 212 alone: a cluster of its own, sweeps waiting for room in the queue
+    "tests/slurm/test_halving.py::test_a_chain_pauses_holds_its_segments_and_a_promotion_resumes_it",  # 240: 1-minute segments
     "tests/slurm/test_requeue.py",  # 108 + 59 + 58
     "tests/slurm/test_preemption.py",  # 94 + 70: GraceTime
     "tests/slurm/test_chain.py",  # 41 + 3: a time limit brought to now, three segments
@@ -81,9 +82,12 @@ def xdist_group(nodeid: str) -> str:
 
 
 def _waiting_rank(unit: str) -> int | None:
-    """The unit's place in WAITING_ON_SLURM (longest first); None for a test that does not wait."""
-    path = unit.split("::", 1)[0]
-    return WAITING_ON_SLURM.index(path) if path in WAITING_ON_SLURM else None
+    """The unit's place in WAITING_ON_SLURM (longest first; a module or one test); None for a test that
+    does not wait."""
+    for key in (unit, unit.split("::", 1)[0]):
+        if key in WAITING_ON_SLURM:
+            return WAITING_ON_SLURM.index(key)
+    return None
 
 
 def waiter_ids(workers: int) -> frozenset[str]:
