@@ -73,7 +73,6 @@ def load(
     from jobgen.commands.validate import checked
 
     where = "jobgen.api.load"
-    _new_command()
     file = _path(where, "path", path)
     items = _strings(where, "sets", sets)
     _optional_str(where, "site", site)
@@ -96,7 +95,6 @@ def submit(experiment: Experiment, *, dry_run: bool = False, output_root: PathLi
     from jobgen.commands import waves
 
     where = "jobgen.api.submit"
-    _new_command()
     _check_type(where, "experiment", experiment, Experiment, "an Experiment from jobgen.api.load()")
     _check_type(where, "dry_run", dry_run, bool, "True or False")
     root = _root(where, output_root)
@@ -138,7 +136,6 @@ def rerun(
     from jobgen.commands.waves import submit_run
 
     where = "jobgen.api.rerun"
-    _new_command()
     _check_type(where, "run", run, Run, "a Run from jobgen.api.get_run() or submit()")
     names, items = _strings(where, "jobs", jobs), _strings(where, "sets", sets)
     _check_type(where, "allow_drift", allow_drift, bool, "True or False")
@@ -243,13 +240,6 @@ class Run:
 
 def _statuses(loaded: Record) -> list[JobStatus]:
     return [JobStatus(job.name, job.state, job.job_id, job.sweep) for job in loaded.jobs]
-
-
-def _new_command() -> None:
-    """Each call that asks Slurm is a command of its own: it asks Slurm's configuration again."""
-    from jobgen.backends._tools import forget_config
-
-    forget_config()
 
 
 # --- arguments: a wrong type is a BadArgument naming the function and the parameter ----------------------

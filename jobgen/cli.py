@@ -85,9 +85,6 @@ class _Group(click.Group):
         # collector's passes over them cost more than it frees (bench/bench_status.py, "gc on").
         collecting = gc.isenabled()
         gc.disable()
-        _tools = sys.modules.get("jobgen.backends._tools")
-        if _tools is not None:  # in-process callers (tests, notebooks): the next command asks Slurm again
-            _tools.forget_config()
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.Abort, click.UsageError):
@@ -285,7 +282,8 @@ def queue_line(manifest: dict[str, Any]) -> str | None:
     from jobgen.commands import waves
 
     queue = manifest.get("queue") or {}
-    room = backends.get(manifest["backend"]).queue_room(str(queue.get("qos") or ""), str(queue.get("account") or ""))
+    scheduler = backends.get(manifest["backend"])
+    room = scheduler.queue_room(scheduler.settings(), str(queue.get("qos") or ""), str(queue.get("account") or ""))
     entries = manifest.get("arrays") or manifest["jobs"]
     return room.fit_line(sum(waves.weight(e) for e in entries)) if room is not None else None
 
@@ -447,6 +445,7 @@ def probe(
             timeout=timeout,
             interval=interval,
             on_run=started,
+            say=lambda line: click.echo(line, err=fmt == "json"),
         )
     if fmt == "json":
         click.echo(json.dumps([p.as_json() for p in done.points], indent=2))
@@ -887,15 +886,14 @@ def prefetch(ctx: click.Context, experiment: str, sets: tuple[str, ...], site: s
 @site_option
 def validate(experiments: tuple[str, ...], sets: tuple[str, ...], site: str | None) -> None:
     """Check experiment files: keys, values, sweep points, job shapes and templates."""
-    from jobgen.commands.validate import queue_fit, validate_file
+    from jobgen.commands.validate import validate_file
     from jobgen.experiment.sites import describe as describe_site
 
     for path in experiments:
-        count, given = validate_file(path, list(sets), site)
+        count, given, line = validate_file(path, list(sets), site)
         click.echo(f"ok: {path} ({count} job{'s' if count != 1 else ''})")
         if given:
             click.echo(describe_site(given.record()))
-        line = queue_fit(path, list(sets), site)
         if line:
             click.echo(line)
 

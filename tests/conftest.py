@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import fcntl
 import os
+import resource
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 _CPU_AT_START = pytest.StashKey[tuple[float, float]]()
+_TEST_CPU_AT_START = pytest.StashKey[tuple[float, float, float]]()
 sys.path.insert(0, str(REPO))  # tests/ helpers import as `tests.x`
 
 # One intra-op thread per process, for every process the tests start (ranks, local jobs, and the Slurm
@@ -29,7 +32,7 @@ pytest_plugins = ["tests.support.conftest_slurm"] if (REPO / "tests" / "support"
 
 # Tests on the real cluster that spend their time waiting for Slurm (time limits, requeues after the
 # credential lifetime, preemption's grace time, sacct, status --watch, the controller's restart), not
-# computing, longest first (seconds of a clean run on 2026-12-04). Under pytest-xdist with --dist
+# computing, longest first (seconds of full runs on 2026-12-06, or alone where a test changed since). Under pytest-xdist with --dist
 # loadgroup (scripts/test.sh), each test is a unit of its own and the units go out by kind
 # (pick_unit): the waiters (waiter_ids: gw0 with 3 workers, gw0 and gw1 with 4) take the waiting
 # tests, longest first, while the others keep both cores busy with the training tests, longest first;
@@ -40,24 +43,26 @@ pytest_plugins = ["tests.support.conftest_slurm"] if (REPO / "tests" / "support"
 # xdist_group marks: pytest-xdist 3.8 marks a group by rewriting item._nodeid, which pytest 9 no longer
 # reads, so its marks group nothing.
 WAITING_ON_SLURM = (
-    "tests/slurm/test_queue_limits.py",  # 230: a cluster of its own, sweeps waiting for room in the queue
-    "tests/slurm/test_chain.py",  # 130: a 1-minute limit, three segments
-    "tests/slurm/test_states.py",  # 2 x 87: every state, with and without accounting
-    "tests/slurm/test_requeue.py",  # 80 + 43
-    "tests/slurm/test_preemption.py",  # 72 + 49 + 35: GraceTime
-    "tests/slurm/test_cluster.py",  # 40 + 14 + ...: time limit's signal, requeue
-    "tests/slurm/test_retries.py",  # 31 + 31
-    "tests/slurm/test_requeue_command.py",  # 19 + 16
-    "tests/slurm/test_concurrency.py",  # 33
-    "tests/slurm/test_cost.py",  # 25 + 7 + 6
-    "tests/slurm/test_controller.py",  # 18: the controller's restart
-    "tests/slurm/test_at_most_once.py",  # 9 + 7 + 2: lost replies
-    "tests/slurm/test_arrays.py",  # 2
+    "tests/slurm/test_queue_limits.py",  # 212 alone: a cluster of its own, sweeps waiting for room in the queue
+    "tests/slurm/test_halving.py::test_a_chain_pauses_holds_its_segments_and_a_promotion_resumes_it",  # 240: 1-minute segments
+    "tests/slurm/test_requeue.py",  # 108 + 59 + 58
+    "tests/slurm/test_preemption.py",  # 94 + 70: GraceTime
+    "tests/slurm/test_chain.py",  # 41 + 3: a time limit brought to now, three segments
+    "tests/slurm/test_concurrency.py",  # 37
+    "tests/slurm/test_retries.py",  # 34 + 34
+    "tests/slurm/test_cluster.py",  # 33 + 14 + ...: time limit's signal, requeue
+    "tests/slurm/test_states.py",  # 29: every state, both clusters at once, a time limit brought to now
+    "tests/slurm/test_requeue_command.py",  # 28: both clusters at once
+    "tests/slurm/test_cost.py",  # 26 + 7 + 7
+    "tests/slurm/test_controller.py",  # 20: the controller's restart
+    "tests/slurm/test_at_most_once.py",  # 8 + 5 + 3: lost replies
+    "tests/slurm/test_arrays.py",  # 7
 )
 # Modules whose tests share a module-scoped fixture (one training run): one worker, so it runs once.
 ONE_WORKER_MODULES = (
     "tests/training/test_hf_trainer_fsdp.py",
     "tests/training/test_local_demo.py",
+    "tests/core/test_json_output.py",  # a real local probe run (11 s), for two of its tests
     "tests/slurm/test_queue_limits.py",  # a cluster of its own, started once for the module
 )
 # The test that runs with the machine to itself (see below): handed out last, when no other is left.
@@ -77,9 +82,12 @@ def xdist_group(nodeid: str) -> str:
 
 
 def _waiting_rank(unit: str) -> int | None:
-    """The unit's place in WAITING_ON_SLURM (longest first); None for a test that does not wait."""
-    path = unit.split("::", 1)[0]
-    return WAITING_ON_SLURM.index(path) if path in WAITING_ON_SLURM else None
+    """The unit's place in WAITING_ON_SLURM (longest first; a module or one test); None for a test that
+    does not wait."""
+    for key in (unit, unit.split("::", 1)[0]):
+        if key in WAITING_ON_SLURM:
+            return WAITING_ON_SLURM.index(key)
+    return None
 
 
 def waiter_ids(workers: int) -> frozenset[str]:
@@ -196,6 +204,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """How busy the machine's CPUs were during the run: whether the suite's time is computing (near
     100%: fewer or cheaper training processes help) or waiting (more waiters help)."""
+    _write_cpu_account(terminalreporter)
     start = config.stash.get(_CPU_AT_START, None)
     if start is None:
         return
@@ -204,6 +213,66 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(
             f"CPU: {busy:.0f} of {total:.0f} core-seconds busy ({100 * busy / total:.0f}%) during the tests, on {os.cpu_count()} cores, this machine's every process counted"
         )
+
+
+# JOBGEN_TEST_CPU=1: each test's CPU seconds (the test's process, and the children it waited for, with
+# theirs: ranks, local jobs, jobgen commands) and wall seconds, and the run's summary lists the modules
+# by CPU. Unlike the machine's busy share above, a test's CPU does not grow with other people's load on
+# the machine. Jobs run by Slurm (under slurmd) are not counted: a Slurm test's training is not in it.
+_ACCOUNT_CPU = os.environ.get("JOBGEN_TEST_CPU") == "1"
+
+
+def _own_cpu() -> tuple[float, float, float]:
+    """(this process', its waited-for children's, wall) seconds."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime, time.monotonic()
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    if _ACCOUNT_CPU:
+        item.stash[_TEST_CPU_AT_START] = _own_cpu()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    start = item.stash.get(_TEST_CPU_AT_START, None)
+    if call.when == "teardown" and start is not None:
+        own, kids, wall = (now - then for now, then in zip(_own_cpu(), start, strict=True))
+        outcome.get_result().user_properties.append(("cpu_s", [round(own, 2), round(kids, 2), round(wall, 2)]))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """On the controller (with xdist, the workers' reports come here): collect the accounts."""
+    for key, value in report.user_properties:
+        if key == "cpu_s":
+            own, kids, wall = value
+            _PER_TEST_CPU.append((report.nodeid, float(own), float(kids), float(wall)))
+
+
+_PER_TEST_CPU: list[tuple[str, float, float, float]] = []  # (test, own, children's, wall seconds)
+
+
+def _write_cpu_account(terminalreporter: Any) -> None:
+    rows = _PER_TEST_CPU
+    if not rows:
+        return
+    by_module: dict[str, list[float]] = {}
+    for nodeid, own, kids, wall in rows:
+        totals = by_module.setdefault(nodeid.split("::", 1)[0], [0.0, 0.0, 0.0])
+        totals[0] += own + kids
+        totals[1] += wall
+        totals[2] += 1
+    cpu = sum(own + kids for _, own, kids, _ in rows)
+    terminalreporter.write_sep("-", "CPU of the tests (JOBGEN_TEST_CPU=1; Slurm's jobs not counted)")
+    for module, (seconds, wall, count) in sorted(by_module.items(), key=lambda kv: -kv[1][0])[:25]:
+        terminalreporter.write_line(f"{seconds:8.1f} s CPU {wall:8.1f} s wall {int(count):4d} tests  {module}")
+    terminalreporter.write_line(f"{cpu:8.1f} s CPU in all, {len(rows)} tests")
+    for nodeid, own, kids, wall in sorted(rows, key=lambda r: -(r[1] + r[2]))[:25]:
+        terminalreporter.write_line(f"{own + kids:8.1f} s CPU ({kids:7.1f} children) {wall:8.1f} s wall  {nodeid}")
 
 
 @pytest.fixture(autouse=True)
@@ -222,9 +291,6 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, request: pyte
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.delenv("JOBGEN_SITE", raising=False)
     monkeypatch.delenv("JOBGEN_SITES_FILE", raising=False)
-    from jobgen.backends import _tools
-
-    _tools.forget_config()  # each test its own Slurm (stub tools): no answer kept from the one before
 
 
 @pytest.fixture

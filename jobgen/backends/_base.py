@@ -11,7 +11,7 @@ import fnmatch
 import functools
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -77,7 +77,13 @@ class Scheduler:
         """Submit one task of an array again (requeue of a task Slurm forgot); its new id."""
         raise JobgenError(f"the {self.name} backend has no job arrays")
 
-    def max_array_size(self) -> int:
+    def settings(self) -> Mapping[str, str] | None:
+        """The scheduler's settings that its queue limits and array size are read from (Slurm's `scontrol
+        show config`), asked once by a command and passed to queue_room and max_array_size; None where
+        there are none or they cannot be read."""
+        return None
+
+    def max_array_size(self, settings: Mapping[str, str] | None) -> int:
         """How many tasks one job array may have (jobs of a bigger sweep go in several arrays)."""
         raise JobgenError(f"the {self.name} backend has no job arrays")
 
@@ -86,7 +92,9 @@ class Scheduler:
         for; None when there is none (or the scheduler keeps no time limits)."""
         return None
 
-    def queue_room(self, qos: str = "", account: str = "", enough: int = 0) -> QueueRoom | None:
+    def queue_room(
+        self, settings: Mapping[str, str] | None, qos: str = "", account: str = "", enough: int = 0
+    ) -> QueueRoom | None:
         """The limits on queued jobs that apply to this user's jobs of this QOS and account ("" = the
         defaults), with the jobs each counts now; None where the scheduler has no queue to fill.
         `enough`: the caller only asks whether that many more fit (jobgen.backends._queue.read)."""
@@ -157,25 +165,14 @@ class Scheduler:
                     found.update(base / e.name for e in entries if matches(e.name) and e.is_file())
             except OSError:
                 continue
-        return _in_order(found)
+        return _in_order(list(found))
 
-    def logs_among(
-        self, job_dir: Path, names: Iterable[str], marks: dict[str, os.stat_result | None] | None = None
-    ) -> list[Path]:
+    def log_names_among(self, folder: str, names: Iterable[str]) -> list[str]:
         """log_files (both streams) of a scheduler whose logs are in the job's folder itself
-        (logs_in_job_folder), found among the names a listing of that folder gave (no stat of each: an
-        entry named as a log is taken for one, a folder so named too). `marks`: given each log's stat
-        (None: gone) where the logs were put in order by their times (several attempts), so a caller
-        that keeps their stamps stats none again; left empty where their names alone gave the order."""
-        return [job_dir / name for name in self.log_names_among(str(job_dir), names, marks)]
-
-    def log_names_among(
-        self, folder: str, names: Iterable[str], marks: dict[str, os.stat_result | None] | None = None
-    ) -> list[str]:
-        """logs_among as the logs' names in the job's `folder`, in the same order, without a Path per log
-        (a report links every log of every job)."""
+        (logs_in_job_folder), as their names, found among the names a listing of that folder gave (no
+        stat of each: an entry named as a log is taken for one)."""
         matches = _matcher(self._log_patterns)
-        return _names_in_order(folder, [name for name in names if matches(name)], marks)
+        return _in_order([name for name in names if matches(name)], folder)
 
     def logs_in_job_folder(self) -> bool:
         """Whether every log is in the job's folder itself, not below it: the folder's stat stamp then
@@ -206,51 +203,14 @@ def _matcher(patterns: tuple[str, ...]) -> Callable[[str], re.Match[str] | None]
     return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)).match
 
 
-def _in_order(found: Iterable[Path], marks: dict[str, os.stat_result | None] | None = None) -> list[Path]:
-    """Logs oldest first (oldest_first). The streams of one job id (Slurm's `slurm-<id>.out` and `.err`,
-    submitit's `<id>_<task>_log.out` and `.err`: one name but for the suffix) are put in name order
-    without a stat: which of the two was written to last says nothing of the order of attempts (most
-    jobs of a sweep have just these two; jobgen.results.diagnose orders them by time itself).
-    `marks`: see logs_among."""
-    return _ordered(list(found), _name, lambda path: path, marks)
-
-
-def _name(path: Path) -> str:
-    return path.name
-
-
-def _names_in_order(folder: str, names: list[str], marks: dict[str, os.stat_result | None] | None = None) -> list[str]:
-    """_in_order of the logs of these names in `folder`."""
-    if len(names) == 2:  # most jobs of a sweep: one Slurm job's .out and .err, in name order
-        first, second = names
-        if (first.rpartition(".")[0] or first) == (second.rpartition(".")[0] or second):
-            return [first, second] if first <= second else [second, first]
-    return _ordered(names, str, lambda name: os.path.join(folder, name), marks)
-
-
-def _ordered(
-    logs: list[L],
-    name: Callable[[L], str],
-    where: Callable[[L], str | Path],
-    marks: dict[str, os.stat_result | None] | None,
-) -> list[L]:
-    """_in_order of logs given as Paths or as names (`name` and `where` say each one's name and path)."""
-    if len(logs) < 2:
-        return logs
-    if len({name(log).rpartition(".")[0] or name(log) for log in logs}) == 1:
-        return sorted(logs, key=name)
-    stats = {} if marks is None else marks
-    for log in logs:
-        try:
-            stats[name(log)] = os.stat(where(log))
-        except OSError:
-            stats[name(log)] = None  # gone: sorts first, as oldest_first has it
-
-    def key(log: L) -> tuple[float, str]:
-        st = stats[name(log)]
-        return (st.st_mtime if st is not None else 0.0), name(log)
-
-    return sorted(logs, key=key)
+def _in_order(logs: list[L], folder: str = "") -> list[L]:
+    """Logs (paths, or names in `folder`) oldest first, as oldest_first orders them. The streams of one
+    job id (Slurm's `slurm-<id>.out` and `.err`, submitit's `<id>_<task>_log.out` and `.err`) are put
+    in name order without a stat: which of the two was written to last says nothing of the order of
+    attempts (jobgen.results.diagnose orders them by time itself)."""
+    if len({os.path.basename(log).rpartition(".")[0] or os.path.basename(log) for log in logs}) <= 1:
+        return sorted(logs, key=os.path.basename)
+    return sorted(logs, key=lambda log: oldest_first(Path(folder, log)))
 
 
 def oldest_first(path: Path) -> tuple[float, str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import pwd
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,9 +106,6 @@ def user() -> str | None:
         return None
 
 
-config = slurm.config  # `scontrol show config`, asked once per command
-
-
 @dataclass(frozen=True)
 class _Queued:
     user: str
@@ -158,12 +156,11 @@ class _Rule:
         return Limit(self.name, self.where, self.value, counted, self.counts)
 
 
-def read(qos: str = "", account: str = "", enough: int = 0) -> QueueRoom | None:
-    """The room Slurm leaves this user for jobs of this QOS and account ("" = the user's defaults);
-    None when there is no Slurm here (scontrol missing or silent). `enough`: the caller needs to know
+def read(conf: Mapping[str, str] | None, qos: str = "", account: str = "", enough: int = 0) -> QueueRoom | None:
+    """The room Slurm leaves this user for jobs of this QOS and account ("" = the user's defaults), by
+    its configuration `conf` (`scontrol show config`); None when there is none (no Slurm here). `enough`: the caller needs to know
     only whether that many more jobs fit; when the user's own submit limits leave less room, every
     user's jobs are not asked (the answer holds those limits alone, and MaxJobCount is left out)."""
-    conf = config()
     if conf is None:
         return None
     me = user() or ""
@@ -200,18 +197,8 @@ def read(qos: str = "", account: str = "", enough: int = 0) -> QueueRoom | None:
 def _submit_rules(me: str, qos: str, account: str, cluster: str) -> tuple[list[_Rule], str]:
     """The association's and QOS's submit limits for this user (sacctmgr); with them, what could not be read."""
     where = [f"user={me}"] + ([f"cluster={cluster}"] if cluster else [])
-    assoc = slurm.ask(
-        [
-            "sacctmgr",
-            "-n",
-            "-P",
-            "show",
-            "assoc",
-            "where",
-            *where,
-            "format=Account,Partition,MaxSubmit,GrpSubmit,DefaultQOS",
-        ]
-    )
+    fields = "format=Account,Partition,MaxSubmit,GrpSubmit,DefaultQOS"
+    assoc = slurm.ask(["sacctmgr", "-n", "-P", "show", "assoc", "where", *where, fields])
     if assoc is None:
         return [], "sacctmgr did not answer: the association's and QOS's MaxSubmitJobs unknown"
     rows = [line.split("|") for line in assoc.splitlines() if line.count("|") == 4]
@@ -261,14 +248,14 @@ def script_options(script: Path) -> tuple[str, str]:
     return (qos[-1] if qos else ""), (account[-1] if account else "")
 
 
-def refusal(said: str, what: str, script: Path | None) -> str | None:
-    """The one-line cause of a refusal for a queue limit (sbatch's words `said`), naming the limit, its
-    value, how many jobs it counts, and what to do; None when the words are about something else."""
+def refusal(said: str, what: str, qos: str = "", account: str = "") -> str | None:
+    """The one-line cause of a refusal for a queue limit (sbatch's words `said`, for a job of this QOS and
+    account), naming the limit, its value, how many jobs it counts, and what to do; None when the words
+    are about something else."""
     busy = BUSY in said
     if not busy and POLICY not in said:
         return None
-    qos, account = script_options(script) if script is not None else ("", "")
-    room = read(qos, account)
+    room = read(slurm.show_config(), qos, account)
     todo = (
         "submit the rest later with `jobgen submit --resume RUN`, set launch.max_queued to submit in waves, "
         "or sweep fewer points"
@@ -297,7 +284,7 @@ def submit(command: list[str], what: str) -> str:
     try:
         return slurm.submit(command, what)
     except SubmitError as exc:
-        cause = refusal(exc.message, what, Path(command[-1]))
+        cause = refusal(exc.message, what, *script_options(Path(command[-1])))
         if cause is None:
             raise
         raise SubmitError(cause, maybe_queued=exc.maybe_queued) from None

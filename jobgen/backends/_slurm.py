@@ -79,13 +79,18 @@ class SlurmScheduler(Scheduler):
             )
         return found
 
-    def max_array_size(self) -> int:
+    def settings(self) -> dict[str, str] | None:
+        return slurm.show_config()
+
+    def max_array_size(self, settings: Mapping[str, str] | None) -> int:
         """The cluster's MaxArraySize (task ids must be below it), or Slurm's default if unknown."""
-        value = (_queue.config() or {}).get("MaxArraySize", "")
+        value = (settings or {}).get("MaxArraySize", "")
         return int(value) if value.isdigit() else DEFAULT_MAX_ARRAY_SIZE
 
-    def queue_room(self, qos: str = "", account: str = "", enough: int = 0) -> QueueRoom | None:
-        return _queue.read(qos, account, enough)
+    def queue_room(
+        self, settings: Mapping[str, str] | None, qos: str = "", account: str = "", enough: int = 0
+    ) -> QueueRoom | None:
+        return _queue.read(settings, qos, account, enough)
 
     def max_time(self, partition: str) -> int | None:
         """The partition's MaxTime (`scontrol show partition`; "" = the one marked Default=YES)."""

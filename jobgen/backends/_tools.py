@@ -70,10 +70,14 @@ def _answer(
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            raise SubmitError(f"{what}: {command[0]} did not answer in {timeout:.0f} s; is slurmctld up?") from None
+            raise _no_answer(proc, command, what, timeout) from None
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def _no_answer(proc: subprocess.Popen[str], command: list[str], what: str, timeout: float) -> SubmitError:
+    """Stop a tool that did not answer in time, with everything it started; the error that says so."""
+    os.killpg(proc.pid, signal.SIGKILL)
+    return SubmitError(f"{what}: {command[0]} did not answer in {timeout:.0f} s; is slurmctld up?")
 
 
 def run(command: list[str], *, what: str, timeout: float | None = None) -> str:
@@ -115,30 +119,19 @@ def ask_later(command: list[str], timeout: float = QUERY_TIMEOUT_S) -> Callable[
     return answer
 
 
-# This command's `scontrol show config`, once asked (empty until then): the sites, the array size and
-# the queue limits all read it, and one answer per command is enough (forget_config starts the next).
-_config: list[dict[str, str] | None] = []
-
-
-def config() -> dict[str, str] | None:
-    """`scontrol show config` as key -> value, asked once per command; None when scontrol is missing,
-    fails or does not answer."""
-    if not _config:
-        out = ask(["scontrol", "show", "config"], timeout=CONFIG_TIMEOUT_S)
-        pairs = (line.partition("=") for line in (out or "").splitlines())
-        _config.append(None if out is None else {k.strip(): v.strip() for k, sep, v in pairs if sep and k.strip()})
-    return _config[0]
-
-
-def forget_config() -> None:
-    """A new command begins (each CLI command, each jobgen.api call): the next config() asks Slurm again."""
-    _config.clear()
+def show_config() -> dict[str, str] | None:
+    """`scontrol show config` as key -> value; None when scontrol is missing, fails or does not answer."""
+    out = ask(["scontrol", "show", "config"], timeout=CONFIG_TIMEOUT_S)
+    if out is None:
+        return None
+    pairs = (line.partition("=") for line in out.splitlines())
+    return {k.strip(): v.strip() for k, sep, v in pairs if sep and k.strip()}
 
 
 def cluster_name() -> str | None:
     """This cluster's name (ClusterName in `scontrol show config`); None when scontrol is missing, fails
     or does not say (jobgen.experiment.sites picks the site by it)."""
-    return (config() or {}).get("ClusterName") or None
+    return (show_config() or {}).get("ClusterName") or None
 
 
 def submit(command: list[str], what: str) -> str:
@@ -157,42 +150,35 @@ def _submit_call(command: list[str], what: str) -> subprocess.CompletedProcess[s
     would sleep and retry for minutes (MaxJobCount reached), and the cause, not a timeout, is the answer."""
     if shutil.which(command[0]) is None:
         return call(command, timeout=SUBMIT_TIMEOUT_S, what=what)
-    proc = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True
-    )
+    proc = _start(command)
     assert proc.stdout is not None and proc.stderr is not None
+    out, err = proc.stdout.fileno(), proc.stderr.fileno()
+    said = {out: b"", err: b""}
+    busy = BUSY.encode()
     deadline = time.monotonic() + SUBMIT_TIMEOUT_S
-    fd_out, fd_err = proc.stdout.fileno(), proc.stderr.fileno()
-    chunks: dict[int, list[bytes]] = {fd_out: [], fd_err: []}
     with proc, selectors.DefaultSelector() as sel:
-        for stream in (proc.stdout, proc.stderr):
-            sel.register(stream.fileno(), selectors.EVENT_READ)
-        while sel.get_map():
+        for fd in said:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map() and busy not in said[err]:
             left = deadline - time.monotonic()
             if left <= 0:
-                os.killpg(proc.pid, signal.SIGKILL)
-                raise SubmitError(f"{what}: {command[0]} did not answer in {SUBMIT_TIMEOUT_S:.0f} s; is slurmctld up?")
+                raise _no_answer(proc, command, what, SUBMIT_TIMEOUT_S)
             for key, _ in sel.select(min(left, 1.0)):
                 data = os.read(int(key.fd), 65536)
+                said[int(key.fd)] += data
                 if not data:
                     sel.unregister(key.fd)
-                    continue
-                chunks[int(key.fd)].append(data)
-                if BUSY in b"".join(chunks[fd_err]).decode(errors="replace"):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-                    return subprocess.CompletedProcess(
-                        command, 1, "", b"".join(chunks[fd_err]).decode(errors="replace")
-                    )
-        try:
-            code = proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
+        if busy in said[err]:
             os.killpg(proc.pid, signal.SIGKILL)
-            raise SubmitError(
-                f"{what}: {command[0]} did not answer in {SUBMIT_TIMEOUT_S:.0f} s; is slurmctld up?"
-            ) from None
-    out, err = (b"".join(chunks[fd]).decode(errors="replace") for fd in (fd_out, fd_err))
-    return subprocess.CompletedProcess(command, code, out, err)
+            code, said[out] = 1, b""
+        else:
+            try:
+                code = proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise _no_answer(proc, command, what, SUBMIT_TIMEOUT_S) from None
+    return subprocess.CompletedProcess(
+        command, code, said[out].decode(errors="replace"), said[err].decode(errors="replace")
+    )
 
 
 def unreachable(message: str) -> bool:

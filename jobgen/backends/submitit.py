@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jobgen.backends import _queue
 from jobgen.backends._slurm import SlurmScheduler, extra_options, resource_options
 from jobgen.errors import BackendError, SubmitError
 from jobgen.facts import JobShape, now_iso, time_minutes
@@ -32,17 +33,8 @@ class Submitit(SlurmScheduler):
 
     def submit_command(self, script: Path) -> list[str]:
         """What submitit will run in every task (after sourcing `script`), for the record."""
-        spec = script.parent / "spec.json"
-        return [
-            "submitit",
-            f"--folder={script.parent / 'submitit'}",
-            "python",
-            "-u",
-            "-m",
-            "training",
-            "--spec",
-            str(spec),
-        ]
+        folder, spec = script.parent / "submitit", script.parent / "spec.json"
+        return ["submitit", f"--folder={folder}", "python", "-u", "-m", "training", "--spec", str(spec)]
 
     def submit(self, run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -65,7 +57,10 @@ class Submitit(SlurmScheduler):
         try:
             submitted = executor.submit(command)
         except Exception as exc:  # submitit wraps sbatch's failure in its own types
-            raise SubmitError(f"submitit: {' '.join(str(exc).split())}") from None
+            said = " ".join(str(exc).split())
+            qos, account = str(spec["slurm"].get("qos") or ""), str(spec["slurm"].get("account") or "")
+            cause = _queue.refusal(said, f"submitting {job['name']}", qos, account)
+            raise SubmitError(cause or f"submitit: {said}") from None
         script = folder / f"{submitted.job_id}_submission.sh"
         return {
             "job_id": str(submitted.job_id),

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobgen.commands import limits, submit
+from jobgen.commands import limits, submit, waves
 from jobgen.commands.wait import watch
 from jobgen.errors import JobgenError
 from jobgen.facts import now_iso
@@ -70,13 +70,15 @@ def probe(
     timeout: float | None = None,
     interval: float = 5.0,
     on_run: Callable[[Path], None] | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> Probe:
-    """Write the probe run, submit it, wait for its jobs, predict; JobgenError when every point failed."""
+    """Write the probe run, submit it (in waves when it does not fit in the queue: `say` gets the line on
+    how many of its jobs fit), wait for its jobs, predict; JobgenError when every point failed."""
     budget = {"steps": steps, "warmup_steps": warmup_steps, "eval_samples": eval_samples}
     prepared = submit.prepare(path, output_root, backend=backend, sets=sets, site=site, probe=budget)
     if on_run is not None:
         on_run(prepared.run_dir)
-    submit.submit_pending(prepared.run_dir)
+    waves.submit_run(prepared.run_dir, say=say)
     run = _last(watch(prepared.run_dir, interval=interval, timeout=timeout))
     points = [
         point_of(job, plan, run.backend) for job, plan in zip(_in_order(run, prepared.jobs), prepared.jobs, strict=True)

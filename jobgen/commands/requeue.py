@@ -103,13 +103,8 @@ def _running(run: Run, scheduler: Scheduler, job: dict[str, Any], state: State) 
         return Outcome(name, job_id, state, "signalled", f"sent SIG{signal}: it checkpoints, then requeues itself")
     scheduler.requeue(job_id, what=f"requeueing {name}")
     _record(run_dir, job, job_id)
-    return Outcome(
-        name,
-        job_id,
-        state,
-        "requeued",
-        "stopped and queued again (slurm.requeue is off: no checkpoint was asked for first)",
-    )
+    why = "stopped and queued again (slurm.requeue is off: no checkpoint was asked for first)"
+    return Outcome(name, job_id, state, "requeued", why)
 
 
 def _resubmit(
@@ -120,14 +115,11 @@ def _resubmit(
     earlier = _earlier_resubmission(run_dir, scheduler, manifest, job)
     if earlier:
         _record(run_dir, job, earlier, {"found_on_cluster": True})
-        return Outcome(
-            name,
-            earlier,
-            state,
-            "resubmitted",
-            f"Slurm would not requeue job {old} ({why}); found job "
-            f"{earlier}, which an earlier requeue submitted (its reply was lost): nothing submitted again",
+        found = (
+            f"Slurm would not requeue job {old} ({why}); found job {earlier}, which an earlier requeue "
+            "submitted (its reply was lost): nothing submitted again"
         )
+        return Outcome(name, earlier, state, "resubmitted", found)
     try:
         if job.get("array"):
             (array,) = [a for a in manifest["arrays"] if a["name"] == job["array"]]

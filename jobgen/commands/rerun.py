@@ -23,16 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from jobgen import __version__, backends
-from jobgen.commands.submit import Files, customize, training_package_dir, write_new_run
+from jobgen.commands.submit import Files, customize, new_entry, queue_settings, training_package_dir, write_new_run
 from jobgen.errors import DriftError, JobgenError
 from jobgen.experiment import config, resolved, sites
 from jobgen.experiment import halving as halving_config
+from jobgen.experiment.schema import LaunchSection
 from jobgen.plan.plan import Job, cache_dir_for, plan
 from jobgen.plan.render import RunInfo, render_job
 from jobgen.plan.spec import build_spec
 from jobgen.record import store as record
 from jobgen.record.model import Run, RunJob
-from jobgen.states import State
 
 SNAPSHOT = "code/training"
 KEPT = ("experiment.toml", "code.patch")  # the run's own records, copied as they are
@@ -118,6 +118,8 @@ def rerun(
         manifest = _manifest(old, run_id, entries, dry_run, sets, changed)
         if halved:
             manifest["halving"] = halved
+        if scheduler.can_wave:
+            manifest["queue"] = _queue(old, experiment, recorded[0].spec)
         files[record.MANIFEST] = record.manifest_text(manifest)
         record.check_no_secrets({k: v for k, v in files.items() if isinstance(v, str)})
         return manifest, files
@@ -143,6 +145,20 @@ def _halving(old: Run, experiment: config.Experiment | None, jobs: int) -> dict[
             f"{eta} of its jobs (or all)"
         )
     return found
+
+
+def _queue(old: Run, experiment: config.Experiment | None, spec: dict[str, Any]) -> dict[str, Any]:
+    """The new run's queue settings (jobgen.commands.waves): with --set the recorded experiment's again,
+    else the old run's; a run recorded without them gets the defaults and the QOS and account its jobs
+    asked for."""
+    if experiment is not None:
+        launch, slurm = experiment.launch, experiment.slurm
+        return queue_settings(launch.max_queued, launch.queue_reserve, slurm.qos, slurm.account)
+    if isinstance(old.manifest.get("queue"), dict):
+        return dict(old.manifest["queue"])
+    said = spec.get("slurm")
+    said = said if isinstance(said, dict) else {}
+    return queue_settings(0, LaunchSection().queue_reserve, str(said.get("qos") or ""), str(said.get("account") or ""))
 
 
 def _manifest(
@@ -220,14 +236,8 @@ def _move_paths(value: Any, old: str, new: str) -> Any:
 def _entry(job: RunJob, command: list[str], dry_run: bool) -> dict[str, Any]:
     """A job of the new run: the old entry's name, sweep and files, never submitted yet. A job that ran
     as an array task is rerun as a job of its own (its own script, recorded beside the array's)."""
-    entry = {k: job.entry.get(k) for k in ("name", "index", "sweep", "dir", "spec", "script")}
-    entry.update(
-        submit_command=command,
-        job_id=None,
-        array_index=None,
-        submitted_at=None,
-        state=(State.DRY_RUN if dry_run else State.NOT_SUBMITTED).value,
-        error=None,
+    entry = new_entry(
+        {k: job.entry.get(k) for k in ("name", "index", "sweep", "dir", "spec", "script")}, command, dry_run
     )
     if int(job.entry.get("chain") or 1) > 1:
         entry["chain"] = job.entry["chain"]
@@ -294,6 +304,7 @@ def _render(
         git_sha=git[0],
         git_dirty=git[1],
         default_python=backends.get(exp.launch.backend).python(),
+        halving=bool(halved),
     )
     out = {}
     for rec in recorded:

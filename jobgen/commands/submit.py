@@ -148,6 +148,7 @@ def _render(
         default_python=scheduler.python(),
         hf_home=hf_home(),
         jobgen_python=sys.executable,
+        halving=probe is None and halving_config.settings(exp.sweep.halving, exp.train.epochs, exp.data) is not None,
     )
     files: dict[str, str | bytes] = {"experiment.toml": exp.text, "code.patch": patch}
     files[resolved.FILE] = resolved.text(exp.raw)
@@ -166,7 +167,10 @@ def _render(
         elif halved is not None:
             spec["halving"] = halved.record()
         files[f"{rel}/spec.json"] = record.dumps(spec)
-        entries.append(_entry(job, rel, script_rel, scheduler.submit_command(run.run_dir / script_rel), dry_run))
+        fields = {"name": job.name, "index": job.index, "sweep": job.sweep, "dir": rel, "spec": f"{rel}/spec.json"}
+        entries.append(
+            new_entry({**fields, "script": script_rel}, scheduler.submit_command(run_dir / script_rel), dry_run)
+        )
         words = container_words(job, run)
         if words:
             entries[-1]["container"] = words  # for a backend that writes the srun line itself (submitit)
@@ -187,16 +191,18 @@ def _render(
         manifest["container"] = container.record(jobs[0])  # [container] is one for the whole run
     if exp.launch.array:
         manifest["arrays"] = _arrays(jobs, entries, run, exp, files, scheduler, dry_run)
-    if scheduler.can_wave:  # what jobgen.commands.waves needs to size the waves when the run is submitted
-        manifest["queue"] = {
-            "max_queued": exp.launch.max_queued,
-            "reserve": exp.launch.queue_reserve,
-            "qos": exp.slurm.qos,
-            "account": exp.slurm.account,
-        }
+    if scheduler.can_wave:
+        manifest["queue"] = queue_settings(
+            exp.launch.max_queued, exp.launch.queue_reserve, exp.slurm.qos, exp.slurm.account
+        )
     files[record.MANIFEST] = record.manifest_text(manifest)
     record.check_no_secrets({k: v for k, v in files.items() if isinstance(v, str)})
     return manifest, files
+
+
+def queue_settings(max_queued: int, reserve: int, qos: str, account: str) -> dict[str, Any]:
+    """A run's manifest "queue": what jobgen.commands.waves sizes its waves by when it is submitted."""
+    return {"max_queued": max_queued, "reserve": reserve, "qos": qos, "account": account}
 
 
 def _arrays(
@@ -211,10 +217,11 @@ def _arrays(
     """Render the sweep as job arrays; the jobs then carry their array and task index."""
     from jobgen.plan.arrays import render_arrays
 
-    size = scheduler.max_array_size()
+    settings = scheduler.settings()
+    size = scheduler.max_array_size(settings)
     if scheduler.can_wave and not dry_run:
         # Waves submit whole arrays: none may be larger than a wave.
-        room = scheduler.queue_room(exp.slurm.qos, exp.slurm.account) if not exp.launch.max_queued else None
+        room = scheduler.queue_room(settings, exp.slurm.qos, exp.slurm.account) if not exp.launch.max_queued else None
         wave = max_queued(exp.launch.max_queued, exp.launch.queue_reserve, room)
         if wave is not None and wave < len(jobs):
             size = min(size, wave)
@@ -238,14 +245,10 @@ def _arrays(
     return out
 
 
-def _entry(job: Job, rel: str, script_rel: str, command: list[str], dry_run: bool) -> dict[str, Any]:
+def new_entry(fields: dict[str, Any], command: list[str], dry_run: bool) -> dict[str, Any]:
+    """A manifest entry not submitted yet: `fields` (name, index, sweep, dir, spec, script), then the rest."""
     return {
-        "name": job.name,
-        "index": job.index,
-        "sweep": job.sweep,
-        "dir": rel,
-        "spec": f"{rel}/spec.json",
-        "script": script_rel,
+        **fields,
         "submit_command": command,
         "job_id": None,
         "array_index": None,

@@ -13,11 +13,12 @@ from jobgen.plan.render import RunInfo, render_job
 
 def validate_file(
     path: str | Path, sets: list[str] | None = None, site: str | None = None
-) -> tuple[int, SiteDefaults | None]:
-    """Load, plan and render every job of an experiment in memory; the number of jobs and what the
-    site gave."""
+) -> tuple[int, SiteDefaults | None, str | None]:
+    """Load, plan and render every job of an experiment in memory: the number of jobs, what the site
+    gave, and one line on how many of them fit in the cluster's queue now (queue_fit)."""
     exp = load_experiment(path, sets=sets, site=site)
-    return len(checked(exp)), exp.site
+    count = len(checked(exp))
+    return count, exp.site, queue_fit(exp, count)
 
 
 def checked(exp: Experiment) -> list[Job]:
@@ -29,11 +30,11 @@ def checked(exp: Experiment) -> list[Job]:
     return jobs
 
 
-def queue_fit(path: str | Path, sets: list[str] | None = None, site: str | None = None) -> str | None:
-    """One line: how many of the experiment's jobs (array tasks and chain segments one each) fit in the
-    cluster's queue now; None where its backend has no queue limits to read (or Slurm is not here)."""
+def queue_fit(exp: Experiment, count: int) -> str | None:
+    """One line: how many of the experiment's `count` jobs (array tasks and chain segments one each) fit
+    in the cluster's queue now; None where its backend has no queue limits to read (or Slurm is not here)."""
     from jobgen import backends
 
-    exp = load_experiment(path, sets=sets, site=site)
-    room = backends.get(exp.launch.backend).queue_room(exp.slurm.qos, exp.slurm.account)
-    return room.fit_line(len(plan(exp)) * max(1, exp.slurm.chain)) if room is not None else None
+    scheduler = backends.get(exp.launch.backend)
+    room = scheduler.queue_room(scheduler.settings(), exp.slurm.qos, exp.slurm.account)
+    return room.fit_line(count * max(1, exp.slurm.chain)) if room is not None else None

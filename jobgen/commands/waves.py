@@ -16,13 +16,14 @@ import contextlib
 import json
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jobgen import backends
 from jobgen.backends import Scheduler
-from jobgen.backends._queue import QueueRoom, max_queued
+from jobgen.backends._queue import max_queued
 from jobgen.errors import JobgenError
 from jobgen.record import store as record
 from jobgen.results import halving as halving_view
@@ -53,7 +54,7 @@ def read(run_dir: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) and doc.get("schema") == SCHEMA else None
 
 
-def first_wave(run_dir: Path) -> str | None:
+def first_wave(run_dir: Path, settings: Mapping[str, str] | None) -> str | None:
     """Before a run's first submission: read the queue's room, say in one line how many of its jobs fit
     now, and make the run wave (waves.json, every job WAITING) when launch.max_queued or the limits ask
     for it. None where the run's scheduler has no queue limits to read (or the run says nothing of them)."""
@@ -67,12 +68,20 @@ def first_wave(run_dir: Path) -> str | None:
         return None  # submitted before: `--resume` goes on as it began
     scheduler = backends.get(manifest["backend"])
     total = sum(weight(e) for e in entries)
-    room = scheduler.queue_room(str(queue.get("qos") or ""), str(queue.get("account") or ""))
+    room = scheduler.queue_room(settings, str(queue.get("qos") or ""), str(queue.get("account") or ""))
     line = room.fit_line(total) if room is not None else None
-    max_queued = max_queued_for(int(queue.get("max_queued") or 0), int(queue.get("reserve") or 0), room)
-    if max_queued is None or total <= max_queued:
+    most = max_queued(int(queue.get("max_queued") or 0), int(queue.get("reserve") or 0), room)
+    if most is None or total <= most:
         return line
-    start(run_dir, max_queued, str(queue.get("qos") or ""), str(queue.get("account") or ""))
+    if manifest.get("halving") and any(int(e.get("chain") or 1) > 1 for e in entries):
+        # Waves would stall: a paused chain keeps its held segments queued, so paused jobs fill the slots.
+        raise JobgenError(
+            f"{total} segments do not fit in the queue ({most} may be queued) and a halving sweep of "
+            "chains cannot wave: a paused job's later segments stay queued, held, until a promotion resumes "
+            "it; sweep fewer points, raise launch.max_queued, or use slurm.requeue = true instead of "
+            f"slurm.chain; nothing was submitted (once there is room: jobgen submit --resume {run_dir})"
+        )
+    start(run_dir, most, str(queue.get("qos") or ""), str(queue.get("account") or ""))
     mark_waiting(run_dir, key, entries)
     return line
 
@@ -84,17 +93,19 @@ def submit_run(run_dir: Path, on_submit: Any = None, say: Any = None) -> dict[st
     before it submits anything."""
     from jobgen.commands import submit
 
-    line = first_wave(run_dir)
+    # One question for the first wave, its top-up and the refusal of what does not fit.
+    settings = backends.get(record.load_manifest(run_dir)["backend"]).settings()
+    line = first_wave(run_dir, settings)
     if line and say is not None:
         say(line)
     if read(run_dir) is not None:
-        top_up(run_dir, on_submit=on_submit)
+        top_up(run_dir, on_submit=on_submit, settings=settings)
         return record.load_manifest(run_dir)
-    refuse_what_does_not_fit(run_dir)
+    refuse_what_does_not_fit(run_dir, settings)
     return submit.submit_pending(run_dir, on_submit)
 
 
-def refuse_what_does_not_fit(run_dir: Path) -> None:
+def refuse_what_does_not_fit(run_dir: Path, settings: Mapping[str, str] | None) -> None:
     """For a scheduler with queue limits that cannot wave (submitit: it writes the batch script, so no
     job of the sweep can submit the next on its way out): an error, before anything is submitted, when
     the run's jobs not yet queued are more than the limits leave room for now."""
@@ -105,7 +116,7 @@ def refuse_what_does_not_fit(run_dir: Path) -> None:
     if scheduler.can_wave or manifest.get("dry_run") or not pending:
         return
     qos, account = _spec_queue(run_dir, pending[0])
-    room = scheduler.queue_room(qos, account)
+    room = scheduler.queue_room(settings, qos, account)
     total = sum(weight(e) for e in pending)
     tight = room.binding if room is not None else None
     if room is None or tight is None or total <= tight.room:
@@ -126,11 +137,6 @@ def _spec_queue(run_dir: Path, entry: dict[str, Any]) -> tuple[str, str]:
         return str(said.get("qos") or ""), str(said.get("account") or "")
     except (OSError, ValueError, KeyError, AttributeError):
         return "", ""
-
-
-def max_queued_for(asked: int, reserve: int, room: QueueRoom | None) -> int | None:
-    """The sweep's most queued jobs (jobgen.backends._queue.max_queued)."""
-    return max_queued(asked, reserve, room)
 
 
 def start(run_dir: Path, max_queued: int, qos: str, account: str) -> None:
@@ -195,8 +201,10 @@ def resumable(run_dir: Path, manifest: dict[str, Any], queued: Queued, leaving: 
     for name, rung in halving_view.Board.read(run_dir, found).waiting(jobs):
         job = jobs[name]
         job_id = job.get("job_id")
-        info = queued.infos.get(job_id or "")
-        ended = info is None or info.state.is_final or job_id == leaving
+        # A chain: the segment that paused (it reported at the rung), the ones after it held behind it.
+        target = halving_view.requeue_id(run_dir, found, name, rung) if job.get("segments") else None
+        info = queued.infos.get(target or job_id or "")
+        ended = info is None or info.state.is_final or (target or job_id) == leaving
         if not job_id or not ended or (run_dir / job["dir"] / "result.json").exists():
             continue  # never submitted, still queued or running (it goes on by itself), or finished
         if not halving.requeued(halving.root(run_dir), rung, name):
@@ -226,7 +234,13 @@ class TopUp:
         )
 
 
-def top_up(run_dir: Path, leaving: str | None = None, on_submit: Any = None, wait_if_last: bool = False) -> TopUp:
+def top_up(
+    run_dir: Path,
+    leaving: str | None = None,
+    on_submit: Any = None,
+    wait_if_last: bool = False,
+    settings: Mapping[str, str] | None = None,
+) -> TopUp:
     """Submit the run's waiting jobs that fit now (TopUp says what it did). Cheap for a run that does
     not wave: no Slurm call. In a halving run, the paused jobs a decision promoted are
     requeued first, each in a slot of its own. `leaving`: the job (id as recorded) running this on its
@@ -235,7 +249,8 @@ def top_up(run_dir: Path, leaving: str | None = None, on_submit: Any = None, wai
     (LAST_WAIT_S at most): the others queued may be on their way out too (the tasks of an array end
     together, and a waiting array needs all their slots), or the controller may still hold the records
     of ended jobs (MaxJobCount, until MinJobAge passes); else nothing might submit the rest. The jobs
-    with smaller ids leave at once: one waits for all."""
+    with smaller ids leave at once: one waits for all. `settings`: the scheduler's, when the caller has
+    them (else asked when the limits are)."""
     waves = read(run_dir)
     if waves is None:
         return TopUp()
@@ -265,7 +280,8 @@ def top_up(run_dir: Path, leaving: str | None = None, on_submit: Any = None, wai
                 # its record stays for MaxJobCount until MinJobAge passes.
                 going = 1 if queued.going else 0
                 qos, account = str(waves.get("qos") or ""), str(waves.get("account") or "")
-                room = scheduler.queue_room(qos, account, enough=first - going)
+                settings = settings or scheduler.settings()
+                room = scheduler.queue_room(settings, qos, account, enough=first - going)
                 for limit in room.limits if room is not None else ():
                     free = min(free, limit.room + (going if limit.name != "MaxJobCount" else 0))
                     full = limit.describe() if free < first and not full else full
@@ -323,10 +339,6 @@ def _fitting(waiting: list[dict[str, Any]], free: int) -> list[dict[str, Any]]:
         chosen.append(entry)
         used += weight(entry)
     return chosen
-
-
-def load_manifest(run_dir: Path) -> dict[str, Any]:
-    return record.load_manifest(run_dir)
 
 
 def count_waiting(run_dir: Path) -> int:

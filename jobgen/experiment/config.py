@@ -178,7 +178,6 @@ def _check_halving(exp: Experiment, ctx: _Context) -> None:
         has_sweep=has_sweep,
         swept=swept,
         data=exp.data,
-        chain=exp.slurm.chain,
     )
     for key, problem in problems[:1]:
         ctx.fail(f"sweep.halving.{key}" if key else "sweep.halving", problem)
@@ -620,20 +619,9 @@ def model_path(model: str, base: Path) -> Path | None:
 def locate(text: str, dotted: str) -> int | None:
     """Best-effort line number of a dotted key (or table header) in TOML text."""
     parts = dotted.split(".")
-    table: list[str] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        header = re.match(r"^\[\[?\s*([^\]]+?)\s*\]\]?", stripped)
-        if header:
-            table = [p.strip().strip('"') for p in header.group(1).split(".")]
-            if table == parts:
-                return number
-            continue
-        key = re.match(r'^("[^"]+"|[A-Za-z0-9_.-]+)\s*=', stripped)
-        if key:
-            name = key.group(1).strip('"')
-            if table + name.split(".") == parts or table + [name] == parts:
-                return number
+    for number, table, keys, _ in _assignments(text):
+        if [p for name in table + (keys or []) for p in name.split(".")] == parts:
+            return number
     return None
 
 

@@ -71,13 +71,11 @@ def problems(exp: Experiment) -> list[tuple[str, str]]:
             return [("container.runtime", f"container.{given[0]} is set but no runtime; {_choose}")]
         return []
     if c.runtime not in CONTAINER_RUNTIMES and user_partial(exp) is None:
-        return [
-            (
-                "container.runtime",
-                f"{show(c.runtime)} is not one of {', '.join(CONTAINER_RUNTIMES)}; a runtime of your own "
-                f"needs its partial {partial_name(c.runtime)} beside launch.template",
-            )
-        ]
+        why = (
+            f"{show(c.runtime)} is not one of {', '.join(CONTAINER_RUNTIMES)}; a runtime of your own "
+            f"needs its partial {partial_name(c.runtime)} beside launch.template"
+        )
+        return [("container.runtime", why)]
     found = _image_problems(exp) + _mount_problems(exp)
     found += [
         (f"container.env[{i}]", f"{show(name)} is not an environment variable name; give one name per item")
@@ -96,24 +94,20 @@ def _image_problems(exp: Experiment) -> list[tuple[str, str]]:
         return [("container.image", f"container.runtime = {show(runtime)} needs an image; set container.image")]
     if runtime == "pyxis" and not image.startswith(_PATH_PREFIXES) and image.endswith(SQUASHFS_SUFFIXES):
         # pyxis takes anything else for a registry name and tries to pull it (pyxis#127)
-        return [
-            (
-                "container.image",
-                f"{show(image)}: pyxis reads a squashfs file only from a path starting with '/' or './' "
-                f"(else it pulls a registry image of that name); write './{image}'",
-            )
-        ]
+        why = (
+            f"{show(image)}: pyxis reads a squashfs file only from a path starting with '/' or './' "
+            f"(else it pulls a registry image of that name); write './{image}'"
+        )
+        return [("container.image", why)]
     path = image_path(exp)
     # Refused, not warned: as for data.files and train.model, the login node sees the shared file
     # system the nodes see, and a missing image would fail on every node after the queue wait.
     if path is not None and not path.exists():
-        return [
-            (
-                "container.image",
-                f"{show(image)}: no such file or folder ({path}); give the path of an image that exists "
-                "(relative paths are relative to the experiment file)",
-            )
-        ]
+        why = (
+            f"{show(image)}: no such file or folder ({path}); give the path of an image that exists "
+            "(relative paths are relative to the experiment file)"
+        )
+        return [("container.image", why)]
     return []
 
 
@@ -158,20 +152,16 @@ def _here_problems(exp: Experiment) -> list[tuple[str, str]]:
     if not backends.get(exp.launch.backend).runs_here:
         return []
     if runtime == "pyxis":
-        return [
-            (
-                "container.runtime",
-                f"pyxis starts containers through srun, which launch.backend = {show(exp.launch.backend)} "
-                "does not use; use launch.backend = 'sbatch' (or apptainer, charliecloud)",
-            )
-        ]
+        why = (
+            f"pyxis starts containers through srun, which launch.backend = {show(exp.launch.backend)} "
+            "does not use; use launch.backend = 'sbatch' (or apptainer, charliecloud)"
+        )
+        return [("container.runtime", why)]
     binary = BINARIES.get(runtime)
     if binary and shutil.which(binary) is None:
-        return [
-            (
-                "container.runtime",
-                f"{show(runtime)} needs {binary}, which is not on this machine's PATH, and "
-                f"launch.backend = {show(exp.launch.backend)} runs the jobs here; install it or use sbatch",
-            )
-        ]
+        why = (
+            f"{show(runtime)} needs {binary}, which is not on this machine's PATH, and "
+            f"launch.backend = {show(exp.launch.backend)} runs the jobs here; install it or use sbatch"
+        )
+        return [("container.runtime", why)]
     return []

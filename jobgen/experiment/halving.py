@@ -42,7 +42,6 @@ def problems(
     has_sweep: bool,
     swept: set[str],
     data: Data | None = None,
-    chain: int = 1,
 ) -> list[tuple[str, str]]:
     """(key in [sweep.halving], problem) for each thing wrong, in key order; [] for an empty table."""
     if not table:
@@ -56,15 +55,6 @@ def problems(
     for key in ("train.epochs", "train.engine", "data.preset", "data.problem_type"):
         if key in swept:
             out.append(("", f"the sweep varies {key}; halving compares jobs that train alike: set it once"))
-    if chain > 1:
-        out.append(
-            (
-                "",
-                f"slurm.chain = {chain} cannot pause: the segments after a paused one start, find it paused and "
-                "end, so a promotion would resume it for one segment's time; use slurm.requeue = true instead "
-                "(a job requeues itself at its time limit)",
-            )
-        )
     if "metric" not in table and "data.primary_metric" in swept:
         out.append(("metric", "the sweep varies data.primary_metric, the default metric of the rungs: name one here"))
     problem_type, scored, _ = task_metrics(data or Data())

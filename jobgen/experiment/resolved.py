@@ -40,24 +40,27 @@ def read(run_dir: Path, manifest: Mapping[str, Any]) -> tuple[dict[str, Any], bo
     """(the run's resolved experiment, whether the run recorded it). A run recorded before runs kept it
     gets it rebuilt from its experiment.toml and its manifest's `overrides` and `site` values (False).
     JobgenError naming the file when neither can be read."""
-    path = run_dir / FILE
+    tree = _toml(run_dir / FILE)
+    if tree is not None:
+        return tree, True
+    tree = _toml(run_dir / "experiment.toml")
+    if tree is None:
+        raise JobgenError(f"{run_dir / 'experiment.toml'}: missing")
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8")), True
-    except FileNotFoundError:
-        pass
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise JobgenError(f"{path}: unreadable or not TOML ({exc})") from None
-    path = run_dir / "experiment.toml"
-    try:
-        tree = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise JobgenError(f"{path}: missing") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise JobgenError(f"{path}: unreadable or not TOML ({exc})") from None
-    try:
-        return rebuilt(tree, manifest, str(path)), False
+        return rebuilt(tree, manifest, str(run_dir / "experiment.toml")), False
     except JobgenError as exc:
         raise JobgenError(f"{run_dir / 'manifest.json'}: its overrides cannot be applied ({exc.message})") from None
+
+
+def _toml(path: Path) -> dict[str, Any] | None:
+    """A TOML file's tree; None when it is missing, JobgenError naming it when it cannot be read."""
+    try:
+        tree: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise JobgenError(f"{path}: unreadable or not TOML ({exc})") from None
+    return tree
 
 
 def rebuilt(tree: dict[str, Any], manifest: Mapping[str, Any], label: str) -> dict[str, Any]:
@@ -97,7 +100,7 @@ def _table(out: list[str], path: list[str], table: Mapping[str, Any]) -> None:
         if out:
             out.append("")
         out.append("[" + ".".join(_key(p) for p in path) + "]")
-    out += [f"{_key(k)} = {_value(v)}" for k, v in plain]
+    out += [f"{_key(k)} = {toml_value(v)}" for k, v in plain]
     for key, value in nested:
         _table(out, [*path, key], value)
 
@@ -106,7 +109,8 @@ def _key(key: str) -> str:
     return key if _BARE.fullmatch(key) else _string(key)
 
 
-def _value(value: Any) -> str:
+def toml_value(value: Any) -> str:
+    """One TOML value (what tomllib gives) as TOML text, inline."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -118,9 +122,9 @@ def _value(value: Any) -> str:
     if isinstance(value, str):
         return _string(value)
     if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{_key(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, (datetime.date, datetime.time)):
         return value.isoformat()
     return _string(str(value))

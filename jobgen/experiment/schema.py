@@ -13,31 +13,7 @@ from typing import Any
 
 from jobgen import backends
 from training import contract
-from training.contract import (
-    ACCELERATORS,
-    COMPILE_MODES,
-    DATA_FORMATS,
-    ENGINES,
-    LOGGERS,
-    PADDINGS,
-    PRECISIONS,
-    STRATEGIES,
-    WANDB_MODES,
-    opt,
-)
-
-__all__ = [
-    "ACCELERATORS",
-    "COMPILE_MODES",
-    "DATA_FORMATS",
-    "ENGINES",
-    "LOGGERS",
-    "PADDINGS",
-    "PRECISIONS",
-    "STRATEGIES",
-    "WANDB_MODES",
-    "opt",
-]
+from training.contract import opt
 
 LAUNCHERS = ("srun", "torchrun", "accelerate")
 # The container runtimes jobgen ships a template partial for (jobgen/templates/_container_NAME.j2);

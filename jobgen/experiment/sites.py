@@ -24,6 +24,7 @@ from typing import Any
 
 from jobgen.errors import ConfigError
 from jobgen.experiment import config, schema
+from jobgen.experiment.resolved import toml_value
 from jobgen.experiment.schema import SiteDefaults as SiteDefaults
 from training.contract import show, suggest
 
@@ -45,20 +46,8 @@ class Site:
 
 def describe(record: dict[str, Any]) -> str:
     """One line: `site hpc1 (/path/sites.toml): slurm.account = "abc", slurm.partition = "gpu"`."""
-    values = ", ".join(f"{k} = {_toml(v)}" for k, v in record["values"].items())
+    values = ", ".join(f"{k} = {toml_value(v)}" for k, v in record["values"].items())
     return f"site {record['name']} ({record['file']}): {values or 'no values used (the experiment sets them all)'}"
-
-
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + "}"
-    return str(value)
 
 
 def sites_file() -> tuple[Path, bool]:

@@ -43,6 +43,8 @@ class RunInfo:
     hf_home: str = DEFAULT_HF_HOME  # the Hugging Face cache a container mounts ($HF_HOME at submit time)
     # The interpreter jobgen runs in: a job that ends runs `python -m jobgen top-up` with it (waves).
     jobgen_python: str = "python3"
+    # The jobs stop at halving rungs ([sweep.halving], not a probe): a chain's segments then hold and release.
+    halving: bool = False
 
     @property
     def code_dir(self) -> Path:
@@ -220,6 +222,7 @@ def job_context(job: Job, run: RunInfo) -> dict[str, Any]:
         "launcher": exp.launch.launcher,
         "mixed_precision": contract.accelerate_mixed_precision(exp.train.precision, exp.train.accelerator),
         "chain": exp.slurm.chain,
+        "halving": run.halving,
         "container": container.context(
             job, run.run_dir, job_dir, cache_dir_for(job, run.run_dir.parent.parent), run.hf_home
         ),

@@ -177,7 +177,8 @@ def write_run(run_dir: Path, files: dict[str, str | bytes], copy_dirs: dict[str,
             if parent not in made:
                 os.makedirs(parent, exist_ok=True)
                 made.add(parent)
-            _write_new(target, content if isinstance(content, bytes) else content.encode("utf-8"))
+            with open(target, "wb") as fh:
+                fh.write(content if isinstance(content, bytes) else content.encode("utf-8"))
         for rel, source in copy_dirs.items():
             shutil.copytree(source, tmp / rel, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         os.chmod(tmp, 0o777 & ~_umask())
@@ -192,18 +193,6 @@ def write_run(run_dir: Path, files: dict[str, str | bytes], copy_dirs: dict[str,
             ) from None
         raise
     return run_dir
-
-
-def _write_new(path: str, data: bytes) -> None:
-    """A new file with these bytes: open, write, close and nothing else (a sweep writes two per job; the
-    buffered file objects of open() add an fstat, an ioctl and a seek to each)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
 
 
 def _umask() -> int:

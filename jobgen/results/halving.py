@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jobgen.states import State
 from training import halving
+
+STATES = {state.value for state in State}
 
 FINISHED, PAUSED, STOPPED, RUNNING = "finished", "paused", "stopped", "running"
 # Paused, then promoted, and not requeued yet: in a run that waves, it waits for a slot in the queue.
@@ -124,6 +127,27 @@ def _names(folder: Path) -> set[str]:
         return set()
 
 
+def ended(job: Any, board: Board) -> bool:
+    """Whether a read job (states settled) is neither queued to run nor running: its state is final, or
+    it is a chain (slurm.chain) whose segment paused at the last rung it reached, not promoted past it:
+    its later segments are held (pending, none running), a promotion requeues the paused segment."""
+    if job.state.is_final:
+        return True
+    if not getattr(job, "segments", ()) or job.state not in (State.PENDING, State.SUBMITTED):
+        return False
+    reached = [r for r in board.settings.rungs if job.name in board.reports[r]]
+    return bool(reached) and job.name not in board.promoted[reached[-1]]
+
+
+def held_segments(job: Any) -> list[str]:
+    """The segments of a chain that have not ended (held behind a paused one); [] for any other job."""
+    info = job.live
+    states = info.extra.get("segments") if info is not None else None
+    if not job.segments or not isinstance(states, list) or len(states) != len(job.segments):
+        return []
+    return [sid for sid, state in zip(job.segments, states, strict=True) if state in ("PENDING", "SUBMITTED")]
+
+
 def settle(run_dir: Path, found: halving.Settings) -> list[tuple[int, str]]:
     """Apply the rule at every rung to the reports on disk; the (rung, job) promotions this call made."""
     base = halving.root(run_dir)
@@ -140,9 +164,10 @@ def requeue_id(run_dir: Path, found: halving.Settings, name: str, rung: int) -> 
 def labels(run: Any, found: halving.Settings) -> dict[str, JobRungs]:
     """Each job of a read run (jobgen.record.model.Run, states settled) as halving sees it."""
     board = Board.read(run.run_dir, found)
+    over = {job.name: ended(job, board) for job in run.jobs}
     # A promoted job that has not resumed yet may still promote others: the sweep has not ended.
-    sweep_ended = all(job.state.is_final and (job.finished or not board.resuming(job.name)) for job in run.jobs)
-    return {job.name: board.job(job.name, job.finished, job.state.is_final, sweep_ended) for job in run.jobs}
+    sweep_ended = all(over[job.name] and (job.finished or not board.resuming(job.name)) for job in run.jobs)
+    return {job.name: board.job(job.name, job.finished, over[job.name], sweep_ended) for job in run.jobs}
 
 
 def promote(run: Any, found: halving.Settings) -> list[str]:
@@ -157,9 +182,10 @@ def promote(run: Any, found: halving.Settings) -> list[str]:
     if backend.runs_here or (Path(run.run_dir) / halving.WAVES).exists():
         return said  # a local run's runner resumes its own; a run in waves, its top-ups (a slot each)
     jobs = {job.name: job for job in run.jobs}
-    for name, rung in Board.read(run.run_dir, found).waiting(jobs):
+    board = Board.read(run.run_dir, found)
+    for name, rung in board.waiting(jobs):
         job = jobs[name]
-        if job.finished or not job.state.is_final:
+        if job.finished or not (job.state.is_final or _paused_in_chain(job, board, rung)):
             continue  # finished, or already queued or running again
         target = requeue_id(run.run_dir, found, name, rung) or job.job_id
         base = halving.root(run.run_dir)
@@ -171,6 +197,38 @@ def promote(run: Any, found: halving.Settings) -> list[str]:
         except JobgenError as exc:
             halving.forget_requeue(base, rung, name)
             said.append(f"halving: could not requeue {name} ({target}): {exc}")
+    return said + cancel_stopped(run, found, backend)
+
+
+def _paused_in_chain(job: Any, board: Board, rung: int) -> bool:
+    """A chain whose segment that reported at `rung` ended (paused there), its later segments held: it
+    waits for its requeue, though the chain's state is pending."""
+    if not job.segments or job.live is None or job.state not in (State.PENDING, State.SUBMITTED):
+        return False
+    target = str(board.reports[rung].get(job.name, {}).get("requeue_id") or "")
+    states = job.live.extra.get("segments")
+    if target not in job.segments or not isinstance(states, list) or len(states) != len(job.segments):
+        return False
+    state = states[job.segments.index(target)]
+    return state in STATES and State(state).is_final
+
+
+def cancel_stopped(run: Any, found: halving.Settings, backend: Any) -> list[str]:
+    """Cancel the held segments of each chain halving stopped (the sweep has ended: no report can promote
+    it): held, they would stay in the queue, counted against its limits, for ever. Lines saying so."""
+    from jobgen.errors import JobgenError
+
+    said = []
+    for name, view in labels(run, found).items():
+        job = next(j for j in run.jobs if j.name == name)
+        held = held_segments(job) if view.outcome == STOPPED else []
+        if not held:
+            continue
+        try:
+            backend.cancel(held)
+            said.append(f"halving: cancelled {name}'s held segments {' '.join(held)}: stopped at rung {view.rung}")
+        except JobgenError as exc:
+            said.append(f"halving: could not cancel {name}'s held segments {' '.join(held)}: {exc}")
     return said
 
 
@@ -216,9 +274,10 @@ def rungs_of(run: Any) -> Callable[[Any, bool], JobRungs | None]:
     if found is None:
         return lambda job, finished: None
     board = Board.read(run.run_dir, found)
+    over = {job.name: ended(job, board) for job in run.jobs}
     # A promoted job that has not resumed yet may still promote others: the sweep has not ended.
-    sweep_ended = all(job.state.is_final and (job.finished or not board.resuming(job.name)) for job in run.jobs)
-    return lambda job, finished: board.job(job.name, finished, job.state.is_final, sweep_ended)
+    sweep_ended = all(over[job.name] and (job.finished or not board.resuming(job.name)) for job in run.jobs)
+    return lambda job, finished: board.job(job.name, finished, over.get(job.name, job.state.is_final), sweep_ended)
 
 
 FIELDS = ("outcome", "rung", "rung_metrics", "rung_metric")

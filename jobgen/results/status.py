@@ -43,7 +43,7 @@ def read_status(run_dir: Path, refresh: bool = False) -> StatusView:
     said: list[str] = []
     if halved is not None:
         said = halving_view.promote(run, halved)
-        if any(" requeued " in line for line in said):
+        if any(" requeued " in line or " cancelled " in line for line in said):
             run = status_of(run_dir, True)
     header, table, all_final = status_table(run, halving_view.labels(run, halved) if halved else None)
     problems = [job.problems() for job in run.jobs]

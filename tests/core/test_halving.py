@@ -177,10 +177,6 @@ dataset = "builtin:synthetic"
         ("eta = 1", "sweep.halving.eta: must be an integer from 2"),
         ("min_epochs = 3", "sweep.halving.min_epochs: 3 leaves no rung below train.epochs = 3"),
         ('metric = "val_loss"', "sweep.halving.metric: 'val_loss' is not a validation metric; use one of accuracy,"),
-        (
-            "rungs = [1]\n[slurm]\nchain = 2",
-            "sweep.halving: slurm.chain = 2 cannot pause: the segments after a paused one start",
-        ),
         ('mode = "up"', "sweep.halving.mode: must be max or min"),
         ("rungs = [1]\nmin_epochs = 1", "sweep.halving.min_epochs: give rungs or min_epochs, not both"),
         ("etaa = 2", "sweep.halving.etaa: unknown key"),
@@ -510,3 +506,123 @@ def test_summary_and_status_show_what_halving_did_to_each_job(tmp_path: Path, ru
     assert result.exit_code == 0, result.output
     states = {line.split()[0]: line.split()[3] for line in result.stdout.splitlines()[2:]}
     assert states == {"best": "COMPLETED", "mid": "STOPPED@1", "low": "STOPPED@1"}, result.stdout
+
+
+CHAINED = BASE.replace("[train]", "[slurm]\nchain = 3\n[train]") + "[sweep.halving]\nrungs = [1]\n"
+
+
+def _chain_script(tmp_path: Path, runner: Any, text: str, *extra: str) -> str:
+    from jobgen.cli import main
+
+    tmp_path.mkdir(exist_ok=True)
+    path, root = tmp_path / "chained.toml", tmp_path / "runs"
+    path.write_text(text)
+    result = runner.invoke(main, ["--output-root", str(root), *extra, "submit", str(path), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (root / "chained").iterdir()
+    return (run_dir / "jobs" / "lr-0.001" / "job.sbatch").read_text()
+
+
+def test_a_chain_holds_its_later_segments_when_it_pauses_and_releases_them_when_it_resumes(
+    tmp_path: Path, runner: Any, bin_dir: Path
+) -> None:
+    """The script's hold and release, run with stand-ins for squeue and scontrol: a pausing segment holds
+    the segments that wait on it, one after the other (not another job's), and records them; run again,
+    it makes the first wait on it anew (Slurm dropped the fulfilled dependency) before it releases them."""
+    script = _chain_script(tmp_path, runner, CHAINED)
+    assert "jobgen_chain_hold || true" in script and "\njobgen_chain_release || true\n" in script
+    assert "jobgen_chain" not in _chain_script(tmp_path / "plain", runner, CHAINED.split("[sweep.halving]")[0])
+    start = script.index("jobgen_held=")
+    functions = script[start : script.index("jobgen_chain_release || true", start)]
+    calls = tmp_path / "calls"
+    stub_tool(
+        bin_dir,
+        "squeue",
+        "printf '%s\\n' '12 afterany:11(unfulfilled)' '10 afterany:9(unfulfilled)' "
+        "'9 afterany:8(unfulfilled)' '11 afterany:99(unfulfilled)'\n",
+    )
+    stub_tool(bin_dir, "scontrol", f'echo "$*" >>{calls}; exit "${{FAIL:-0}}"\n')
+    held = Path(script.split("jobgen_held=", 1)[1].split('"', 1)[0].strip("'") + "8")
+    held.parent.mkdir(parents=True)
+
+    def run(what: str, **env: str) -> str:
+        import subprocess
+
+        done = subprocess.run(
+            ["bash", "-c", f"set -euo pipefail\n{functions}\n{what}"],
+            env={**os.environ, "SLURM_JOB_ID": "8", **env},
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout + done.stderr
+
+    assert "held the chain's later segments 9 10" in run("jobgen_chain_hold")
+    assert calls.read_text() == "hold 9 10\n" and held.read_text().split() == ["9", "10"]
+    calls.unlink()
+    assert "released the chain's later segments 9 10" in run("jobgen_chain_release")
+    assert calls.read_text() == "update JobId=9 Dependency=afterany:8\nrelease 9 10\n" and not held.exists()
+    calls.unlink()
+    run("jobgen_chain_release")  # nothing held: nothing asked
+    assert not calls.exists()
+    assert "hold 9 10 failed" in run("jobgen_chain_hold", FAIL="1") and not held.exists()
+
+
+def test_a_paused_chain_reads_as_paused_is_requeued_when_promoted_and_cancelled_when_stopped(
+    tmp_path: Path,
+) -> None:
+    """A chain whose segment paused at a rung is pending (its later segments held), never running: it reads
+    as paused while the sweep goes on, its paused segment (the one that reported) is requeued when a
+    decision promotes it, and once the sweep has ended it is stopped and its held segments cancelled."""
+    from jobgen.states import JobInfo
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    found = halving.Settings((1,), 2, "accuracy", "max")
+    manifest = {"backend": "sbatch", "halving": found.record(), "jobs": []}
+    base = halving.root(run_dir)
+    halving.report(base, 1, "a", 0.5, requeue_id="11")
+    asked: list[tuple[str, Any]] = []
+    backend = SimpleNamespace(
+        runs_here=False,
+        requeue=lambda target, what: asked.append(("requeue", target)),
+        cancel=lambda ids: asked.append(("cancel", ids)),
+    )
+
+    def chain(name: str, states: list[str]) -> Any:
+        live = JobInfo(State.PENDING, extra={"segments": states, "segment": 2})
+        state = State.PENDING if any(s == "PENDING" for s in states) else State(states[-1])
+        return SimpleNamespace(name=name, state=state, finished=False, segments=("10", "11", "12"), live=live)
+
+    paused = chain("a", ["COMPLETED", "COMPLETED", "PENDING"])  # paused in its second segment, the third held
+    running = SimpleNamespace(name="b", state=State.RUNNING, finished=False, segments=(), live=None)
+    run = SimpleNamespace(run_dir=run_dir, manifest=manifest, jobs=[paused, running])
+    assert halving_view.labels(run, found)["a"].label() == "PAUSED@1"
+    assert halving_view.ended(paused, halving_view.Board.read(run_dir, found))
+    fresh = chain("c", ["RUNNING", "PENDING", "PENDING"])  # not at a rung yet: running, not ended
+    fresh.state = State.PENDING
+    assert not halving_view.ended(fresh, halving_view.Board.read(run_dir, found))
+
+    import jobgen.backends as backends_module
+
+    original = backends_module.get
+    backends_module.get = lambda name: backend  # type: ignore[assignment]
+    try:
+        halving.report(base, 1, "b", 0.9)
+        halving.report(base, 1, "d", 0.1)
+        halving.report(base, 1, "e", 0.2)  # n = 4, eta 2: two slots, a is second best
+        said = halving_view.promote(run, found)
+        assert ("requeue", "11") in asked, said  # the segment that paused, not the chain's first
+        asked.clear()
+        stopped = chain("a", ["COMPLETED", "COMPLETED", "PENDING"])
+        halving.forget_requeue(base, 1, "a")
+        for name in halving.promoted(base, 1):
+            (base / "decisions" / "1" / name).unlink()
+        done = SimpleNamespace(name="b", state=State.COMPLETED, finished=True, segments=(), live=None)
+        run = SimpleNamespace(run_dir=run_dir, manifest=manifest, jobs=[stopped, done])
+        assert halving_view.cancel_stopped(run, found, backend) == [
+            "halving: cancelled a's held segments 12: stopped at rung 1"
+        ]
+        assert asked == [("cancel", ["12"])]
+    finally:
+        backends_module.get = original  # type: ignore[assignment]

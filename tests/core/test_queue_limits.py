@@ -66,7 +66,7 @@ def test_max_job_count_counts_every_record_and_keeps_one_back(tmp_path, monkeypa
     me = _queue.user()
     # Ended jobs and other users' jobs count for MaxJobCount; only the user's queued ones are "yours".
     _queue_lines(state, [f"{me}|RUNNING|normal|a", f"{me}|COMPLETED|normal|a", "bob|PENDING|normal|a"])
-    room = _queue.read()
+    room = _queue.read(_tools.show_config())
     assert room is not None and room.queued == 1
     (limit,) = room.limits
     assert (limit.name, limit.value, limit.counted, limit.room) == ("MaxJobCount", 20, 3, 16)
@@ -81,11 +81,12 @@ def test_submit_limits_only_where_enforced_and_counted_per_qos(tmp_path, monkeyp
         state,
         [f"{me}|PENDING|small|acct1", f"{me}|RUNNING|small|acct1", f"{me}|PENDING|normal|acct1", "bob|PENDING|small|x"],
     )
-    assert [lim.name for lim in _queue.read("small").limits] == ["MaxJobCount"]  # enforcement off: ignored
+    assert [lim.name for lim in _queue.read(_tools.show_config(), "small").limits] == [
+        "MaxJobCount"
+    ]  # enforcement off: ignored
     monkeypatch.setenv("ACCT", "accounting_storage/slurmdbd")
     monkeypatch.setenv("ENFORCE", "associations,limits")
-    _tools.forget_config()  # the next command asks Slurm's configuration again
-    room = _queue.read("small")
+    room = _queue.read(_tools.show_config(), "small")
     by_name = {lim.name: lim for lim in room.limits}
     assert by_name["MaxSubmitJobsPerUser"].counted == 2 and by_name["MaxSubmitJobsPerUser"].room == 3
     assert by_name["MaxSubmitJobs"].counted == 3 and by_name["MaxSubmitJobs"].where == f"association acct1/{me}"
@@ -140,12 +141,12 @@ def test_waves_take_whole_entries_in_order():
 def test_max_queued_defaults_to_the_room_less_the_reserve():
     qos = _queue.Limit("MaxSubmitJobsPerUser", "QOS q", 10, 4, "")
     count = _queue.Limit("MaxJobCount", "slurm.conf", 100, 20, "", held_back=1)
-    assert waves.max_queued_for(0, 1, _queue.QueueRoom((qos, count), 4)) == 5
+    assert _queue.max_queued(0, 1, _queue.QueueRoom((qos, count), 4)) == 5
     # MaxJobCount binding: half the room, the other half for the records of ended jobs.
-    assert waves.max_queued_for(0, 1, _queue.QueueRoom((count,), 4)) == 79 // 2 - 1
-    assert waves.max_queued_for(7, 1, _queue.QueueRoom((qos,), 4)) == 7  # the user's word
-    assert waves.max_queued_for(0, 1, _queue.QueueRoom((), 0)) is None
-    assert waves.max_queued_for(0, 9, _queue.QueueRoom((qos,), 4)) == 1
+    assert _queue.max_queued(0, 1, _queue.QueueRoom((count,), 4)) == 79 // 2 - 1
+    assert _queue.max_queued(7, 1, _queue.QueueRoom((qos,), 4)) == 7  # the user's word
+    assert _queue.max_queued(0, 1, _queue.QueueRoom((), 0)) is None
+    assert _queue.max_queued(0, 9, _queue.QueueRoom((qos,), 4)) == 1
 
 
 SWEEP = """
@@ -366,3 +367,96 @@ def test_a_full_submit_limit_of_the_user_asks_only_the_users_jobs(runner, tmp_pa
     result = runner.invoke(main, [*root, "top-up", str(run_dir)])
     assert "submitted 3, 3 still WAITING" in result.output, result.output
     assert _asked(state, "squeue", "-t all -o %u|%T|%q|%a") == everyone + 1
+
+
+def test_a_rerun_of_more_jobs_than_fit_submits_in_waves(runner, tmp_path, monkeypatch):
+    stubs = {"scontrol": SCONTROL, "squeue": SQUEUE, "sbatch": SBATCH_OK, "sacct": "exit 1\n"}
+    state = install_stubs(tmp_path, monkeypatch, stubs)
+    exp = tmp_path / "wave.toml"
+    exp.write_text(SWEEP)
+    root = ["--output-root", str(tmp_path / "runs")]
+    assert runner.invoke(main, [*root, "submit", str(exp)]).exit_code == 0  # room for all 10
+    (old,) = (tmp_path / "runs" / "wave").iterdir()
+    monkeypatch.setenv("MAXJ", "9")  # room 8: waves of 3, as a submit of the same sweep
+    result = runner.invoke(main, [*root, "rerun", str(old)])
+    assert result.exit_code == 0, result.output
+    assert "queue: 8 of the 10 job(s) fit now (slurm.conf MaxJobCount = 9, 0 held" in result.output
+    assert "3 job(s) queued, 7 WAITING for room in the queue (at most 3 queued at once)" in result.output
+    (new,) = (d for d in (tmp_path / "runs" / "wave").iterdir() if d != old)
+    jobs = json.loads((new / "manifest.json").read_text())["jobs"]
+    assert [j["state"] for j in jobs] == ["SUBMITTED"] * 3 + ["WAITING"] * 7
+    assert f"{new}/waves.json" in (new / jobs[0]["script"]).read_text()
+    # The queued ones ended: each top-up submits what fits, each waiting job once.
+    for waiting in (4, 1, 0):
+        result = runner.invoke(main, [*root, "top-up", str(new)])
+        assert f", {waiting} still WAITING" in result.output, result.output
+    ids = [j["job_id"] for j in json.loads((new / "manifest.json").read_text())["jobs"]]
+    assert ids == [str(111 + i) for i in range(10)] and (state / "calls").read_text().strip() == "20"
+    assert not (new / "waves.json").exists()
+
+
+def test_a_probe_waves_on_sbatch_and_refuses_in_one_line_on_submitit(tmp_path, monkeypatch):
+    from jobgen.commands import probe
+    from jobgen.errors import WaitTimeout
+
+    stubs = {"scontrol": SCONTROL, "squeue": SQUEUE, "sbatch": SBATCH_OK, "sacct": "exit 1\n"}
+    state = install_stubs(tmp_path, monkeypatch, stubs)
+    monkeypatch.setenv("MAXJ", "9")
+    exp = tmp_path / "wave.toml"
+    exp.write_text(SWEEP)
+    made: list[Path] = []
+    said: list[str] = []
+    with pytest.raises(WaitTimeout):  # the stub sbatch runs nothing: the probe's jobs never end
+        probe.probe(
+            exp, tmp_path / "runs", backend="sbatch", timeout=0.2, interval=0.1, on_run=made.append, say=said.append
+        )
+    assert said == [said[0]] and said[0].startswith("queue: 8 of the 10 job(s) fit now (slurm.conf MaxJobCount = 9")
+    jobs = json.loads((made[0] / "manifest.json").read_text())["jobs"]
+    assert [j["job_id"] for j in jobs] == ["101", "102", "103"] + [None] * 7
+    assert [j["state"] for j in jobs][3:] == ["WAITING"] * 7
+    assert (state / "calls").read_text().strip() == "3" and (made[0] / "waves.json").exists()
+
+    with pytest.raises(JobgenError) as caught:
+        probe.probe(exp, tmp_path / "runs", backend="submitit", timeout=0.2, interval=0.1, on_run=made.append)
+    message = caught.value.message
+    assert "\n" not in message and "the submitit backend cannot submit in waves" in message
+    assert message.startswith("8 of the 10 job(s) fit in the queue now (slurm.conf MaxJobCount = 9, 0 held")
+    assert (state / "calls").read_text().strip() == "3"
+    assert {j["state"] for j in json.loads((made[1] / "manifest.json").read_text())["jobs"]} == {"NOT_SUBMITTED"}
+
+
+def test_a_submitit_job_refused_for_a_limit_names_it(tmp_path, monkeypatch):
+    from jobgen import api
+
+    # Five jobs of the user's arrive in QOS small between the room's reading and the submission.
+    sbatch = 'for n in 1 2 3 4 5; do echo "$(id -un)|PENDING|small|acct1" >> "$STATE/queue"; done\n' + SBATCH_POLICY
+    stubs = {"scontrol": SCONTROL, "squeue": SQUEUE, "sacctmgr": SACCTMGR, "sbatch": sbatch, "sacct": "exit 1\n"}
+    install_stubs(tmp_path, monkeypatch, stubs)
+    monkeypatch.setenv("ACCT", "accounting_storage/slurmdbd")
+    monkeypatch.setenv("ENFORCE", "limits")
+    exp = tmp_path / "wave.toml"
+    exp.write_text(SWEEP.replace("[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]", "[1, 2]"))  # room for both when read
+    with pytest.raises(SubmitError) as caught:
+        api.submit(api.load(exp, backend="submitit", sets=["slurm.qos=small"]), output_root=tmp_path / "runs")
+    message = caught.value.message
+    assert message.startswith("submitting seed-1: refused by QOS small MaxSubmitJobsPerUser = 5, 5 of yours")
+    assert "launch.max_queued" in message and "\n" not in message and "submitit:" not in message
+
+
+def test_a_halving_sweep_of_chains_that_does_not_fit_is_refused_not_waved(runner, tmp_path, monkeypatch):
+    """A paused chain keeps its held segments queued: in waves the paused jobs would fill every slot and
+    the sweep would stall. So it is refused in one line, before anything is submitted; one that fits goes."""
+    stubs = {"scontrol": SCONTROL, "squeue": SQUEUE, "sbatch": SBATCH_OK, "sacct": "exit 1\n"}
+    state = install_stubs(tmp_path, monkeypatch, stubs)
+    exp = tmp_path / "halve.toml"
+    exp.write_text(HALVING.replace("max_queued = 1", "max_queued = 7\n[slurm]\nchain = 2"))
+    root = ["--output-root", str(tmp_path / "runs")]
+    result = runner.invoke(main, [*root, "submit", str(exp)])
+    assert result.exit_code != 0, result.output
+    said = result.output.strip().splitlines()[-1]
+    assert "8 segments do not fit in the queue (7 may be queued) and a halving sweep of chains cannot wave" in said
+    assert not (state / "calls").exists()  # nothing submitted
+    exp.write_text(HALVING.replace("max_queued = 1", "max_queued = 8\n[slurm]\nchain = 2"))
+    result = runner.invoke(main, [*root, "submit", str(exp)])
+    assert result.exit_code == 0, result.output
+    assert (state / "calls").read_text().strip() == "8"

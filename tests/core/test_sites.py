@@ -143,7 +143,6 @@ def test_selection_order(tmp_path, monkeypatch, sites_file, scontrol):
     assert chosen() == "hpc2"  # ClusterName c2
     assert scontrol.read_text().splitlines() == ["show config"]  # once per load
     monkeypatch.setenv("SCONTROL_CLUSTER", "elsewhere")
-    _tools.forget_config()  # a new command asks Slurm's configuration again (one answer per command)
     assert chosen() is None
 
 

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from jobgen.states import State
@@ -27,6 +29,24 @@ def jobgen(*args: str, root: Path, check: bool = True, timeout: float = 120, env
     if check and done.returncode != 0:
         raise AssertionError(f"jobgen {' '.join(args)} -> {done.returncode}\n{done.stdout}\n{done.stderr}")
     return done
+
+
+@contextmanager
+def on_cluster(env: dict[str, str]) -> Iterator[None]:
+    """Point this process (in-process status, and the `jobgen` and Slurm commands it starts) at the
+    cluster of `env` (a fixture's client environment) until the block ends: a test that drives two
+    clusters at once (their waits overlapping) switches between them."""
+    saved = {key: os.environ.get(key) for key in ("SLURM_CONF", "JOBGEN_CLUSTER_DIR")}
+    try:
+        for key in saved:
+            os.environ[key] = env[key]
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def only_run(root: Path, experiment: str) -> Path:

@@ -41,11 +41,15 @@ def short_partition(slurm) -> str:
     return PARTITION
 
 
-def _chain_experiment(folder: Path, name: str, chain: int, need: int, partition: str, step_s: int = 48) -> Path:
+def _chain_experiment(
+    folder: Path, name: str, chain: int, need: int, partition: str, step_s: int, then_s: int | None = None
+) -> Path:
+    """`step_s`: a segment's first step, `then_s` each later one (default the same; tests/slurm/chain.sbatch.j2)."""
     shutil.copy(Path(__file__).parent / "chain.sbatch.j2", folder / "chain.sbatch.j2")
+    steps = f'NEED = "{need}", STEP_S = "{step_s}", THEN_S = "{step_s if then_s is None else then_s}"'
     body = (
         f'[launch]\ntemplate = "chain.sbatch.j2"\n[slurm]\npartition = "{partition}"\ntime = "1"\n'
-        f'cpus_per_task = 1\nchain = {chain}\n[env]\nvars = {{ NEED = "{need}", STEP_S = "{step_s}" }}\n[data]\ndataset = "imdb"\n'
+        f'cpus_per_task = 1\nchain = {chain}\n[env]\nvars = {{ {steps} }}\n[data]\ndataset = "imdb"\n'
     )
     return write_experiment(folder, name, body)
 
@@ -67,12 +71,27 @@ def _segments_once_ended(segments: list[str], timeout: float) -> dict[str, str]:
         time.sleep(2)
 
 
-@pytest.mark.timeout(600)
+def _seconds(elapsed: str) -> int:
+    """Slurm's [D-]HH:MM:SS or MM:SS as seconds."""
+    days, _, clock = elapsed.rpartition("-")
+    return sum(int(p) * 60**i for i, p in enumerate(reversed(clock.split(":")))) + int(days or 0) * 86400
+
+
+def _wait_for_line(log: Path, line: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not (log.exists() and line in log.read_text()):
+        assert time.monotonic() < deadline, f"no {line!r} in {log} after {timeout:.0f} s"
+        time.sleep(0.5)
+
+
+@pytest.mark.timeout(360)
 def test_a_job_longer_than_the_limit_finishes_in_segments(short_partition: str, root: Path, tmp_path: Path):
-    # Slurm ends a 1-minute job 60-90 s after it starts (it checks limits every 30 s): a segment finishes
-    # one 48-s step and dies in the second, whatever the machine's load, so 2 steps need 2 segments; the
-    # third segment finds the training finished and stops at once.
-    exp = _chain_experiment(tmp_path, "chain3", chain=3, need=2, partition=short_partition)
+    # A segment's first step takes 5 s and a later one 600 s: the first segment checkpoints step 1 and
+    # its time limit ends it in step 2, the second resumes at step 1 and finishes step 2, the third
+    # finds the training finished and stops at once. Once step 1 is done, the test brings the first
+    # segment's end to now (scontrol update EndTime=now): Slurm ends it as TIMEOUT at its next check
+    # of the limits (every 30 s), not 60-90 s after its start; its 1-minute limit stays the backstop.
+    exp = _chain_experiment(tmp_path, "chain3", chain=3, need=2, partition=short_partition, step_s=5, then_s=600)
     out = jobgen("submit", str(exp), root=root).stdout
     run_dir = only_run(root, "chain3")
     (job,) = manifest(run_dir)["jobs"]
@@ -82,17 +101,20 @@ def test_a_job_longer_than_the_limit_finishes_in_segments(short_partition: str, 
     assert f"Dependency=afterany:{job['segments'][0]}" in deps, deps
 
     status = wait_states(run_dir, lambda s: True, timeout=1)
-    states = wait_states(run_dir, all_final, timeout=480, poll=5)
+    job_dir = run_dir / job["dir"]
+    _wait_for_line(job_dir / f"slurm-{job['segments'][0]}.out", "step 1 done", timeout=120)
+    subprocess.run(["scontrol", "update", f"JobId={job['segments'][0]}", "EndTime=now"], check=True)
+    states = wait_states(run_dir, all_final, timeout=240, poll=2)
     assert states[job["name"]] is State.COMPLETED, status
     # The job is complete once the training wrote its result; the last segment may still be waiting
     # for Slurm to start it (and stop at once).
     by_id = _segments_once_ended(job["segments"], timeout=120)
     assert [by_id[i].split()[0] for i in job["segments"]] == ["TIMEOUT", "COMPLETED", "COMPLETED"], by_id
 
-    job_dir = run_dir / job["dir"]
     logs = {i: (job_dir / f"slurm-{i}.out").read_text() for i in job["segments"]}
     first, second, third = job["segments"]
     assert f"segment {first} resumes at step 0" in logs[first] and "step 1 done" in logs[first]
+    assert "step 2 done" not in logs[first]  # the limit ended it in its second step
     # From the checkpoint the first one left.
     assert f"segment {second} resumes at step 1" in logs[second] and "finished at step 2" in logs[second]
     assert "training already finished; segment" in logs[third] and "resumes" not in logs[third]
@@ -101,8 +123,15 @@ def test_a_job_longer_than_the_limit_finishes_in_segments(short_partition: str, 
     row = next(line for line in table.splitlines() if line.startswith(job["name"]))
     assert ",".join(job["segments"]) in row and "COMPLETED" in row
     assert "segment 3/3 (TIMEOUT COMPLETED COMPLETED): done" in row, table
-    elapsed = row.split("COMPLETED", 1)[1].split()[0]  # all segments together: one limit and a step
-    assert "00:01:40" <= elapsed <= "00:02:50", row
+    elapsed = row.split("COMPLETED", 1)[1].split()[0]  # all segments together
+    sacct = subprocess.run(
+        ["sacct", "-n", "-P", "-X", "--format=JobID,Elapsed", "-j", ",".join(job["segments"])],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    each = dict(line.split("|") for line in sacct.splitlines())
+    assert _seconds(elapsed) == sum(_seconds(each[i]) for i in job["segments"]) >= 2 * 5, (row, each)
     (line,) = json.loads(jobgen("summary", str(run_dir), "--format", "json", root=root).stdout)["rows"]
     assert line["state"] == "COMPLETED" and line["test_acc"] == 0.9
     text = jobgen("summary", str(run_dir), "--format", "markdown", root=root).stdout

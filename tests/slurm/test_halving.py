@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm.helpers import PYTHON, jobgen, manifest, only_run, write_experiment
+from tests.slurm.helpers import PYTHON, jobgen, manifest, only_run, restarts, write_experiment
 from training import halving
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training, pytest.mark.timeout(600)]
@@ -60,6 +60,22 @@ def _wait_settled(run_dir: Path, root: Path, timeout: float) -> dict:
         time.sleep(3)
 
 
+def _check_decisions(base: Path, metrics: dict[str, float]) -> set[str]:
+    """The jobs promoted past rung 1, each checked against the rule (eta 3) applied to the reports its
+    decision's maker read; the best job of the sweep among them (the last report frees a slot for it)."""
+    promoted = halving.promoted(base, 1)
+    for name in promoted:
+        made = halving.decision(base, 1, name)
+        assert made is not None
+        seen = {j: metrics[j] for j in made["seen"]}
+        k = len(seen) // 3
+        # The rule on what its maker read: in the top floor(n/eta) of those reports, in a slot below that.
+        assert name in halving.ranked(seen, "max")[:k] and made["slot"] < k, (name, made, metrics)
+    assert len(promoted) == len(metrics) // 3
+    assert halving.ranked(metrics, "max")[0] in promoted
+    return promoted
+
+
 def test_halving_sweep_on_slurm(slurm, root: Path, tmp_path: Path) -> None:
     exp = write_experiment(tmp_path, "halv", BODY)
     jobgen("submit", str(exp), root=root)
@@ -69,17 +85,8 @@ def test_halving_sweep_on_slurm(slurm, root: Path, tmp_path: Path) -> None:
     reports = halving.read_reports(base, 1)
     assert len(reports) == 9 == len(rows)
     metrics = {j: r["metric"] for j, r in reports.items()}
-    promoted = halving.promoted(base, 1)
+    promoted = _check_decisions(base, metrics)
     assert len(promoted) == 9 // 3  # after the last report (and a status), exactly what the rule allows
-    for name in promoted:
-        made = halving.decision(base, 1, name)
-        assert made is not None
-        seen = {j: metrics[j] for j in made["seen"]}
-        k = len(seen) // 3
-        # The rule on what its maker read: in the top floor(n/eta) of those reports, in a slot below that.
-        assert name in halving.ranked(seen, "max")[:k] and made["slot"] < k, (name, made, metrics)
-    # The best job of the sweep always goes on: the last report frees a slot for it if it has none.
-    assert halving.ranked(metrics, "max")[0] in promoted
     finished = {name for name, row in rows.items() if row["outcome"] == "finished"}
     assert finished == promoted
     for name, row in rows.items():
@@ -97,3 +104,110 @@ def test_halving_sweep_on_slurm(slurm, root: Path, tmp_path: Path) -> None:
     assert halving.promoted(base, 1) == promoted
     assert halving.read_reports(base, 1)[stopped]["time"] == reports[stopped]["time"]  # not reported twice
     assert not (run_dir / jobs[stopped]["dir"] / "result.json").exists()
+
+
+# A chain (slurm.chain = 6) of 1-minute segments, the jobs one at a time on one node, in the sweep's order:
+# the first (the best lr: 3e-3 learns in one epoch, 1e-8 and 1e-7 do not) and the second pause at rung 1
+# (n < eta: no slot), and the third's report promotes the first. Its training needs 200 epochs after the
+# rung (0.45 to 1 s each on the test machine), longer than Slurm's 60 to 90 s for one segment, and
+# shorter than five.
+EPOCHS = 200
+CHAIN = f"""
+[env]
+python = "{PYTHON}"
+[slurm]
+cpus_per_task = 1
+time = "1"
+chain = 6
+exclusive = true
+extra = {{ nodelist = "n1" }}
+[train]
+model = "builtin:tiny"
+engine = "torch"
+accelerator = "cpu"
+epochs = {EPOCHS}
+batch_size = 16
+eval_batch_size = 64
+num_workers = 0
+[data]
+dataset = "builtin:synthetic"
+partition = [600, 61, 31]
+max_length = 16
+[sweep.grid]
+"train.lr" = [3e-3, 1e-8, 1e-7]
+[sweep.halving]
+rungs = [1]
+"""
+# What `jobgen status` may show for a job of the run at any time: a paused job with its later segments
+# held reads as paused (never as failed or unknown), a stopped one as stopped.
+SHOWN = {"SUBMITTED", "PENDING", "RUNNING", "REQUEUED", "PAUSED@1", "WAITING@1", "STOPPED@1", "COMPLETED"}
+
+
+def _sacct(ids: list[str]) -> dict[str, dict[str, str]]:
+    out = subprocess.run(
+        ["sacct", "-n", "-P", "-X", "--format=JobID,State,Start,End", "-j", ",".join(ids)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rows = [line.split("|") for line in out.splitlines() if line]
+    return {r[0]: {"state": r[1].split(" ")[0], "start": r[2], "end": r[3]} for r in rows}
+
+
+def test_a_chain_pauses_holds_its_segments_and_a_promotion_resumes_it(slurm, root: Path, tmp_path: Path) -> None:
+    exp = write_experiment(tmp_path, "halvchain", CHAIN)
+    jobgen("submit", str(exp), root=root)
+    run_dir = only_run(root, "halvchain")
+    jobs = {j["name"]: j for j in manifest(run_dir)["jobs"]}
+    first, second, third = (name for name in jobs)  # the sweep's order: lr 3e-3, 1e-8, 1e-7
+    segments = {name: [str(s) for s in job["segments"]] for name, job in jobs.items()}
+    assert all(len(ids) == 6 for ids in segments.values())
+    every = [i for ids in segments.values() for i in ids]
+    shown: dict[str, set[str]] = {name: set() for name in jobs}
+    deadline = time.monotonic() + 540
+    while True:
+        out = jobgen("status", str(run_dir), root=root, check=False)
+        for line in out.stdout.splitlines():
+            words = line.split()
+            if words and words[0] in shown:
+                shown[words[0]].add(words[3])
+        rows = json.loads(jobgen("summary", str(run_dir), "--format", "json", root=root).stdout)["rows"]
+        acct = _sacct(every)
+        ended = all(acct.get(i, {}).get("state") in ("COMPLETED", "TIMEOUT", "CANCELLED") for i in every)
+        if ended and all(r["outcome"] in ("finished", "stopped") for r in rows):
+            break
+        assert time.monotonic() < deadline, (out.stdout[-3000:], acct)
+        time.sleep(4)  # status and summary cost CPU the training jobs need; every state lasts longer
+    rows = {r["config"]: r for r in rows}
+    assert all(states <= SHOWN for states in shown.values()), shown
+    assert "PAUSED@1" in shown[first] and "PAUSED@1" in shown[second], shown
+
+    base = halving.root(run_dir)
+    reports = halving.read_reports(base, 1)
+    metrics = {j: r["metric"] for j, r in reports.items()}
+    assert set(metrics) == set(jobs)
+    assert _check_decisions(base, metrics) == {first}
+    assert max(metrics, key=lambda j: metrics[j]) == first and metrics[first] > metrics[second] + 0.2, metrics
+    assert {name: row["outcome"] for name, row in rows.items()} == {
+        first: "finished",
+        second: "stopped",
+        third: "stopped",
+    }
+
+    # The promoted job: its paused segment was requeued once and resumed; the segments held behind it ran
+    # only after it (released, still waiting on it), and the training went on across them to the end.
+    result = json.loads((run_dir / jobs[first]["dir"] / "result.json").read_text())
+    assert result["epochs_done"] == EPOCHS
+    ids = segments[first]
+    assert restarts(ids[0]) == 1
+    assert acct[ids[0]]["state"] == "TIMEOUT" and acct[ids[1]]["start"] >= acct[ids[0]]["end"], acct
+    trained = [i for i in ids if (run_dir / jobs[first]["dir"] / f"slurm-{i}.out").exists()]
+    log = "".join((run_dir / jobs[first]["dir"] / f"slurm-{i}.out").read_text() for i in trained)
+    assert "halving: held the chain's later segments" in log and "halving: released" in log, log[-3000:]
+    # The stopped jobs: paused once, never requeued; their held segments never started, and the status that
+    # found the sweep ended cancelled them.
+    for name in (second, third):
+        ids = segments[name]
+        assert restarts(ids[0]) == 0 and acct[ids[0]]["state"] == "COMPLETED"
+        assert all(acct[i]["state"] == "CANCELLED" and acct[i]["start"] in ("None", "Unknown") for i in ids[1:]), acct
+        assert not (run_dir / jobs[name]["dir"] / "result.json").exists()

@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 
 from jobgen.states import State
-from tests.slurm.helpers import all_final, behave_experiment, jobgen, manifest, only_run, restarts, wait_states
+from tests.slurm.helpers import (
+    all_final,
+    behave_experiment,
+    jobgen,
+    manifest,
+    on_cluster,
+    only_run,
+    restarts,
+    wait_states,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(420)]
 
@@ -33,11 +42,44 @@ name = "sleeper"
 """
 
 
-def test_requeue_failed_then_running(slurm_any, root: Path, tmp_path: Path):
-    exp = behave_experiment(tmp_path, "rqcmd", POINTS)
-    jobgen("submit", str(exp), root=root)
-    run_dir = only_run(root, "rqcmd")
-    before = {j["name"]: j["job_id"] for j in manifest(run_dir)["jobs"]}
+@pytest.fixture
+def both_clusters(slurm_env: dict[str, str], slurm_no_accounting: dict[str, str]) -> dict[str, dict[str, str]]:
+    """The clusters with and without accounting, each its client environment, by mode."""
+    return {"accounting": slurm_env, "no-accounting": slurm_no_accounting}
+
+
+def test_requeue_failed_then_running(both_clusters: dict[str, dict[str, str]], tmp_path: Path):
+    """On both clusters at once (with accounting and without), each step on one, then on the other:
+    the waits overlap."""
+    runs: dict[str, tuple[Path, Path, dict[str, str]]] = {}
+    for mode, env in both_clusters.items():
+        with on_cluster(env):
+            folder = tmp_path / mode
+            folder.mkdir()
+            root = folder / "runs"
+            exp = behave_experiment(folder, "rqcmd", POINTS)
+            jobgen("submit", str(exp), root=root)
+            run_dir = only_run(root, "rqcmd")
+            runs[mode] = (root, run_dir, {j["name"]: j["job_id"] for j in manifest(run_dir)["jobs"]})
+
+    for mode, (root, run_dir, before) in runs.items():
+        with on_cluster(both_clusters[mode]):
+            _requeue_the_failed(root, run_dir, before)
+    for mode, (root, run_dir, before) in runs.items():
+        with on_cluster(both_clusters[mode]):
+            _both_attempts_logged_then_requeue_the_running(root, run_dir, before)
+    for mode, (root, run_dir, _) in runs.items():
+        with on_cluster(both_clusters[mode]):
+            wait_states(run_dir, lambda s: s["sleeper"] is State.CANCELLED, timeout=90)
+            # `jobgen runs --refresh` asks Slurm again for what the manifest had last seen running.
+            with_run = manifest(run_dir)
+            with_run["jobs"][0]["state"] = State.RUNNING.value
+            (run_dir / "manifest.json").write_text(json.dumps(with_run))
+            listed = jobgen("runs", "rqcmd", "--refresh", root=root).stdout.splitlines()
+            assert listed[1].split()[-5:] == ["4", "3", "COMPLETED,", "1", "CANCELLED"], (mode, listed)
+
+
+def _requeue_the_failed(root: Path, run_dir: Path, before: dict[str, str]) -> None:
     wait_states(
         run_dir,
         lambda s: (
@@ -59,6 +101,8 @@ def test_requeue_failed_then_running(slurm_any, root: Path, tmp_path: Path):
     # --no-requeue: Slurm refuses, so the script went in again under a new id; the old one is kept.
     assert jobs["pinned"]["job_id"] != before["pinned"] and jobs["pinned"]["previous_job_ids"] == [before["pinned"]]
 
+
+def _both_attempts_logged_then_requeue_the_running(root: Path, run_dir: Path, before: dict[str, str]) -> None:
     states = wait_states(run_dir, lambda s: all_final({k: v for k, v in s.items() if k != "sleeper"}), timeout=180)
     assert (states["steady"], states["flaky"], states["pinned"]) == (State.COMPLETED,) * 3, states
     # One log across both attempts of the requeued job: its failure, then its success.
@@ -74,13 +118,5 @@ def test_requeue_failed_then_running(slurm_any, root: Path, tmp_path: Path):
     out = jobgen("requeue", str(run_dir), "steady", "sleeper", root=root).stdout
     assert "steady (COMPLETED" in out and "skipped" in out
     assert "sleeper (RUNNING" in out and "no checkpoint was asked for first" in out
-    sleeper = before["sleeper"]
-    assert restarts(sleeper) == 1  # Slurm stopped it and queued it again, same id
+    assert restarts(before["sleeper"]) == 1  # Slurm stopped it and queued it again, same id
     jobgen("cancel", str(run_dir), "sleeper", root=root)
-    wait_states(run_dir, lambda s: s["sleeper"] is State.CANCELLED, timeout=90)
-    # `jobgen runs --refresh` asks Slurm again for what the manifest had last seen running.
-    with_run = manifest(run_dir)
-    with_run["jobs"][0]["state"] = State.RUNNING.value
-    (run_dir / "manifest.json").write_text(json.dumps(with_run))
-    listed = jobgen("runs", "rqcmd", "--refresh", root=root).stdout.splitlines()
-    assert listed[1].split()[-5:] == ["4", "3", "COMPLETED,", "1", "CANCELLED"], listed
