@@ -7,9 +7,7 @@ another jobgen module, so any of them can use these without an import circle.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import re
-import time
 from dataclasses import dataclass
 
 # A job or experiment name becomes a folder and part of Slurm's job name.
@@ -38,20 +36,14 @@ def now_iso() -> str:
 
 def aware_time(value: object) -> dt.datetime | None:
     """A time as the records and Slurm write it (ISO 8601), aware: jobgen's are UTC, Slurm's naive ones
-    are this machine's local time. None for anything else. The same text is read once per time zone
-    (a sweep's jobs share a few submission and start times)."""
+    are this machine's local time. None for anything else."""
     if not isinstance(value, str):
         return None
-    return _aware_time(value, time.tzname, time.timezone, time.altzone)
-
-
-@functools.lru_cache(maxsize=4096)
-def _aware_time(text: str, *_zone: object) -> dt.datetime | None:
     try:
-        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return when if when.tzinfo else when.astimezone()  # a datetime is immutable: one is shared
+    return when if when.tzinfo else when.astimezone()
 
 
 def signal_name(text: str) -> str:

@@ -128,11 +128,6 @@ class Index:
             return True, read[key]
         return False, None
 
-    def knows(self, rel: str) -> bool:
-        """Whether a version of the record was read by this code."""
-        folder, name = _split(rel)
-        return name in self._folder(folder)
-
     def keep(self, rel: str, mark: Stamp, key: str, value: Any) -> None:
         """Keep what was read for `key` (a JSON value) of this version of the record, unless it changed
         too recently."""

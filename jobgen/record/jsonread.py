@@ -7,7 +7,7 @@ library accepts: NaN and Infinity, numbers beyond a double (1e400), and text tha
 byte order mark, UTF-16, lone surrogates). It refuses those, and such text is parsed again by the
 standard library. One difference it does not refuse: an integer beyond 64 bits becomes a float. Text
 with a run of digits that long (in a number or a string alike) is therefore read by the standard
-library from the start. So `loads` returns what `json.loads` returns and raises what it raises
+library from the start (see _TOKENS). So `loads` returns what `json.loads` returns and raises what it raises
 (JSONDecodeError with its message and line, UnicodeDecodeError, RecursionError), whichever parser
 answered; `JOBGEN_STDLIB_JSON=1` uses the standard library alone (tests/core/test_jsonread.py checks
 the two agree).
@@ -20,14 +20,16 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-# Every digit made "0" and a minus sign kept, every other byte " ": an integer orjson would turn into a
-# float is then a plain substring search, a few instructions a byte (a regular expression took longer
-# than the parse it guards). orjson reads integers from -2**63 to 2**64 - 1 exactly: every one of up to
-# 19 digits, and of 19 digits with a minus sign only from -2**63. So a run of 20 digits, or a minus
-# sign before 19, sends the text to the standard library; a stat stamp in nanoseconds (19 digits)
-# does not. A fraction's or a string's long run of digits is
-# taken for an integer too: the standard library reads that text, as it would anyway.
-_DIGITS_ONLY = bytes(45 if byte == 45 else 48 if 48 <= byte <= 57 else 32 for byte in range(256))
+# Every digit made "0", a minus sign kept, what may come before a number ("[", ",", ":", white space)
+# made " " and every other byte "x": an integer orjson would turn into a float is then a plain substring
+# search, a few instructions a byte (a regular expression took longer than the parse it guards). orjson
+# reads integers from -2**63 to 2**64 - 1 exactly: every one of up to 19 digits, and of 19 digits with a
+# minus sign only from -2**63. So 20 digits after " ", or 19 after " -", send the text to the standard
+# library; a stat stamp in nanoseconds (19 digits) does not, nor a float's long fraction or exponent
+# (after "." or "e": 0.00012000000000000002). A string's such run of digits sends it there too.
+_TOKENS = bytes(
+    48 if 48 <= byte <= 57 else 45 if byte == 45 else 32 if byte in b"[,: \t\r\n" else 120 for byte in range(256)
+)
 _LONG_RUN, _LONG_NEGATIVE = b"0" * 20, b"-" + b"0" * 19
 
 
@@ -66,10 +68,12 @@ def _pick() -> tuple[Callable[[bytes | str], Any], Callable[[bytes | str], tuple
 
 def _for_orjson(raw: bytes | str) -> bytes | None:
     """The text as bytes for orjson, None where it would read an integer otherwise than the standard
-    library (a run of digits too long: see _DIGITS_ONLY)."""
+    library (an integer too long: see _TOKENS)."""
     data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
-    digits = data.translate(_DIGITS_ONLY)
-    return data if _LONG_RUN not in digits and _LONG_NEGATIVE not in digits else None
+    tokens = data.translate(_TOKENS)
+    if tokens.startswith((_LONG_RUN, _LONG_NEGATIVE)) or b" " + _LONG_RUN in tokens or b" " + _LONG_NEGATIVE in tokens:
+        return None
+    return data
 
 
 def _stdlib_exact(raw: bytes | str) -> tuple[Any, bool]:

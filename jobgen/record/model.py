@@ -9,7 +9,6 @@ runs a command reads (`jobgen.results.state_rule.read_runs`). Writes still go th
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ from jobgen.errors import JobgenError
 from jobgen.facts import RETRIES_SCHEMA
 from jobgen.record import store
 from jobgen.record.damage import JOB_FILES, json_problem, metrics_problem, parse_json
-from jobgen.record.index import SETTLED_NS, Index, Stamp, stamp
+from jobgen.record.index import Index, Stamp, stamp
 from jobgen.states import JobInfo, State, parse
 from training.progress import PROGRESS_FILE, PROGRESS_KEYS
 
@@ -84,7 +83,6 @@ class RunJob:
     # The names of the other entries in its folder (its logs among them), from the same listing as _present
     # (this command's, or one kept for the unchanged folder); None when unknown.
     _others: tuple[str, ...] | None = field(default=None, repr=False)
-    _looked_ns: int = field(default=0, repr=False)  # when _folder_mark was taken
     _problems: list[str] | None = field(default=None, repr=False)  # what `problems` found, once per command
     # Its log files, oldest first, as jobgen.results.logs.of listed them once for this command (the
     # report links them, keeps their stamps and may read one for the cause: one listing for all three).
@@ -166,7 +164,6 @@ class RunJob:
             return None
         # Taken before any record's stat: a file made after it changes the folder's stamp for next time.
         self._folder_mark = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        self._looked_ns = time.time_ns()
         facts = None if self.index is None else self.index.row(self.dir + "/", self._folder_mark)
         if facts is not None and type(names := facts.get(PRESENT)) is list:
             self._present = frozenset(names)
@@ -244,7 +241,7 @@ class RunJob:
         file's stamp and the reading code are those it was kept with, else read now and kept. `read` must
         depend on that file alone (read through `raw` or `json`); `key` names what it extracts; a kept
         value that `valid` refuses (a damaged index) is read again."""
-        mark = self._mark(name)
+        mark = self._stat(name)
         index = self.index
         if index is None or type(mark) is not tuple:
             return read(self)
@@ -257,31 +254,6 @@ class RunJob:
         if read_mark is not None:
             index.keep(rel, read_mark, key, value)
         return value
-
-    def _mark(self, name: str) -> Stamp | OSError | None:
-        """_stat, for a file about to be read for a fact: one the index knows nothing of is read at
-        once (_read_first) and stamped by that read."""
-        index = self.index
-        if index is not None and name not in self._marks and name not in self._files:
-            self._read_first(name, index)
-        return self._stat(name)
-
-    def _read_first(self, name: str, index: Index) -> None:
-        """Read a record the run's index knows nothing of at once, its stamp taken from the read (a stat
-        first would only look up a row there is none of)."""
-        present = self._present if self._listed else self._listing()
-        if present is None or name not in present or index.knows(self.dir + "/" + name):
-            return  # absent, or asked of the file system and the index as usual
-        try:
-            data, mark = read_with_stamp(self.folder + "/" + name)
-        except FileNotFoundError:  # removed since the listing
-            self._files[name] = self._marks[name] = None
-            return
-        except OSError as exc:
-            self._files[name] = exc  # unreadable: its stat, as usual, says whether it is there
-            return
-        self._files[name] = data
-        self._marks[name] = self._read[name] = mark
 
     def _exists(self, name: str) -> bool:
         """Whether one of the job's records exists (even unreadable): from what this command read or
@@ -300,18 +272,7 @@ class RunJob:
     def look_again(self, name: str) -> None:
         """Forget what this command saw of one of the job's records (its listing of the folder included),
         so the next question asks the file system again: a look taken before the scheduler's answer may
-        predate what the job wrote before it ended. Unless the folder's stamp says nothing was made,
-        removed or renamed in it since the look: the same stamp as then, of a folder that had not changed
-        for SETTLED_NS before it (a file made in the same tick of a coarse clock, as NFS's, could keep
-        the stamp of a folder changed just before)."""
-        mark, looked = self._folder_mark, self._looked_ns
-        if mark is not None and looked - mark[2] >= SETTLED_NS:
-            try:
-                st = os.stat(self.folder)
-                if (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) == mark:
-                    return
-            except OSError:
-                pass
+        predate what the job wrote before it ended."""
         for seen in (self._marks, self._files, self._docs, self._read):
             seen.pop(name, None)
         self._problems = None
@@ -377,7 +338,7 @@ class RunJob:
         None when one is not known so: the marks taken so far stand, _problem asks the rest."""
         present = self._listing()
         if present is None or self._listed_now:
-            return None  # listed now: its records are read at once (_read_first), stamped by the reads
+            return None  # listed now: the folder changed, so its records are asked one by one (_problem)
         marks, base, rel = self._marks, self.folder + "/", self.dir + "/"
         out = []
         for name in JOB_FILES:
@@ -402,7 +363,7 @@ class RunJob:
 
     def _problem(self, name: str) -> str | None:
         """What is wrong with one of the job's files (None: fine or absent); the run's index first."""
-        mark = self._mark(name)
+        mark = self._stat(name)
         if mark is None:
             return None
         if isinstance(mark, OSError):

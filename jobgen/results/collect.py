@@ -582,14 +582,6 @@ def _scoring_problem(data: Mapping[str, Any]) -> str | None:
 # --- spec.json and metrics.csv: what an unfinished job was asked to do and got so far ------------------
 
 
-def _read_spec_train(path: Path) -> dict[str, Any]:
-    try:
-        train = json.loads(path.read_text(encoding="utf-8")).get("train")
-    except (OSError, ValueError, AttributeError):
-        return {}
-    return train if isinstance(train, dict) else {}
-
-
 VAL_ACC_COLUMNS = ("val_acc", "val_accuracy", "val/acc", "validation_acc")
 VAL_SPLITS = ("validation", "val")
 
@@ -694,10 +686,6 @@ def _str(value: Any) -> str | None:
     if value is None:
         return None
     return value if isinstance(value, str) and value else None
-
-
-def _str_or_none(value: Any) -> str | None:
-    return None if value is None or value == "" else str(value)
 
 
 def _float_or_none(text: str | None) -> float | None:

@@ -1,8 +1,8 @@
 """The summary's numbers and columns, one row each.
 
-`METRICS` says how each number is read from a job and combined over the jobs of one configuration
-(seeds, repeats): every one is mean ± sample standard deviation. CSV and JSON carry each as
-`<name>` and `<name>_std`. `COLUMNS` says how a line is shown: header, the terminal's two-line
+`METRICS` names the numbers, `metric_values` reads them from a job; over the jobs of one configuration
+(seeds, repeats) every one is mean ± sample standard deviation. CSV and JSON carry each as `<name>`
+and `<name>_std`. `COLUMNS` says how a line is shown: header, the terminal's two-line
 header, right-aligned or not, and the cell's text. The terminal table, Markdown, the HTML report and
 the plot read these two tables; a new column is a row in each (a number) or in COLUMNS alone.
 """
@@ -62,33 +62,66 @@ class Line:
     jobs: list[JobRow] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class Metric:
-    name: str  # the CSV/JSON field (with <name>_std beside it) and the key in Line.metrics
-    of: Callable[[JobRow], float | None]  # None: this job has no value (it is left out, not zero)
-    combine: Callable[[Iterable[float | None]], Stat] = Stat.of
-    count: bool = False  # counts things: a whole mean is written as an integer (requeues 0, not 0.0)
+# The summary's numbers, in order; metric_values gives a job's value of each.
+METRICS = (
+    "queue_wait_s",
+    "train_s",
+    "samples_per_s",
+    "peak_mem_mb",
+    "best_val_acc",
+    "test_acc",
+    "test_f1",
+    # The job's primary metric (result.json primary_metric: accuracy, mcc, pearson...): what picked its
+    # best epoch. The line names it (primary_metric); a line whose jobs name different ones has none.
+    "test_primary",
+    "val_primary",
+    "requeues",
+    "retries",  # slurm.retries: requeues after a failure, by the batch shell (part of the requeues)
+    "val_acc_so_far",  # from metrics.csv of jobs that have no result (yet): how far they got
+    # What it cost (jobgen.results.cost): every attempt, from sacct, else from the request.
+    "mfu",
+    "gpu_hours",
+    "cpu_hours",
+    "energy_kwh",
+    "time_used_fraction",
+)
+COUNTS = frozenset({"requeues", "retries"})  # count things: a whole mean is written as an integer
+NEVER_RAN = frozenset({State.DRY_RUN, State.NOT_SUBMITTED, State.WAITING})
+_NO_RESULT = (None,) * 10
 
 
-def _result(read: Callable[[Any], float | None]) -> Callable[[JobRow], float | None]:
-    return lambda job: None if job.result is None else read(job.result)
-
-
-def _peak_mem(result: Any) -> float | None:
-    # GPU memory is what limits a fine-tune; host RSS stands in on CPU runs.
-    peak: float | None = result.peak_gpu_mb if result.peak_gpu_mb is not None else result.peak_host_mb
-    return peak
-
-
-def _retries(job: JobRow) -> float | None:
-    """Retries used: the batch shell's record says, and a job that ran without one was never retried."""
-    if job.retries is not None:
-        return float(job.retries.used)
-    return None if job.state in (State.DRY_RUN, State.NOT_SUBMITTED, State.WAITING) else 0.0
-
-
-def _usage(field: str) -> Callable[[JobRow], float | None]:
-    return lambda job: None if job.usage is None else getattr(job.usage, field)
+def metric_values(job: JobRow) -> tuple[float | None, ...]:
+    """The job's value of each of METRICS, in order; None where it has none (left out, not zero)."""
+    r, usage = job.result, job.usage
+    retries: float | None = None
+    if job.retries is not None:  # the batch shell's record says; a job that ran without one was never retried
+        retries = float(job.retries.used)
+    elif job.state not in NEVER_RAN:
+        retries = 0.0
+    if r is None:
+        found: tuple[float | None, ...] = _NO_RESULT
+    else:
+        found = (
+            r.train_s,
+            r.samples_per_s,
+            # GPU memory is what limits a fine-tune; host RSS stands in on CPU runs.
+            r.peak_gpu_mb if r.peak_gpu_mb is not None else r.peak_host_mb,
+            r.best_val_acc,
+            r.test_acc,
+            r.test_f1,
+            r.test_primary,
+            r.val_primary,
+            None if r.requeue_count is None else float(r.requeue_count),
+            _mfu(r),
+        )
+    return (
+        job.queue_wait_s,
+        *found[:9],
+        retries,
+        job.partial_val_acc if r is None else None,
+        found[9],
+        *((None,) * 4 if usage is None else (usage.gpu_hours, usage.cpu_hours, usage.energy_kwh, usage.time_used)),
+    )
 
 
 def _mfu(result: Any) -> float | None:
@@ -98,30 +131,6 @@ def _mfu(result: Any) -> float | None:
     return mfu(result.gpus, result.precision, result.parameters, result.tokens_per_s, devices)
 
 
-METRICS = (
-    Metric("queue_wait_s", lambda job: job.queue_wait_s),
-    Metric("train_s", _result(lambda r: r.train_s)),
-    Metric("samples_per_s", _result(lambda r: r.samples_per_s)),
-    Metric("peak_mem_mb", _result(_peak_mem)),
-    Metric("best_val_acc", _result(lambda r: r.best_val_acc)),
-    Metric("test_acc", _result(lambda r: r.test_acc)),
-    Metric("test_f1", _result(lambda r: r.test_f1)),
-    # The job's primary metric (result.json primary_metric: accuracy, mcc, pearson...): what picked its
-    # best epoch. The line names it (primary_metric); a line whose jobs name different ones has none.
-    Metric("test_primary", _result(lambda r: r.test_primary)),
-    Metric("val_primary", _result(lambda r: r.val_primary)),
-    Metric("requeues", _result(lambda r: None if r.requeue_count is None else float(r.requeue_count)), count=True),
-    # slurm.retries: requeues after a failure, by the batch shell (part of the requeues above).
-    Metric("retries", _retries, count=True),
-    # From metrics.csv of jobs that have no result (yet): how far they got.
-    Metric("val_acc_so_far", lambda job: job.partial_val_acc if job.result is None else None),
-    # What it cost (jobgen.results.cost): every attempt, from sacct, else from the request.
-    Metric("mfu", _result(_mfu)),
-    Metric("gpu_hours", _usage("gpu_hours")),
-    Metric("cpu_hours", _usage("cpu_hours")),
-    Metric("energy_kwh", _usage("energy_kwh")),
-    Metric("time_used_fraction", _usage("time_used")),
-)
 # Summed over every job (not over the lines' means) into the sweep's totals.
 SUMMED = ("gpu_hours", "cpu_hours", "energy_kwh")
 

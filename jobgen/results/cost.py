@@ -11,7 +11,6 @@ several times without accounting, a job on the local backend (it holds no alloca
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import re
@@ -44,17 +43,12 @@ class Usage:
     ran: bool = True  # False: the accounting says no attempt started (every number is then None)
 
 
-def ask_accounting(runs: Iterable[Run], skip: Callable[[RunJob], bool] | None = None) -> dict[str, list[Attempt]]:
-    """Every attempt of every submitted job of these runs (but those `skip` says are known): one question
-    per backend for all of them."""
-    return answer(question(runs, skip))
-
-
 Question = dict[str, list[str]]  # backend -> the job ids its accounting is asked about
 
 
 def question(runs: Iterable[Run], skip: Callable[[RunJob], bool] | None = None) -> Question:
-    """What ask_accounting asks each backend."""
+    """What the accounting is asked: every id of every submitted job of these runs (but those `skip`
+    says are known), by backend."""
     asking: Question = {}
     for run in runs:
         for job in run.jobs:
@@ -174,16 +168,6 @@ def usage_of(job: RunJob, accounting: Accounting | None, requeues: int = 0) -> U
 def from_attempts(attempts: list[Attempt], asked_gpus: int | None = None) -> Usage:
     """Sums over the attempts that started (none did: a Usage that says so). `asked_gpus`: the GPUs of
     an attempt whose accounting does not list them (None: unknown)."""
-    if len(attempts) == 1 and attempts[0].started:  # most jobs: the same sums of one term, without lists
-        a = attempts[0]
-        held = a.gpus if a.gpus is not None else asked_gpus
-        return Usage(
-            gpu_hours=None if held is None else float(held * a.elapsed_s) / 3600,
-            cpu_hours=None if a.cpus is None else float(a.cpus * a.elapsed_s) / 3600,
-            energy_kwh=None if a.energy_j is None else float(a.energy_j) / 3.6e6,
-            time_used=_fraction(a.elapsed_s, a.limit_s),
-            source="sacct",
-        )
     ran = [a for a in attempts if a.started]
     if not ran:
         return Usage(None, None, None, None, "sacct", ran=False)
@@ -224,7 +208,7 @@ def from_request(job: RunJob) -> Usage | None:
     """What the job asked for (spec.json's `slurm`) × the elapsed time Slurm reported for it (this
     command's answer, or the start and end jobgen recorded). Only for a job that ran once: the
     elapsed time of earlier attempts is recorded nowhere but in the accounting."""
-    elapsed = _elapsed(job) if len(job_ids(job)) == 1 else None
+    elapsed = elapsed_seconds(job) if len(job_ids(job)) == 1 else None
     if elapsed is None:
         return None
     held_gpus, held_cpus, limit = _asked(job)
@@ -278,11 +262,6 @@ def _read_asked(job: RunJob) -> list[int | None]:
 
 
 def elapsed_seconds(job: RunJob) -> int | None:
-    """Seconds the job held its allocation, as its scheduler counts them (see _elapsed); None if unknown."""
-    return _elapsed(job)
-
-
-def _elapsed(job: RunJob) -> int | None:
     """Seconds the job has held its allocation: Slurm's word in this command (so far, while it runs),
     else the start and end jobgen recorded (an end is recorded only once Slurm says the job ended; an
     elapsed time recorded while it ran would be too short)."""
@@ -340,7 +319,6 @@ PEAKS: tuple[tuple[str, dict[str, float] | None], ...] = (
 )
 
 
-@functools.lru_cache(maxsize=256)  # asked once per job; a sweep has a few kinds of GPU and precision
 def peak_flops(gpu: str, precision: str | None) -> float | None:
     """The GPU's dense peak FLOP/s at the precision the job ran in (training.contract's PRECISIONS, which
     say the dtype it computes in); None if unknown."""

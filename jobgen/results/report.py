@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import heapq
 import os
-import re
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from html import escape
@@ -117,13 +116,6 @@ def made_at() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def write_report(
-    runs: Sequence[Run | Path], out: Path, baseline: str | None = None, live_states: LiveStates | None = None
-) -> Path:
-    check_folder(out)
-    return write_page(out, build_report(runs, baseline, live_states))
-
-
 def report_page(run_dirs: Sequence[Path], out: Path, *, refresh: bool = False, baseline: str | None = None) -> Path:
     """Write `jobgen report`'s page of these runs to `out`: the runs read (states settled, Slurm and the
     accounting asked once), what was read of their records saved in each run's index."""
@@ -173,20 +165,11 @@ def _table(lines: list[Line], colors: dict[int, str]) -> str:
         head = f'<th style="min-width:{widths[0] - 12:.0f}px">config</th>'
         head += "".join("<th>logs</th>" if i == LOGS else f"<th>{escape(HEADERS[i])}</th>" for i in group)
         body = []
-        # Of a column that only shows its text (not the state, config or note), each cell's opening tag
-        # once: most of a big sweep's 100,000 cells are a number, with nothing to escape or mark.
-        columns = [(i, HEADERS[i] if i != LOGS else "", _plain_open(HEADERS[i]) if i != LOGS else None) for i in group]
         for line, values, links, config in zip(lines, rows, log_cells, configs, strict=True):
-            tds = []
-            for i, header, opening in columns:
-                if i == LOGS:
-                    tds.append(f'<td class="logs">{links}</td>')
-                    continue
-                value = values[i]
-                if opening is None or not value or " ± " in value:
-                    tds.append(_cell(line, header, value, colors))
-                else:
-                    tds.append(opening + _escape(value) + "</td>")
+            tds = [
+                f'<td class="logs">{links}</td>' if i == LOGS else _cell(line, HEADERS[i], values[i], colors)
+                for i in group
+            ]
             attrs = ' class="baseline"' if line.is_baseline else ""
             body.append(f"<tr{attrs}>{config}{''.join(tds)}</tr>")
         tables.append(f'<table class="summary"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>')
@@ -205,8 +188,6 @@ NOTE_CHARS = 60
 
 
 def _cell(line: Line, header: str, value: str, colors: dict[int, str]) -> str:
-    if not value and header in _EMPTY:  # most cells of a big sweep's report: nothing to escape or mark
-        return _EMPTY[header]
     css = "num" if header in NUMERIC else CLASSES.get(header, "")
     if header == "state":
         css = "state-" + _state_class(line.state)
@@ -226,31 +207,6 @@ def _cell(line: Line, header: str, value: str, colors: dict[int, str]) -> str:
 
 
 _BREAKS = "_/,="  # where a config label may wrap; "<wbr>" holds none of them
-
-
-def _plain_open(header: str) -> str | None:
-    """The opening tag of a non-empty cell of a column that shows its text as is (what _cell makes of a
-    value without a spread); None for the state, config and note columns, which _cell marks up."""
-    if header in ("state", "config", "note"):
-        return None
-    css = "num" if header in NUMERIC else CLASSES.get(header, "")
-    return f'<td class="{css}">' if css else "<td>"
-
-
-def _escape(text: str) -> str:
-    """html.escape, without its five replacements for a text that has none of the five characters."""
-    if "&" in text or "<" in text or ">" in text or '"' in text or "'" in text:
-        return escape(text)
-    return text
-
-
-# An empty cell of each column but those marked whatever they hold (state, config).
-_EMPTY = {
-    h: f'<td class="{css}"></td>' if css else "<td></td>"
-    for h in HEADERS
-    if h not in ("state", "config")
-    for css in ["num" if h in NUMERIC else CLASSES.get(h, "")]
-}
 
 
 def _column_px(header: str, values: list[str]) -> float:
@@ -292,10 +248,10 @@ def _log_links(jobs: list[JobRow]) -> str:
         found = (
             logs.named(job.source, job.backend) if job.source is not None else [(p.name, str(p)) for p in _logs(job)]
         )
-        links.extend(f'<a href="{_href(path)}">{_escape(name)}</a>' for name, path in found)
+        links.extend(f'<a href="{_href(path)}">{escape(name)}</a>' for name, path in found)
         if job.result is not None and job.result.predictions and job.job_dir:  # train.save_predictions
             path = os.path.join(job.job_dir, job.result.predictions)
-            links.append(f'<a href="{_href(path)}">{_escape(job.result.predictions)}</a>')
+            links.append(f'<a href="{_href(path)}">{escape(job.result.predictions)}</a>')
     return " ".join(links) or "&mdash;"
 
 
@@ -310,22 +266,8 @@ def _href(path: Path | str) -> str:
     """An absolute file:// link: it keeps working when the page is copied, mailed or opened from
     anywhere on a machine that sees the run's folder (a link relative to the page breaks once the page
     moves without the runs)."""
-    # Path.as_uri() of the absolute path, without a Path per log: not resolve() (a syscall per folder).
-    # A path of the characters neither the URL nor the HTML escapes (most: a run's folders and Slurm's
-    # log names) is its own link text.
-    if type(path) is str and _PLAIN_ABSOLUTE(path):
-        return "file://" + path
-    text = os.path.abspath(path)
-    if _PLAIN_PATH(text):
-        return "file://" + text
-    return escape("file://" + quote_from_bytes(os.fsencode(text)))
-
-
-# Letters, digits and "/_.-~": what quote_from_bytes leaves as it is (its safe "/" and the characters
-# always safe) and html.escape does too.
-_PLAIN_PATH = re.compile(r"[A-Za-z0-9/_.~-]*").fullmatch
-# Such a path that abspath leaves as it is: absolute, no empty part, none "." or "..".
-_PLAIN_ABSOLUTE = re.compile(r"(?:/(?!\.\.?(?:/|$))[A-Za-z0-9_.~-]+)+").fullmatch
+    # Path.as_uri() of the absolute path, without resolve() (a syscall per folder).
+    return escape("file://" + quote_from_bytes(os.fsencode(os.path.abspath(path))))
 
 
 def _tradeoff(lines: list[Line], colors: dict[int, str]) -> str:

@@ -22,12 +22,14 @@ from jobgen.results import halving as halving_view
 from jobgen.results.collect import JobRow, LiveStates, collect
 from jobgen.results.columns import (
     COLUMNS,
+    COUNTS,
     METRICS,
     SUMMED,
     Line,
     Stat,
     amount,
     cost_metric,
+    metric_values,
     predictions,
     primary_metric,
 )
@@ -121,19 +123,9 @@ def config_key(row: JobRow) -> tuple[Any, ...]:
     """Jobs with the same experiment and sweep values, seeds aside, are one configuration."""
     if not row.sweep:
         return (row.experiment, row.name)
-    # A string stands for itself (tagged: "1" is not 1); other values by their JSON (1.0 is not 1), a
-    # number or a boolean by its repr, which tells the same values apart in a sixth of the time.
-    values = tuple(
-        sorted(
-            (k, ("str", v) if type(v) is str else repr(v) if type(v) in _SCALARS else json.dumps(v))
-            for k, v in row.sweep.items()
-            if not _is_seed(k)
-        )
-    )
+    # Each value by its JSON: "1" is not 1, and 1.0 is not 1.
+    values = tuple(sorted((k, json.dumps(v)) for k, v in row.sweep.items() if not _is_seed(k)))
     return (row.experiment, values)
-
-
-_SCALARS = (int, float, bool)
 
 
 def _is_seed(key: str) -> bool:
@@ -142,7 +134,8 @@ def _is_seed(key: str) -> bool:
 
 def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
     first = jobs[0]
-    metrics = {metric.name: metric.combine([metric.of(job) for job in jobs]) for metric in METRICS}
+    columns = zip(*map(metric_values, jobs), strict=True)  # each metric's values over the jobs
+    metrics = {name: Stat.of(values) for name, values in zip(METRICS, columns, strict=True)}
     label, run_ids = _label(jobs), sorted({j.run_id for j in jobs})
     state = (halving_view.state_label(first) if len(jobs) == 1 else "") or _state_text([j.state for j in jobs])
     excluded = tuple(sorted({node for j in jobs if j.retries for node in j.retries.excluded}))
@@ -295,7 +288,7 @@ def _named_baseline(lines: list[Line], name: str) -> Line:
 FIELDS = (
     ["experiment", "run", "config", "engine", "strategy", "precision", "compile", "nodes"]
     + ["devices_per_node", "accelerator", "state", "n"]
-    + [name for metric in METRICS for name in (metric.name, f"{metric.name}_std")]
+    + [field for name in METRICS for field in (name, f"{name}_std")]
     + ["peak_mem_kind", "speedup", "scaling_efficiency", "usage_from", "baseline", "excluded_nodes", "problem", "hint"]
     + ["primary_metric", "test_metrics", "test_metrics_std", "val_metrics", "val_metrics_std", "predictions"]
     + ["parameters"]
@@ -313,11 +306,11 @@ def record(line: Line) -> dict[str, Any]:
         "state": line.state,
         "n": line.n,
     }
-    for metric in METRICS:
-        stat = line.metrics[metric.name]
-        whole = metric.count and stat.mean is not None and float(stat.mean).is_integer()
-        out[metric.name] = int(stat.mean) if whole and stat.mean is not None else _round(stat.mean)
-        out[f"{metric.name}_std"] = _round(stat.std)
+    for name in METRICS:
+        stat = line.metrics[name]
+        whole = name in COUNTS and stat.mean is not None and float(stat.mean).is_integer()
+        out[name] = int(stat.mean) if whole and stat.mean is not None else _round(stat.mean)
+        out[f"{name}_std"] = _round(stat.std)
     out.update(
         peak_mem_kind=line.mem_kind,
         speedup=_round(line.speedup),
@@ -379,12 +372,11 @@ def totals(lines: list[Line]) -> dict[str, Any]:
     accounting, no energy plugin) makes the total unknown (None): a total that leaves a job out would
     look right and be too small."""
     jobs = [job for line in lines for job in line.jobs]
-    by_name = {metric.name: metric for metric in METRICS}
     out: dict[str, Any] = {"jobs": len(jobs)}
     # A job ran when the accounting says so, else when it has a start time.
     ran = [job.usage.ran if job.usage is not None else job.started_at is not None for job in jobs]
     for name in SUMMED:
-        values = [by_name[name].of(job) for job in jobs]
+        values = [None if job.usage is None else getattr(job.usage, name) for job in jobs]
         missing = any(v is None and did for v, did in zip(values, ran, strict=True))
         out[name] = None if missing else _round(math.fsum(v for v in values if v is not None))
     out.update(halving_view.totals(jobs, cost_metric(lines)[0]))

@@ -153,6 +153,18 @@ def test_a_stat_stamp_in_nanoseconds_is_read_by_orjson(monkeypatch: pytest.Monke
     assert jsonread.loads(json.dumps(stamps).encode()) == stamps and not calls
 
 
+def test_a_long_fraction_is_read_by_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A float's long run of digits (a sweep value as 1e-05 * 12 writes it) is no integer: the fast
+    parser reads the text, and the standard library only the one holding an integer beyond 64 bits."""
+    calls = []
+    real = jsonread.json.loads
+    monkeypatch.setattr(jsonread.json, "loads", lambda raw: calls.append(raw) or real(raw))
+    fractions = b'{"lr": 0.00012000000000000002, "big": 1.2345678901234567890123e-5}'
+    assert jsonread.loads(fractions) == real(fractions) and not calls
+    big = b'{"lr": 0.00012000000000000002, "n": [18446744073709551616]}'
+    assert jsonread.loads(big) == real(big) and calls == [big]
+
+
 @settings(max_examples=400, deadline=None)
 @given(FINITE_DOCS)
 def test_a_cache_written_reads_back_as_the_standard_library_writes_it(doc) -> None:
