@@ -271,9 +271,18 @@ def refusal(said: str, what: str, qos: str = "", account: str = "") -> str | Non
     full = [lim for lim in room.limits if lim.room == 0 and lim.name != "MaxJobCount"] if room else []
     if full:
         return f"{what}: refused by {full[0].describe()}; you have {room.queued if room else '?'} queued: {todo}"
-    known = "; ".join(lim.describe() for lim in room.limits if lim.name != "MaxJobCount") if room else ""
+    counting = [lim for lim in room.limits if lim.name != "MaxJobCount"] if room else []
+    if counting:
+        # None is full now, but jobs that end between sbatch's refusal and this count free their slots:
+        # the tightest submit limit is the likely cause, said with the count as it is now.
+        tight = min(counting, key=lambda lim: lim.room)
+        return (
+            f"{what}: refused by an accounting/QOS limit ({' '.join(said.split())}), probably {tight.describe()} "
+            "now (jobs may have ended since sbatch asked), or the job's size or time is above the QOS's or "
+            f"association's limit (sacctmgr show qos): {todo}"
+        )
     return (
-        f"{what}: refused by an accounting/QOS limit ({' '.join(said.split())}){': ' + known if known else ''}; "
+        f"{what}: refused by an accounting/QOS limit ({' '.join(said.split())}); "
         "the job's size or time may be above the QOS's or association's limit (sacctmgr show qos), or: "
         f"{todo}"
     )

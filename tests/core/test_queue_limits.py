@@ -124,6 +124,26 @@ def test_a_policy_refusal_names_the_full_limit(tmp_path, monkeypatch):
     assert not caught.value.maybe_queued
 
 
+@pytest.mark.parametrize("enforce", ["limits", "none"])
+def test_a_policy_refusal_after_jobs_ended_names_the_likely_limit(tmp_path, monkeypatch, enforce):
+    """Jobs that end between sbatch's refusal and jobgen's count leave no limit full: the tightest submit
+    limit is named with the count as it is now; with no submit limit enforced, the size or time."""
+    stubs = {"scontrol": SCONTROL, "squeue": SQUEUE, "sacctmgr": SACCTMGR, "sbatch": SBATCH_POLICY}
+    state = install_stubs(tmp_path, monkeypatch, stubs)
+    monkeypatch.setenv("ACCT", "accounting_storage/slurmdbd")
+    monkeypatch.setenv("ENFORCE", enforce)
+    _queue_lines(state, [f"{_queue.user()}|PENDING|small|acct1"] * 3)
+    script = tmp_path / "job.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --qos=small\n")
+    with pytest.raises(SubmitError) as caught:
+        _queue.submit(["sbatch", "--parsable", str(script)], "submitting seed-4")
+    line = caught.value.message
+    assert "\n" not in line and "slurmctld up" not in line and "launch.max_queued" in line, line
+    assert "Job violates accounting/QOS policy" in line and "sacctmgr show qos" in line, line
+    likely = "probably QOS small MaxSubmitJobsPerUser = 5, 3 of yours queued in QOS small now"
+    assert (likely in line) == (enforce == "limits"), line
+
+
 @pytest.mark.parametrize(
     ("entry", "weight"),
     [({"name": "a"}, 1), ({"name": "a", "chain": 3}, 3), ({"name": "a", "tasks": ["x", "y", "z", "w"]}, 4)],
