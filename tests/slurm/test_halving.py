@@ -197,7 +197,9 @@ def test_a_chain_pauses_holds_its_segments_and_a_promotion_resumes_it(slurm, roo
     metrics = {j: r["metric"] for j, r in reports.items()}
     assert set(metrics) == set(jobs)
     assert _check_decisions(base, metrics) == {first}
-    assert max(metrics, key=lambda j: metrics[j]) == first and metrics[first] > metrics[second] + 0.2, metrics
+    # 61 validation rows (0.016 each): one epoch of lr 3e-3 lands a row or two apart from run to run, well
+    # clear of the two that do not learn.
+    assert max(metrics, key=lambda j: metrics[j]) == first and metrics[first] > metrics[second] + 0.1, metrics
     assert {name: row["outcome"] for name, row in rows.items()} == {
         first: "finished",
         second: "stopped",
