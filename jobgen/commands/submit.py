@@ -140,6 +140,7 @@ def _render(
     sha, dirty, patch = git
     # Locally the jobs run with this very interpreter; on a cluster, with the nodes' `python`.
     scheduler = backends.get(exp.launch.backend)
+    halved = halving_config.settings(exp.sweep.halving, exp.train.epochs, exp.data)
     run = RunInfo(
         run_id=run_id,
         run_dir=run_dir,
@@ -148,7 +149,7 @@ def _render(
         default_python=scheduler.python(),
         hf_home=hf_home(),
         jobgen_python=sys.executable,
-        halving=probe is None and halving_config.settings(exp.sweep.halving, exp.train.epochs, exp.data) is not None,
+        halving=probe is None and halved is not None,
     )
     files: dict[str, str | bytes] = {"experiment.toml": exp.text, "code.patch": patch}
     files[resolved.FILE] = resolved.text(exp.raw)
@@ -156,7 +157,6 @@ def _render(
     if missing:
         raise ConfigError(f"{exp.label}: container.image: {missing[0]}")
     entries = []
-    halved = halving_config.settings(exp.sweep.halving, exp.train.epochs, exp.data)
     for job in jobs:
         rel = f"jobs/{job.name}"
         script_rel = f"{rel}/{scheduler.script_name}"
