@@ -139,13 +139,18 @@ def ended(job: Any, board: Board) -> bool:
     return bool(reached) and job.name not in board.promoted[reached[-1]]
 
 
-def held_segments(job: Any) -> list[str]:
-    """The segments of a chain that have not ended (held behind a paused one); [] for any other job."""
+def _segment_states(job: Any) -> dict[str, str]:
+    """A chain's segment id -> its state as last read; {} for any other job or an unread chain."""
     info = job.live
     states = info.extra.get("segments") if info is not None else None
     if not job.segments or not isinstance(states, list) or len(states) != len(job.segments):
-        return []
-    return [sid for sid, state in zip(job.segments, states, strict=True) if state in ("PENDING", "SUBMITTED")]
+        return {}
+    return dict(zip(job.segments, states, strict=True))
+
+
+def held_segments(job: Any) -> list[str]:
+    """The segments of a chain that have not ended (held behind a paused one); [] for any other job."""
+    return [sid for sid, state in _segment_states(job).items() if state in ("PENDING", "SUBMITTED")]
 
 
 def settle(run_dir: Path, found: halving.Settings) -> list[tuple[int, str]]:
@@ -203,13 +208,10 @@ def promote(run: Any, found: halving.Settings) -> list[str]:
 def _paused_in_chain(job: Any, board: Board, rung: int) -> bool:
     """A chain whose segment that reported at `rung` ended (paused there), its later segments held: it
     waits for its requeue, though the chain's state is pending."""
-    if not job.segments or job.live is None or job.state not in (State.PENDING, State.SUBMITTED):
+    if job.state not in (State.PENDING, State.SUBMITTED):
         return False
     target = str(board.reports[rung].get(job.name, {}).get("requeue_id") or "")
-    states = job.live.extra.get("segments")
-    if target not in job.segments or not isinstance(states, list) or len(states) != len(job.segments):
-        return False
-    state = states[job.segments.index(target)]
+    state = _segment_states(job).get(target)
     return state in STATES and State(state).is_final
 
 
