@@ -191,6 +191,7 @@ def test_a_chain_pauses_holds_its_segments_and_a_promotion_resumes_it(slurm, roo
     rows = {r["config"]: r for r in rows}
     assert all(states <= SHOWN for states in shown.values()), shown
     assert "PAUSED@1" in shown[first] and "PAUSED@1" in shown[second], shown
+    assert "COMPLETED" not in shown[second] | shown[third], shown  # ended without a result: never COMPLETED
 
     base = halving.root(run_dir)
     reports = halving.read_reports(base, 1)
