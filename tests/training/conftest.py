@@ -100,9 +100,11 @@ def subprocess_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     # the one scripts/test.sh exports (under ~/.cache/jobgen-test, kept between sessions, where a fresh
     # clone's .pytest_cache is empty), else one in .pytest_cache.
     # One thread per process: two ranks on two cores must not oversubscribe them.
+    # PYTHONFAULTHANDLER: a hung entrypoint shows every thread's stack (`dump_stacks`) before it is killed.
     env.update(
         OFFLINE,
         PYTHONPATH=str(REPO),
+        PYTHONFAULTHANDLER="1",
         OMP_NUM_THREADS="1",
         TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR") or str(REPO / ".pytest_cache" / "torch-extensions"),
         **(extra or {}),
@@ -150,6 +152,32 @@ def _kill_tree(proc: subprocess.Popen) -> None:
     proc.wait()
     for build in builds:
         (build / "lock").unlink(missing_ok=True)
+
+
+def dump_stacks(proc: subprocess.Popen, log: Path) -> str:
+    """Where a hung entrypoint's processes (the ranks and their DataLoader workers) wait: SIGABRT makes
+    faulthandler (PYTHONFAULTHANDLER, set by `subprocess_env`) write each one's threads to the log."""
+    import signal
+
+    import psutil
+
+    size = log.stat().st_size if log.exists() else 0
+    try:
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return ""
+    for member in tree:
+        try:
+            if "python" in member.name():
+                member.send_signal(signal.SIGABRT)
+        except psutil.Error:
+            pass
+    psutil.wait_procs(tree, timeout=5)
+    if not log.exists():
+        return ""
+    with open(log, "rb") as handle:
+        handle.seek(size)
+        return "stacks of the hung processes:\n" + handle.read().decode("utf-8", errors="replace")[-12000:]
 
 
 @pytest.fixture(autouse=True)
@@ -222,8 +250,10 @@ def run_entrypoint(
     try:
         rc = wait(proc, timeout)
     except subprocess.TimeoutExpired:
+        said = log.read_text()[-4000:]
+        stacks = dump_stacks(proc, log)
         _kill_tree(proc)  # with the ranks it started
-        raise AssertionError(f"entrypoint timed out; log:\n{log.read_text()[-4000:]}") from None
+        raise AssertionError(f"entrypoint timed out; log:\n{said}\n{stacks}") from None
     assert rc == 0, f"rc={rc}; log:\n{log.read_text()[-6000:]}"
     return json.loads((spec.parent / "result.json").read_text())
 
