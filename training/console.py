@@ -109,12 +109,16 @@ class Console:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self, rank: int, interval: float | None = None) -> None:
+    def start(self, rank: int, interval: float | None = None, since: float | None = None) -> None:
+        """`since`: the monotonic time the silence began, when before now (the process' start: torch
+        may have been imported before the console could speak)."""
         self.stop()
         self.rank = rank
         self.interval = progress.heartbeat_s() if interval is None else interval
-        self._last = time.monotonic()
+        now = time.monotonic()
+        self._last = min(now, since) if since is not None else now
         self.phase("starting")
+        self._since = self._last
         if rank != 0:
             return
         self._stop = threading.Event()

@@ -10,6 +10,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import training
 from training import console, halving, hardware, probe, progress, ranks, requeue, trackers
 from training.data import Prepared
 from training.results import Clock, Stats, build_result, gpu_peaks_mb, gpu_peaks_over_ranks, write_result
@@ -36,7 +37,8 @@ def run(spec: Spec, spec_path: Path | None = None) -> int:
     spec = probe.budget(spec)  # a probe: the same job on a step budget (jobgen probe)
     if ranks.needs_local_launch(spec):  # Lightning and Fabric start their own ranks; these engines cannot
         return ranks.launch_locally(spec, spec_path or _write_spec(spec))
-    console.start(console.rank_from_env())  # the heartbeat: a line at least every JOBGEN_HEARTBEAT_S
+    # The heartbeat: a line at least every JOBGEN_HEARTBEAT_S, counted from the process' start.
+    console.start(console.rank_from_env(), since=training.STARTED)
     try:
         return _run(spec)
     finally:

@@ -163,6 +163,18 @@ def test_rank_0_gets_a_heartbeat_in_every_phase_and_other_ranks_stay_quiet(said:
     assert len(said()) == before
 
 
+def test_the_first_heartbeat_counts_the_silence_from_the_process_start(said: Said) -> None:
+    """What was imported before the console could speak (torch, for the device check) counts: the first
+    heartbeat is due the interval's margin after the process' start, not after the console's."""
+    console.start(0, interval=2.0, since=time.monotonic() - 1.2)  # due 1.4 s after `since`
+    time.sleep(0.6)
+    lines = said()
+    assert len(lines) == 1 and lines[0] == "training: starting, 1 s so far", lines
+    console.start(0, interval=2.0)  # without `since`: the silence begins now, nothing is due yet
+    time.sleep(0.6)
+    assert said() == lines
+
+
 def test_known_noise_is_dropped_by_its_text_and_the_rest_still_shows(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in ("DS_ACCELERATOR", "HF_HUB_DISABLE_PROGRESS_BARS"):
         monkeypatch.setenv(key, "")  # recorded, so that what quiet_libraries sets is undone after the test
