@@ -31,6 +31,11 @@ HEARTBEAT_MARGIN = 0.7  # a heartbeat once nothing was said for 70% of the promi
 KNOWN_WARNINGS = (
     # torch 2.13 deprecates LeafSpec; Lightning 2.6's _pytree still builds one. Not the user's code.
     r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+    # torch 2.13 deprecates the collectives DeepSpeed's ZeRO-3 calls at every step: two lines a step a rank.
+    r"`torch.distributed.all_gather_into_tensor` is deprecated",
+    r"`torch.distributed.reduce_scatter_tensor` is deprecated",
+    # torch's distributed checkpoint, saving the epoch's "last" checkpoint of FSDP over the one before it.
+    r"Detected an existing checkpoint in .*, overwriting since self.overwrite=True",
     # jobgen resumes into its own checkpoint folder on purpose (requeue, rerun).
     r"Checkpoint directory .* exists and is not empty",
     # jobgen's batch sampler resumes mid-epoch itself (docs/contracts.md, "Across a requeue").

@@ -6,6 +6,7 @@ silence longer than the heartbeat allows, from the process' start to its last li
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 from training import progress
 
@@ -62,3 +63,6 @@ def check_two_rank_log(log: str, epochs: int) -> None:
     ends = [p.epoch for p in map(progress.parse, lines) if p is not None and p.percent == 100]
     assert ends == list(range(1, epochs + 1)), [ln for ln in lines if progress.is_progress(ln)]
     assert "still running after destroy_process_group" not in log, log[-3000:]
+    # No line said again and again (a library's warning at every step) besides the progress lines.
+    repeated = {t: n for t, n in Counter(lines).items() if n > 4 and progress.parse(t) is None}
+    assert not repeated, repeated

@@ -70,6 +70,7 @@ def test_two_ranks_launched_locally(
     assert any((tmp_path / "job" / "checkpoints").iterdir())
     log = (tmp_path / "job" / "entrypoint.log").read_text()
     check_two_rank_log(log, epochs=2)
+    assert "Warning: " not in log, log[-3000:]  # torch's deprecations of what DeepSpeed calls, among others
     # Each score once, from rank 0: 2 validations and the test.
     assert sum(1 for ln in log.splitlines() if progress.EPOCH_LINE.match(ln)) == 3, log[-3000:]
     # What each rank's strategy did: the DeepSpeed config it holds, the policy FSDP2 was given.

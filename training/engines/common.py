@@ -119,7 +119,11 @@ def end_process_group(orderly: bool = True) -> None:
     gc.collect()
     _destroy(dist)
     if backend_threads():
-        _release_lingering_groups(dist)
+        import warnings
+
+        with warnings.catch_warnings():  # looking at every object touches torch's deprecated `reduce_op`
+            warnings.simplefilter("ignore")
+            _release_lingering_groups(dist)
         gc.collect()
     left = _threads_left_after(2.0)
     if left:
