@@ -24,15 +24,18 @@ from tests.slurm.helpers import (
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training]
 
-# Which engine runs where, one job per way of finding the ranks (each job is 4 ranks and 2 launcher
-# agents, about a minute of both CPUs of the test machine, so none runs twice):
+# Which engine runs where, one 4-rank job per way of finding the ranks (each is about a minute of both
+# CPUs of the test machine, so none runs twice), the launchers' two in the requeue test below:
 # - Lightning and Fabric read the launcher's variables through Lightning's cluster environments (the
 #   same code for both): Lightning under torchrun, Fabric under accelerate (validation refuses
-#   Lightning there: its Trainer ignores accelerate's settings).
-# - torch and the HF Trainer take them from training/ranks.py (the same code for both): the Trainer
-#   under torchrun and accelerate in test_requeue_resumes_under_a_launcher (with these checks), and
-#   under srun here; torch and Lightning under srun run 2 x 2 in tests/slurm/test_jobs.py.
-SWEPT = {"torchrun": ["lightning"], "accelerate": ["fabric"], "srun": ["hf_trainer"]}
+#   Lightning there: its Trainer ignores accelerate's settings), each across a requeue.
+# - torch and the HF Trainer read Slurm's through training/ranks.py (the same code for both): the
+#   Trainer under srun here; torch and Lightning under srun run 2 x 2 in tests/slurm/test_jobs.py.
+#   Under a launcher they take torchrun's variables as torch's env:// rendezvous does, the same ones
+#   Lightning's environment reads; the Trainer's own requeue runs on two ranks in
+#   tests/training/test_resume.py, torch's under torchrun and accelerate in tests/training/test_preemption.py.
+SWEPT = {"srun": ["hf_trainer"]}
+REQUEUED = {"torchrun": "lightning", "accelerate": "fabric"}
 
 
 def _body(launcher: str, engines: list[str], extra_slurm: str = "", epochs: int = 2) -> str:
@@ -72,8 +75,8 @@ def _ranks_from_the_launcher(log: str, launcher: str, job_name: str) -> None:
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("launcher", ["torchrun", "accelerate", "srun"])
-def test_two_nodes_two_processes_each(slurm, root: Path, tmp_path: Path, launcher: str):
+def test_two_nodes_two_processes_each_under_srun(slurm, root: Path, tmp_path: Path):
+    launcher = "srun"
     name = f"launch_{launcher}"
     exp = write_experiment(tmp_path, name, _body(launcher, SWEPT[launcher]))
     jobgen("submit", str(exp), root=root)
@@ -103,14 +106,14 @@ def _first_epoch_done(job_dir: Path) -> bool:
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("launcher", ["torchrun", "accelerate"])
 def test_requeue_resumes_under_a_launcher(slurm, root: Path, tmp_path: Path, launcher: str):
-    """The HF Trainer on 2 nodes x 2 processes under the launcher (the checks of the test above), and
-    Slurm's warning signal (here sent now with scancel, to every process of the job's steps) goes
+    """Lightning under torchrun, Fabric under accelerate, on 2 nodes x 2 processes (the checks of the
+    test above), and Slurm's warning signal (here sent now with scancel, to every process of the job's steps) goes
     through the launcher to the ranks: checkpoint, requeue, resume, the configured epochs and no more.
     (Without training.relay, torchrun dies of SIGUSR2 itself: srun reports "task 0: User defined
     signal 2" and the step fails.)"""
     requeue = 'requeue = true\nsignal = "USR2"\nsignal_seconds = 60\n'
     name = f"requeue_{launcher}"
-    exp = write_experiment(tmp_path, name, _body(launcher, ["hf_trainer"], requeue, epochs=3))
+    exp = write_experiment(tmp_path, name, _body(launcher, [REQUEUED[launcher]], requeue, epochs=3))
     jobgen("submit", str(exp), root=root)
     run_dir = only_run(root, name)
     job = manifest(run_dir)["jobs"][0]
