@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 
 
 def main() -> int:
@@ -19,6 +20,10 @@ def main() -> int:
         print("warm_builds: TORCH_EXTENSIONS_DIR is not set; nothing built", file=sys.stderr)
         return 2
     started = time.monotonic()
+    # The ranks' PATH (tests/conftest.py puts the interpreter's folder first): torch runs whichever
+    # `ninja` comes first, and ninja 1.13 (in .venv) and 1.11 (the system's) log a command under
+    # different hashes, so each rebuilt what the other had built.
+    os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     try:
         from deepspeed.comm.torch import build_shm_op
     except ImportError:
