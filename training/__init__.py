@@ -28,7 +28,3 @@ Launch (jobgen writes these lines into job.sbatch; one srun task per device):
 accelerator="cpu" in the spec runs the same (GPU-shaped) job on CPU with gloo, which is how the
 tests exercise ddp/fsdp/deepspeed. Importing this package is cheap: torch & co load inside functions.
 """
-
-import time as _time
-
-STARTED = _time.monotonic()  # the process' start: its first heartbeat is due that long after it (training.console)

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import training
+
+# The process' start, near enough (the imports above are light): its first heartbeat is due that long
+# after it (training.console), whatever the job imported before the console could speak.
+STARTED = time.monotonic()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -34,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"training: {exc}", file=sys.stderr)
         return 2
     try:
-        return prepare_only(spec) if args.prepare_only else run(spec, Path(args.spec))
+        return prepare_only(spec) if args.prepare_only else run(spec, Path(args.spec), started=STARTED)
     except (SpecError, DeviceError) as exc:  # what only the data, the model or the node can tell
         print(f"training: {exc}", file=sys.stderr)
         return 2

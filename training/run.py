@@ -10,7 +10,6 @@ import sys
 import warnings
 from pathlib import Path
 
-import training
 from training import console, halving, hardware, probe, progress, ranks, requeue, trackers
 from training.data import Prepared
 from training.results import Clock, Stats, build_result, gpu_peaks_mb, gpu_peaks_over_ranks, write_result
@@ -24,8 +23,10 @@ ENGINE_MODULES = {
 }
 
 
-def run(spec: Spec, spec_path: Path | None = None) -> int:
-    """Returns the process exit status; raises SystemExit(EXIT_REQUEUE) after a checkpoint on signal."""
+def run(spec: Spec, spec_path: Path | None = None, started: float | None = None) -> int:
+    """Returns the process exit status; raises SystemExit(EXIT_REQUEUE) after a checkpoint on signal.
+    `started`: the monotonic time the process began (`python -m training`), from which the heartbeat
+    counts the silence; None (a run inside a longer-lived process) counts from now."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if "SLURM_JOB_ID" not in os.environ:
         # Outside a Slurm job, Lightning's "srun is available but not used" (seen wherever slurm-client is
@@ -38,7 +39,7 @@ def run(spec: Spec, spec_path: Path | None = None) -> int:
     if ranks.needs_local_launch(spec):  # Lightning and Fabric start their own ranks; these engines cannot
         return ranks.launch_locally(spec, spec_path or _write_spec(spec))
     # The heartbeat: a line at least every JOBGEN_HEARTBEAT_S, counted from the process' start.
-    console.start(console.rank_from_env(), since=training.STARTED)
+    console.start(console.rank_from_env(), since=started)
     try:
         return _run(spec)
     finally:
