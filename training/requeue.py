@@ -72,7 +72,7 @@ def marker(checkpoint_dir: Path, env: Mapping[str, str] | None = None) -> Path:
     return checkpoint_dir / f".requeue-{env.get('SLURM_JOB_ID', 'local')}-{requeue_count(env)}"
 
 
-def leave_for_requeue(rank: int, checkpoint_dir: Path, wait_s: float = 120.0) -> None:
+def leave_for_requeue(rank: int, checkpoint_dir: Path, warning: str = "USR2", wait_s: float = 120.0) -> None:
     """After every rank's part of the checkpoint is written: rank 0 writes the marker (first asking
     Slurm to requeue the job where no batch script of jobgen's does it), and every rank leaves with
     EXIT_REQUEUE.
@@ -80,6 +80,11 @@ def leave_for_requeue(rank: int, checkpoint_dir: Path, wait_s: float = 120.0) ->
     The other ranks wait for rank 0's marker before leaving: under `srun --kill-on-bad-exit` the first
     task to exit non-zero gets every other task killed, rank 0 perhaps before it wrote the marker.
     """
+    # The checkpoint is written: a warning that comes now (training.relay passes one on every few
+    # seconds while the launcher runs) has nothing left to ask, and once the interpreter's shutdown has
+    # put the default handlers back it would kill the rank instead of letting it leave with EXIT_REQUEUE.
+    for number in {signum(warning), signal.SIGTERM}:
+        signal.signal(number, signal.SIG_IGN)
     job_id = os.environ.get("SLURM_JOB_ID")
     done = marker(checkpoint_dir)
     if not job_id:

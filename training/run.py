@@ -108,7 +108,7 @@ def _run(spec: Spec) -> int:
     if stats.paused_at:
         raise SystemExit(halving.paused_status())  # rank 0 wrote the pause marker: the batch script ends with 0
     if stats.interrupted:
-        requeue.leave_for_requeue(rank, spec.checkpoint_dir)
+        requeue.leave_for_requeue(rank, spec.checkpoint_dir, spec.requeue.signal)
     return 0
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -37,6 +38,46 @@ def test_marker_is_per_job_and_attempt(tmp_path: Path) -> None:
     assert first.name == ".requeue-7-0" and again.name == ".requeue-7-1"
     first.write_text("x\n")
     assert requeue.newest_checkpoint(tmp_path) is None  # a marker is no checkpoint
+
+
+@pytest.fixture(autouse=True)
+def _handlers_kept() -> object:
+    """leave_for_requeue ignores the warning signals of the process it runs in: this test's, here."""
+    kept = {number: signal.getsignal(number) for number in (signal.SIGUSR2, signal.SIGTERM)}
+    yield
+    for number, handler in kept.items():
+        signal.signal(number, handler)
+
+
+# A rank that leaves for a requeue while its interpreter shuts down slowly (torch's teardown can take
+# seconds): the warning that comes meanwhile must not kill it.
+LEAVING = """
+import signal, sys, time
+from training import requeue
+requeue.Watcher().install_all("USR2")
+class SlowTeardown:
+    def __del__(self):
+        print("shutting down", flush=True)
+        time.sleep(1.5)
+kept = SlowTeardown()
+requeue.leave_for_requeue(0, __import__("pathlib").Path(sys.argv[1]), "USR2")
+"""
+
+
+def test_a_leaving_rank_outlives_the_warnings_that_come_while_it_shuts_down(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LEAVING, str(tmp_path)],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "shutting down"  # the interpreter put the default handlers back
+    for number in (signal.SIGUSR2, signal.SIGTERM):  # as training.relay passes them on, again and again
+        proc.send_signal(number)
+    assert proc.wait(timeout=30) == requeue.EXIT_REQUEUE
 
 
 def _slurm_env(monkeypatch: pytest.MonkeyPatch, **values: str) -> None:
