@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import signal
 import subprocess
 import sys
 import time
@@ -52,6 +53,8 @@ class Local(Scheduler):
         """Run the job here, to its end; its entry's new fields. RAN_S adds this run's wall-clock seconds
         to those of the job's earlier runs (a halving job promoted after its pause runs again)."""
         log_path = run_dir / job["dir"] / LOG_NAME
+        result = run_dir / job["dir"] / "result.json"
+        result_before = _stamp(result)
         started, tick, wall = now_iso(), time.monotonic(), time.time()
         before = job.get(RAN_S)
         before = float(before) if isinstance(before, (int, float)) and not isinstance(before, bool) else 0.0
@@ -73,7 +76,17 @@ class Local(Scheduler):
         # as paused, jobgen.results.halving): not a failure. A launcher (torchrun) reports its ranks'
         # pause as a failure of its own: the pause marker this run wrote says what they meant.
         paused = code == EXIT_PAUSED or (code != 0 and paused_since(run_dir / job["dir"] / "checkpoints", wall))
-        state = State.COMPLETED if code == 0 or paused else State.FAILED
+        # As the batch script's guard (templates/_result_guard.j2): a run that wrote its result and then
+        # died on the way out lost no work.
+        wrote = code != 0 and not paused and _stamp(result) not in (None, result_before)
+        if wrote:
+            how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+            with open(log_path, "a") as log:
+                print(
+                    f"jobgen: the training wrote {result}, then {how} on the way out; the job counts as completed",
+                    file=log,
+                )
+        state = State.COMPLETED if code == 0 or paused or wrote else State.FAILED
         return {"state": state.value, "submitted_at": started, "ended_at": now_iso(), "exit_code": code, RAN_S: ran()}
 
     def requeue_refusal(self, run_dir: Path) -> str | None:
@@ -88,6 +101,14 @@ class Local(Scheduler):
                 f"launch.backend = 'local' runs on this machine but slurm.nodes = {shape.nodes}; use 1 node or sbatch"
             ]
         return []
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns
 
 
 def _run_teed(command: list[str], log_path: Path) -> int:

@@ -7,7 +7,8 @@ A job's state comes from four pieces of evidence, in this order of trust:
 3. its final answer, when it is other than COMPLETED: jobgen's batch script already ends a step that
    died after writing this attempt's result (a crash at exit, a rank killed by `srun
    --kill-on-bad-exit`) with 0 (jobgen/templates/_result_guard.j2), so a FAILED job with a result.json
-   holds an older attempt's result;
+   holds an older attempt's result. That answer, once recorded, stands after Slurm forgets the job
+   (and so does the local backend's, whose run does the same);
 4. a result: a job that wrote its result.json (and that Slurm calls COMPLETED, or no longer knows)
    finished its work;
 5. without a result, how it ended: the scheduler's final answer, else the last state recorded,
@@ -119,12 +120,28 @@ def settle(
             if job.unanswered:
                 job.state = job.recorded  # no news: its files may be an earlier attempt's
                 continue
-            job.state = job_state(job.recorded, _said(job), job.finished, job.cause, asked=live or job.live is not None)
+            job.state = job_state(
+                job.recorded,
+                _said(job),
+                job.finished,
+                job.cause,
+                asked=live or job.live is not None,
+                kept=_kept_end(job),
+            )
     if record:
         # Once, when the end is recorded, for why: a summary reads the record after.
         _read_causes([(run, job) for run, job in asked if not job.cause_read and not job.finished and newly_ended(job)])
         for run in runs:
             record_states(run)
+
+
+def _kept_end(job: RunJob) -> bool:
+    """Whether the job's recorded end is the scheduler's own word on how it ended, which a result.json
+    found later cannot overturn: an end other than COMPLETED recorded with a non-zero exit code. (A job
+    Slurm called COMPLETED before its result.json could be seen is recorded FAILED with exit code 0:0:
+    its result, seen later, makes it COMPLETED.)"""
+    code = job.entry.get("exit_code")
+    return job.recorded in SETTLED and job.recorded is not State.COMPLETED and code not in (None, "", 0, "0:0")
 
 
 def _said(job: RunJob) -> State | None:
@@ -327,15 +344,23 @@ def needs_cause(recorded: State, live: State | None, finished: bool) -> bool:
 
 
 def job_state(
-    recorded: State, live: State | None, finished: bool, cause: Cause | None = None, asked: bool = True
+    recorded: State,
+    live: State | None,
+    finished: bool,
+    cause: Cause | None = None,
+    asked: bool = True,
+    kept: bool = False,
 ) -> State:
     """The state to show. `live`: the scheduler's answer (None: it has none); `finished`: a result exists;
     `cause`: what the logs say, asked only where needs_cause() says they matter; `asked`: whether the
-    scheduler was asked at all (a summary of copied runs, without Slurm, shows the last state known)."""
+    scheduler was asked at all (a summary of copied runs, without Slurm, shows the last state known);
+    `kept`: the recorded state is the scheduler's final word, recorded when it was given (_kept_end)."""
     if recorded in NEVER_RAN:
         return recorded
     if live is State.UNKNOWN:
         live = None  # an answer that says nothing must not hide what the files say
+    if live is None and kept:
+        return recorded  # what the scheduler said while it knew the job, as rule 3 showed it then
     if live is not None and not live.is_final:
         return live
     if live is not None and live is not State.COMPLETED:

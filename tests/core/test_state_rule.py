@@ -71,6 +71,23 @@ def test_the_state_rule_without_the_scheduler(recorded, live, finished, cause, s
     assert job_state(recorded, live, finished, cause, asked=False) is shown
 
 
+# A recorded end that is the scheduler's own word (a non-zero exit code recorded with it): it stands once
+# the scheduler has forgotten the job, as it was shown while the scheduler knew it.
+KEPT = [
+    (S.FAILED, None, True, None, S.FAILED),
+    (S.CANCELLED, None, True, None, S.CANCELLED),
+    (S.TIMEOUT, None, True, TIME_LIMIT, S.TIMEOUT),
+    (S.FAILED, S.PENDING, True, None, S.PENDING),  # requeued by hand: the live answer is current
+    (S.FAILED, S.COMPLETED, True, None, S.COMPLETED),
+]
+
+
+@pytest.mark.parametrize(("recorded", "live", "finished", "cause", "shown"), KEPT)
+def test_a_kept_end_stands_without_the_scheduler(recorded, live, finished, cause, shown):
+    assert job_state(recorded, live, finished, cause, kept=True) is shown
+    assert job_state(recorded, live, finished, cause, asked=False, kept=True) is shown
+
+
 @pytest.mark.parametrize(("recorded", "live", "finished", "cause", "shown"), CASES)
 def test_the_state_rule(recorded: State, live: State | None, finished: bool, cause: Cause | None, shown: State):
     assert job_state(recorded, live, finished, cause) is shown
@@ -79,7 +96,7 @@ def test_the_state_rule(recorded: State, live: State | None, finished: bool, cau
         assert job_state(recorded, live, finished, None) is shown
 
 
-def _run_with(tmp_path: Path, runner, recorded: str, log: str | None, result: bool) -> Path:
+def _run_with(tmp_path: Path, runner, recorded: str, log: str | None, result: bool, exit_code: str = "") -> Path:
     exp = tmp_path / "one.toml"
     exp.write_text('[launch]\nbackend = "sbatch"\n[data]\ndataset = "synthetic"\n')
     root = tmp_path / "runs"
@@ -88,6 +105,8 @@ def _run_with(tmp_path: Path, runner, recorded: str, log: str | None, result: bo
     manifest = json.loads((run_dir / "manifest.json").read_text())
     manifest["dry_run"] = False
     manifest["jobs"][0].update(state=recorded, job_id="99999")
+    if exit_code:
+        manifest["jobs"][0]["exit_code"] = exit_code
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
     job_dir = run_dir / manifest["jobs"][0]["dir"]
     if log:
@@ -98,23 +117,26 @@ def _run_with(tmp_path: Path, runner, recorded: str, log: str | None, result: bo
 
 
 @pytest.mark.parametrize(
-    ("recorded", "log", "result", "shown"),
+    ("recorded", "log", "result", "shown", "exit_code"),
     [
         (
             "RUNNING",
             "epoch 1\nslurmstepd: error: *** JOB 99999 ON n1 CANCELLED AT x DUE TO TIME LIMIT ***\n",
             False,
             "TIMEOUT",
+            "",
         ),
-        ("RUNNING", None, False, "UNKNOWN"),
-        ("COMPLETED", "training done\n", False, "FAILED"),
-        ("FAILED", "Traceback\n", True, "COMPLETED"),
-        ("RUNNING", "Traceback (most recent call last):\nValueError: bad\n", False, "FAILED"),
+        ("RUNNING", None, False, "UNKNOWN", ""),
+        ("COMPLETED", "training done\n", False, "FAILED", ""),
+        ("FAILED", "Traceback\n", True, "COMPLETED", ""),  # no exit code recorded: the logs said FAILED
+        ("FAILED", "Traceback\n", True, "COMPLETED", "0:0"),  # Slurm said 0 before the result was seen
+        ("FAILED", "Traceback\n", True, "FAILED", "15:0"),  # Slurm's word: the result is an older attempt's
+        ("RUNNING", "Traceback (most recent call last):\nValueError: bad\n", False, "FAILED", ""),
     ],
 )
-def test_status_and_summary_agree(tmp_path: Path, runner, monkeypatch, recorded, log, result, shown):
+def test_status_and_summary_agree(tmp_path: Path, runner, monkeypatch, recorded, log, result, shown, exit_code):
     fake_squeue(monkeypatch, lambda ids: {})  # Slurm has forgotten the job
-    run_dir = _run_with(tmp_path, runner, recorded, log, result)
+    run_dir = _run_with(tmp_path, runner, recorded, log, result, exit_code)
     status = runner.invoke(main, ["status", str(run_dir)])
     assert status.exit_code == 0, status.output
     header, row = status.output.splitlines()[1:3]
@@ -325,3 +347,39 @@ def test_a_result_written_while_slurm_is_asked_is_seen(
     if command == "summary":
         (row,) = json.loads(said.stdout)["rows"]
         assert row["state"] == "COMPLETED" and row["test_acc"] == 0.75, row
+
+
+def test_a_failure_slurm_reported_stays_once_slurm_forgets_the_job(tmp_path: Path, runner, monkeypatch):
+    """A job that aborted although its folder holds an earlier result.json: FAILED while Slurm says so, and
+    FAILED after (the job is not asked again, and its old result does not make it COMPLETED)."""
+    from jobgen.states import JobInfo
+
+    answers = iter([{"99999": JobInfo(State.FAILED, exit_code="15:0")}, {}, {}])
+    fake_squeue(monkeypatch, lambda ids: next(answers))
+    run_dir = _run_with(tmp_path, runner, "RUNNING", "srun: error: n2: task 1: Aborted\n", True)
+    for command in (["status", str(run_dir)], ["summary", str(run_dir), "--format", "json"]):
+        said = runner.invoke(main, command)
+        assert said.exit_code == 0, said.output
+    assert json.loads(said.output)["rows"][0]["state"] == "FAILED"
+    entry = json.loads((run_dir / "manifest.json").read_text())["jobs"][0]
+    assert (entry["state"], entry["exit_code"]) == ("FAILED", "15:0")
+
+
+def test_a_local_run_that_wrote_its_result_then_crashed_is_completed(tmp_path: Path) -> None:
+    """The local backend's own guard, as the batch script's: a result this run wrote makes a crash on the
+    way out cost nothing; without one, or with an earlier run's, the failure stands."""
+    from jobgen.backends.local import LOG_NAME, SCHEDULER
+
+    job_dir = tmp_path / "jobs" / "j"
+    job_dir.mkdir(parents=True)
+    result = job_dir / "result.json"
+
+    def ends(script: str) -> str:
+        entry = {"name": "j", "dir": "jobs/j", "submit_command": ["bash", "-c", script]}
+        return str(SCHEDULER.submit(tmp_path, entry)["state"])
+
+    assert ends("exit 134") == "FAILED"
+    assert ends(f"echo '{{}}' > {result}; kill -ABRT $$") == "COMPLETED"
+    assert "then was killed by SIGABRT on the way out" in (job_dir / LOG_NAME).read_text()
+    assert ends("exit 134") == "FAILED"  # the result.json there is the earlier run's
+    assert ends(f"echo '{{}}' > {result}.tmp; mv {result}.tmp {result}; exit 1") == "COMPLETED"

@@ -76,3 +76,6 @@ def test_a_rank_that_aborts_after_the_result_ends_a_finished_job(slurm, root: Pa
     rows = {r["config"]: r for r in summary["rows"]}
     assert rows["finished"]["state"] == "COMPLETED" and rows["finished"]["test_acc"] == 0.9, rows["finished"]
     assert rows["lost"]["state"] == "FAILED" and rows["lost"]["test_acc"] is None, rows["lost"]
+    # Slurm's FAILED stands after the read that recorded it: the stale result.json does not overturn it.
+    assert rows["stale"]["state"] == "FAILED", rows["stale"]
+    assert {j["name"]: j["state"] for j in manifest(run_dir)["jobs"]} == {s: v.value for s, v in states.items()}
