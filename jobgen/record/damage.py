@@ -15,7 +15,6 @@ from typing import Any
 
 from jobgen.errors import one_line
 from jobgen.facts import SCHEMAS
-from jobgen.record.jsonread import loads
 from training.progress import PROGRESS_KEYS
 
 METRICS_FIELDS = ("epoch", "step", "split")  # the columns every metrics.csv starts with
@@ -39,7 +38,7 @@ def parse_json(raw: bytes) -> tuple[Any, str | None]:
     if not raw.strip():
         return None, "empty"
     try:
-        return loads(raw), None
+        return json.loads(raw), None
     except UnicodeDecodeError:
         return None, "not UTF-8 text (garbage?)"
     except json.JSONDecodeError as exc:

@@ -18,14 +18,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
 import sqlite3
 import threading
 import time
 from pathlib import Path
 from typing import Any
-
-from jobgen.record.jsonread import dumps, loads
 
 INDEX = "index.sqlite"
 # A file changed less than this long ago is read again next time: on a file system with coarse
@@ -148,7 +147,10 @@ class Index:
         if not self._changed:
             return
         code = fingerprint()
-        rows = [(folder, code, dumps(self._folders[folder])) for folder in self._changed]
+        rows = [
+            (folder, code, json.dumps(self._folders[folder], separators=(",", ":")).encode())
+            for folder in self._changed
+        ]
         if self._damaged:
             self._replace(rows)
         else:
@@ -179,7 +181,7 @@ def _decode(text: bytes | str | None) -> dict[str, Any]:
     if text is None:
         return {}
     try:
-        found = loads(text)
+        found = json.loads(text)
     except (ValueError, RecursionError):
         return {}
     return found if type(found) is dict else {}

@@ -447,8 +447,6 @@ class Run:
     # The digest of the manifest's bytes read: a write of the whole document is made only while the file
     # still holds them (jobgen.record.store.update_read); none when a journal was replayed.
     digest: str | None = field(default=None, repr=False)
-    # No float in the manifest read is a NaN or an infinity (jobgen.record.store.ManifestRead.exact).
-    exact: bool = field(default=False, repr=False)
     # The accounting's answer asked for ahead, while the records were read (jobgen.results.collect.look_and_ask):
     # (the question, the function that waits for the answer).
     ahead: tuple[dict[str, list[str]], Callable[[], Any]] | None = field(default=None, repr=False)
@@ -469,7 +467,6 @@ class Run:
             jobs,
             index,
             digest=read.digest,
-            exact=read.exact,
         )
 
     def record(self, updates: dict[str, dict[str, Any]]) -> None:
@@ -478,11 +475,9 @@ class Run:
         is written whole when it is still the one on disk (jobgen.record.store.update_read); the run then
         stands for the record as written (its digest), so a second write in the same command is whole too."""
         ids = {job.name: job.job_id for job in self.jobs}
-        self.exact = self.exact and store.finite(updates)
-        written = store.update_read(self.run_dir, self.manifest, self.digest, updates, if_job_id=ids, exact=self.exact)
+        written = store.update_read(self.run_dir, self.manifest, self.digest, updates, if_job_id=ids)
         if written is None:
             self.digest = None  # the record changed since it was read: later changes go through the journal
-            self.exact = False
             for job in self.jobs:
                 job.entry.update(updates.get(job.name, {}))
         else:

@@ -11,7 +11,6 @@ import datetime as dt
 import fcntl
 import hashlib
 import json
-import math
 import os
 import re
 import secrets
@@ -27,7 +26,6 @@ from typing import Any
 from jobgen import __version__
 from jobgen.errors import JobgenError, RunNotFound
 from jobgen.facts import MANIFEST_SCHEMA, RUN_ID_RE, SECRET_RE, now_iso
-from jobgen.record.jsonread import dumps_exact, loads, loads_exact
 
 MANIFEST = "manifest.json"
 
@@ -247,69 +245,6 @@ def manifest_text(doc: dict[str, Any]) -> str:
     return "{\n" + ",\n".join(parts) + "\n}\n" if parts else "{}\n"
 
 
-def manifest_bytes(doc: dict[str, Any], exact: bool = False) -> bytes:
-    """manifest_text, encoded. `exact`: no float in `doc` is a NaN or an infinity (ManifestRead.exact,
-    and the updates made to it checked: finite): then orjson writes the entries of its jobs and arrays,
-    each on its line as before, in a fraction of the standard library's time. Its lines are compact, and text beyond ASCII
-    is UTF-8, not escaped; they read back as the same values. What orjson cannot write as the standard
-    library would, the standard library writes."""
-    if exact:
-        parts = []
-        for key, value in doc.items():
-            if key in _ROWS and type(value) is list and value:
-                rows = _rows_exact(value)
-                if rows is None:
-                    break
-                text = b"[\n    " + rows + b"\n  ]"
-            else:
-                text = json.dumps(value, indent=2).replace("\n", "\n  ").encode()
-            parts.append(b"  " + json.dumps(key).encode() + b": " + text)
-        else:
-            return b"{\n" + b",\n".join(parts) + b"\n}\n" if parts else b"{}\n"
-    return manifest_text(doc).encode()
-
-
-def _rows_exact(entries: list[Any]) -> bytes | None:
-    """The entries one to a line (joined by ",\n    "), written by orjson in one call: a marker string
-    between each two, cut out after (one call for the list, where one per entry costs ten times as
-    much). The marker is new each time, and each entry must come out as one part, else None."""
-    marker = secrets.token_hex(16)
-    spaced: list[Any] = [marker] * (2 * len(entries) - 1)
-    spaced[::2] = entries
-    written = dumps_exact(spaced)
-    if written is None:
-        return None
-    rows = written[1:-1].split(b',"' + marker.encode() + b'",')
-    return b",\n    ".join(rows) if len(rows) == len(entries) else None
-
-
-def finite(value: Any) -> bool:
-    """Whether no float in a JSON value is a NaN or an infinity (orjson would write it as null). Text,
-    whole numbers, yes/no and None are passed over where they stand; one nested too deep to walk counts
-    as not finite."""
-    try:
-        return _finite(value)
-    except RecursionError:
-        return False
-
-
-def _finite(value: Any) -> bool:
-    kind = type(value)
-    if kind is float:
-        return math.isfinite(value)
-    if kind is dict:
-        value = value.values()
-    elif kind is not list and kind is not tuple:
-        return True
-    for item in value:
-        kind = type(item)
-        if kind is str or kind is int or kind is bool or item is None:
-            continue
-        if not _finite(item):
-            return False
-    return True
-
-
 def atomic_write(path: Path, text: str | bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -340,9 +275,6 @@ class ManifestRead:
     doc: dict[str, Any]
     digest: str | None
     journal: str
-    # orjson read the manifest and no journal was replayed: no float in `doc` is a NaN or an infinity
-    # (orjson refuses those), so orjson may write it back (manifest_bytes).
-    exact: bool = False
 
 
 def read_manifest(run_dir: Path) -> ManifestRead:
@@ -351,7 +283,7 @@ def read_manifest(run_dir: Path) -> ManifestRead:
     if not path.is_file():
         raise RunNotFound(f"{run_dir}: no {MANIFEST}; not a jobgen run directory")
     for _ in range(10):
-        doc, seen, digest, exact = _read_manifest(path)
+        doc, seen, digest = _read_manifest(path)
         journal = journal_path(Path(run_dir), doc)
         lines = _journal_lines(journal)
         if lines is None and _identity(path) != seen:
@@ -365,7 +297,7 @@ def read_manifest(run_dir: Path) -> ManifestRead:
                     "(restore it from a copy, or remove the run)"
                 )
         if lines is None:
-            return ManifestRead(doc, digest, journal.name, exact)
+            return ManifestRead(doc, digest, journal.name)
         return ManifestRead(doc, None, journal.name)
     raise JobgenError(f"{path} keeps changing while it is read; try again")
 
@@ -415,9 +347,8 @@ def _kind_of(doc: dict[str, Any]) -> str:
     return "dry" if doc.get("dry_run") else str(doc.get("kind") or "")
 
 
-def _read_manifest(path: Path) -> tuple[dict[str, Any], tuple[int, int], str, bool]:
-    """The checked document, the file's identity (inode, mtime), the digest of the bytes read and whether
-    orjson read them (ManifestRead.exact)."""
+def _read_manifest(path: Path) -> tuple[dict[str, Any], tuple[int, int], str]:
+    """The checked document, the file's identity (inode, mtime) and the digest of the bytes read."""
     from jobgen.record.damage import parse_json
 
     try:
@@ -425,18 +356,14 @@ def _read_manifest(path: Path) -> tuple[dict[str, Any], tuple[int, int], str, bo
             raw, stat = fh.read(), os.fstat(fh.fileno())
     except OSError as exc:
         raise JobgenError(f"{path}: unreadable ({exc.strerror or exc})") from None
-    try:
-        doc, exact = loads_exact(raw)
-        problem = None
-    except ValueError:
-        (doc, problem), exact = parse_json(raw), False  # the damage, worded as for every record
+    doc, problem = parse_json(raw)
     problem = problem or manifest_problem(doc)
     if problem:
         raise JobgenError(
             f"{path}: damaged: {problem}; jobgen cannot read this run (restore the file from a copy, or remove the run)"
         )
     assert isinstance(doc, dict)  # manifest_problem() said so
-    return doc, (stat.st_ino, stat.st_mtime_ns), _digest(raw), exact
+    return doc, (stat.st_ino, stat.st_mtime_ns), _digest(raw)
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -481,7 +408,7 @@ def _journal_lines(path: Path) -> list[Any] | None:
         if not line.strip():
             continue
         try:
-            out.append(loads(line))
+            out.append(json.loads(line))
         except ValueError:
             if number == len(lines):  # no newline after it: an append cut short, not yet a record
                 break
@@ -519,7 +446,7 @@ def _generation(run_dir: Path) -> int:
     seen = _identity(run_dir / MANIFEST)
     cached = _generations.get(run_dir)
     if cached is None or cached[0] != seen or seen is None:
-        doc, seen, _, _ = _read_manifest(run_dir / MANIFEST)
+        doc, seen, _ = _read_manifest(run_dir / MANIFEST)
         generation = doc.get("journal")
         cached = (seen, generation if isinstance(generation, int) else 0)
         _generations[run_dir] = cached
@@ -562,15 +489,12 @@ def update_read(
     digest: str | None,
     updates: dict[str, dict[str, Any]],
     if_job_id: dict[str, str | None] | None = None,
-    exact: bool = False,
 ) -> tuple[str, str] | None:
     """update_jobs and compact for a command that holds the manifest as it read it (`doc`, and the
     `digest` of its bytes, jobgen.record.model.Run): while the file's bytes are still those and no journal
     holds a change made since, the updates are applied to `doc` and it is written whole, under the
     manifest lock and the next journal generation, as a fold writes it: one rename, no journal line and
     no second read of the manifest (the fold's read and replay would cost as much as the write).
-    `exact`: no float in `doc` is a NaN or an infinity, the updates' neither (ManifestRead.exact, and
-    finite(updates)): orjson writes it (manifest_bytes).
     Returns (the digest of the bytes written, the journal name that would hold changes made after it);
     None when the record changed since it was read: then the updates went through the journal
     (update_jobs, if_job_id respected) and were folded in, and `doc` is left as it was."""
@@ -585,7 +509,7 @@ def update_read(
             if same and not os.path.lexists(journal_path(run_dir, doc)):
                 _apply(doc, {"updates": updates, "if_job_id": if_job_id}, {})
                 try:
-                    written = _write_next_generation(run_dir, doc, exact)
+                    written = _write_next_generation(run_dir, doc)
                 except OSError as exc:  # the manifest stays whole: nothing of the updates is recorded
                     raise JobgenError(
                         f"cannot update {run_dir / MANIFEST}: {exc.strerror or exc}; free space first"
@@ -618,13 +542,13 @@ def _compact(run_dir: Path) -> None:
         old.unlink()
 
 
-def _write_next_generation(run_dir: Path, doc: dict[str, Any], exact: bool = False) -> str:
+def _write_next_generation(run_dir: Path, doc: dict[str, Any]) -> str:
     """Write `doc` whole as the manifest of the next journal generation (a reader holding the old one
     then finds its journal gone and reads again); the digest of the bytes written. OSError leaves the
-    file and `doc`'s generation as they were. `exact`: see manifest_bytes."""
+    file and `doc`'s generation as they were."""
     generation = doc.get("journal")
     doc["journal"] = int(generation or 0) + 1
-    raw = manifest_bytes(doc, exact)
+    raw = manifest_text(doc).encode()
     try:
         atomic_write(run_dir / MANIFEST, raw)
     except OSError:

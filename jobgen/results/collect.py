@@ -23,7 +23,6 @@ from typing import Any
 from jobgen.backends._base import Attempt
 from jobgen.errors import JobgenError
 from jobgen.facts import RESULT_SCHEMA, aware_time
-from jobgen.record.jsonread import loads
 from jobgen.record.model import Retries, Run, RunJob
 from jobgen.results import logs
 from jobgen.results.cost import (
@@ -453,7 +452,7 @@ def result_from(raw: bytes) -> tuple[Result | None, str | None]:
 def _document(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
     """result.json's bytes as a JSON object, or why they are not one."""
     try:
-        data = loads(raw)
+        data = json.loads(raw)
     except UnicodeDecodeError as exc:
         return None, f"result.json is not UTF-8 ({_one_line(exc)}): rerun the job"
     except json.JSONDecodeError as exc:
