@@ -42,10 +42,7 @@ class Retries:
         return text + (f": {self.stopped}" if self.stopped else "")
 
 
-# What the run's index keeps of a job's records and folder, by key.
-PROBLEM = "problem"  # of a record: the damage check's verdict (None: fine)
-PRESENT = "present"  # of a job's folder: which of JOB_FILES it holds
-OTHERS = "others"  # of a job's folder: the names of its other entries (its logs among them)
+PROBLEM = "problem"  # the run's index's key for a record's damage check verdict (None: fine)
 
 
 @dataclass
@@ -76,12 +73,7 @@ class RunJob:
     _read: dict[str, Stamp] = field(default_factory=dict, repr=False)  # the stamps of the versions read
     _folder: str = field(default="", repr=False)
     _job_dir: Path | None = field(default=None, repr=False)
-    _listed: bool = field(default=False, repr=False)  # _listing asked (it stats the folder)
-    _present: frozenset[str] | None = field(default=None, repr=False)  # the records there (None: unknown)
-    _listed_now: bool = field(default=False, repr=False)  # _present from this command's listing, not kept
-    _folder_mark: Stamp | None = field(default=None, repr=False)
-    # The names of the other entries in its folder (its logs among them), from the same listing as _present
-    # (this command's, or one kept for the unchanged folder); None when unknown.
+    # The names of the other entries in its folder (its logs among them), listed once; None: not yet.
     _others: tuple[str, ...] | None = field(default=None, repr=False)
     _problems: list[str] | None = field(default=None, repr=False)  # what `problems` found, once per command
     # Its log files, oldest first, as jobgen.results.logs.of listed them once for this command (the
@@ -139,13 +131,8 @@ class RunJob:
         marks = self._marks
         if name in marks:
             return marks[name]
-        present = self._present if self._listed else self._listing()
-        if present is not None and name not in present:
-            marks[name] = None  # absent before, and the folder has had no file made or renamed since
-            return None
         try:
-            st = os.stat(self.folder + "/" + name)
-            mark: Stamp | OSError | None = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            mark: Stamp | OSError | None = stamp(os.stat(self.folder + "/" + name))
         except FileNotFoundError:
             mark = None
         except OSError as exc:
@@ -153,52 +140,15 @@ class RunJob:
         marks[name] = mark
         return mark
 
-    def _listing(self) -> frozenset[str] | None:
-        """Which of the job's records existed when an earlier command looked, if its folder has not changed
-        since (no file made, removed or renamed in it: its mtime and ctime say so); None when unknown.
-        A record absent then needs no stat now: most jobs lack some (no retries.json, no progress yet)."""
-        self._listed = True
-        try:
-            st = os.stat(self.folder)
-        except OSError:
-            return None
-        # Taken before any record's stat: a file made after it changes the folder's stamp for next time.
-        self._folder_mark = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        facts = None if self.index is None else self.index.row(self.dir + "/", self._folder_mark)
-        if facts is not None and type(names := facts.get(PRESENT)) is list:
-            self._present = frozenset(names)
-            others = facts.get(OTHERS)
-            if type(others) is list and all(type(name) is str for name in others):
-                self._others = tuple(others)
-            return self._present
-        # Not known: one listing (after the folder's stamp) says which records exist and names the
-        # job's other files, its logs among them: no failed stat per absent record, no second listing.
-        try:
-            names = os.listdir(self.folder)
-        except OSError:
-            return None
-        self._present = _RECORDS.intersection(names)
-        self._others = tuple(sorted(set(names).difference(_RECORDS)))
-        self._listed_now = True
-        return self._present
-
-    def _keep_listing(self) -> None:
-        """Keep which records exist, once every one was asked about this time, and the names of the other
-        files when this command listed the folder (see _listing)."""
-        if (self._present is None or self._listed_now) and self._folder_mark is not None and self.index is not None:
-            marks = self._marks
-            names = [name for name in JOB_FILES if marks.get(name) is not None]
-            self.index.keep(self.dir + "/", self._folder_mark, PRESENT, names)
-            if self._listed_now and self._others is not None:
-                self.index.keep(self.dir + "/", self._folder_mark, OTHERS, list(self._others))
-
     def file_names(self) -> tuple[str, ...] | None:
         """The names in the job's folder besides its records (its logs, when the scheduler writes them
-        there; a folder in it is named too), as this command's listing of it saw them, or an earlier
-        one's while the folder has had no file made, removed or renamed in it since; None when unknown
-        (list the folder then)."""
-        if not self._listed:
-            self._listing()
+        there; a folder in it is named too), listed once per command; None when it cannot be listed."""
+        if self._others is None:
+            try:
+                names = os.listdir(self.folder)
+            except OSError:
+                return None
+            self._others = tuple(sorted(set(names).difference(_RECORDS)))
         return self._others
 
     def raw(self, name: str) -> bytes | None:
@@ -257,16 +207,9 @@ class RunJob:
 
     def _exists(self, name: str) -> bool:
         """Whether one of the job's records exists (even unreadable): from what this command read or
-        stat'ed of it, else from the folder's listing (this command's, or a kept one its unchanged
-        folder still holds to), else a stat."""
-        marks = self._marks
-        if name in marks:
-            return marks[name] is not None
-        if name in self._files:
+        stat'ed of it, else a stat."""
+        if name not in self._marks and name in self._files:
             return self._files[name] is not None
-        present = self._present if self._listed else self._listing()
-        if present is not None:
-            return name in present
         return self._stat(name) is not None
 
     def look_again(self, name: str) -> None:
@@ -276,9 +219,7 @@ class RunJob:
         for seen in (self._marks, self._files, self._docs, self._read):
             seen.pop(name, None)
         self._problems = None
-        self._present = None  # the listing, too, may predate the record
-        self._others = None
-        self._listed = True
+        self._others = None  # the listing, too, may predate the record
 
     @property
     def finished(self) -> bool:
@@ -317,11 +258,6 @@ class RunJob:
         return list(self._problems)
 
     def _look_for_problems(self) -> list[str]:
-        index = self.index
-        if index is not None and not self._listed and not self._marks and not self._files:
-            found = self._look_kept(index)
-            if found is not None:
-                return found
         out = []
         for name in JOB_FILES:
             problem = self._problem(name)
@@ -329,32 +265,6 @@ class RunJob:
                 out.append(self._damaged(name, problem))
         if not out and all(self._marks.get(name) is None for name in JOB_FILES) and not os.path.isdir(self.folder):
             return [f"{self.dir}/: the job's folder is missing (deleted?); it is reported from the manifest alone"]
-        self._keep_listing()
-        return out
-
-    def _look_kept(self, index: Index) -> list[str] | None:
-        """The first look at a job's records when the run's index knows its folder and the damage check's
-        verdict of each record's version there: one stat per record present, none per record absent.
-        None when one is not known so: the marks taken so far stand, _problem asks the rest."""
-        present = self._listing()
-        if present is None or self._listed_now:
-            return None  # listed now: the folder changed, so its records are asked one by one (_problem)
-        marks, base, rel = self._marks, self.folder + "/", self.dir + "/"
-        out = []
-        for name in JOB_FILES:
-            if name not in present:
-                marks[name] = None
-                continue
-            try:
-                st = os.stat(base + name)
-            except OSError:
-                return None  # removed since, or unreadable: _problem asks again and says so
-            mark = marks[name] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-            known, verdict = index.get(rel + name, mark, PROBLEM)
-            if not known or not (verdict is None or type(verdict) is str):
-                return None
-            if verdict:
-                out.append(self._damaged(name, verdict))
         return out
 
     def _damaged(self, name: str, problem: str) -> str:

@@ -51,8 +51,8 @@ def of(job: RunJob, backend: str) -> list[Path]:
 
 def names_of(job: RunJob, backend: str) -> list[str] | None:
     """of() as the logs' names in the job's folder (job.folder), for a scheduler that writes every log
-    there and a folder whose listing the job's read already has (this command's, or the index's of the
-    unchanged folder): no second listing. None where its logs are found otherwise (of() lists them)."""
+    there: found among the names of the folder's one listing (RunJob.file_names). None where its logs
+    are found otherwise (of() lists them)."""
     if job.log_names is None:
         names = job.file_names()
         try:
