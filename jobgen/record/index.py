@@ -2,9 +2,9 @@
 
 One file per run (INDEX, SQLite by the standard library), written only by jobgen's commands. Each row
 holds what was read from the records of one folder (a job's folder; the run folder, for the manifest),
-one JSON object: for each record read (a job's file, the folder itself as "", the manifest) its stamp
-(inode, size, mtime, ctime) and what was read, by key (the damage check's verdict, a result's numbers,
-a job's progress, which records the folder holds); the row names the fingerprint of the code that
+one JSON object: for each record read (a job's file, the manifest) its stamp (inode, size, mtime,
+ctime) and what was read, by key (the damage check's verdict, a result's numbers, a job's progress);
+the row names the fingerprint of the code that
 read it. A job's facts are one row: a settled read is one SELECT and one decode per job.
 
 The one staleness rule: what was read is used only while the record's stamp and the reading code's
@@ -69,7 +69,7 @@ def _text(mark: Stamp) -> str:
 
 def _split(rel: str) -> tuple[str, str]:
     """A record's path under the run -> (its folder's row, its name there): "jobs/a/result.json" ->
-    ("jobs/a", "result.json"); a job's folder "jobs/a/" -> ("jobs/a", ""); "manifest.json" -> ("", ...)."""
+    ("jobs/a", "result.json"); "manifest.json" -> ("", "manifest.json")."""
     folder, _, name = rel.rpartition("/")
     return folder, name
 
