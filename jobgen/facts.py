@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 # A job or experiment name becomes a folder and part of Slurm's job name.
 MAX_NAME = 100
@@ -96,3 +97,12 @@ class JobShape:
     accelerator: str
     launcher: str
     requeue: bool
+
+
+def identity(path: Path) -> tuple[int, int] | None:
+    """A file's (inode, mtime in ns): another version of it has another; None when it is not there."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns

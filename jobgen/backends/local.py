@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from jobgen.backends._base import Scheduler
-from jobgen.facts import JobShape, now_iso
+from jobgen.facts import JobShape, identity, now_iso
 from jobgen.states import State
 from training.halving import EXIT_PAUSED, paused_since
 
@@ -54,7 +54,7 @@ class Local(Scheduler):
         to those of the job's earlier runs (a halving job promoted after its pause runs again)."""
         log_path = run_dir / job["dir"] / LOG_NAME
         result = run_dir / job["dir"] / "result.json"
-        result_before = _stamp(result)
+        result_before = identity(result)
         started, tick, wall = now_iso(), time.monotonic(), time.time()
         before = job.get(RAN_S)
         before = float(before) if isinstance(before, (int, float)) and not isinstance(before, bool) else 0.0
@@ -78,7 +78,7 @@ class Local(Scheduler):
         paused = code == EXIT_PAUSED or (code != 0 and paused_since(run_dir / job["dir"] / "checkpoints", wall))
         # As the batch script's guard (templates/_result_guard.j2): a run that wrote its result and then
         # died on the way out lost no work.
-        wrote = code != 0 and not paused and _stamp(result) not in (None, result_before)
+        wrote = code != 0 and not paused and identity(result) not in (None, result_before)
         if wrote:
             how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
             with open(log_path, "a") as log:
@@ -101,14 +101,6 @@ class Local(Scheduler):
                 f"launch.backend = 'local' runs on this machine but slurm.nodes = {shape.nodes}; use 1 node or sbatch"
             ]
         return []
-
-
-def _stamp(path: Path) -> tuple[int, int] | None:
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return stat.st_ino, stat.st_mtime_ns
 
 
 def _run_teed(command: list[str], log_path: Path) -> int:

@@ -25,7 +25,7 @@ from typing import Any
 
 from jobgen import __version__
 from jobgen.errors import JobgenError, RunNotFound
-from jobgen.facts import MANIFEST_SCHEMA, RUN_ID_RE, SECRET_RE, now_iso
+from jobgen.facts import MANIFEST_SCHEMA, RUN_ID_RE, SECRET_RE, identity, now_iso
 
 MANIFEST = "manifest.json"
 
@@ -286,7 +286,7 @@ def read_manifest(run_dir: Path) -> ManifestRead:
         doc, seen, digest = _read_manifest(path)
         journal = journal_path(Path(run_dir), doc)
         lines = _journal_lines(journal)
-        if lines is None and _identity(path) != seen:
+        if lines is None and identity(path) != seen:
             continue  # folded into a new manifest while we read the old one: read again
         named: dict[str, dict[str, list[dict[str, Any]]]] = {}  # key -> name -> its entries, made once
         for number, change in enumerate(lines or [], start=1):
@@ -366,14 +366,6 @@ def _read_manifest(path: Path) -> tuple[dict[str, Any], tuple[int, int], str]:
     return doc, (stat.st_ino, stat.st_mtime_ns), _digest(raw)
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return stat.st_ino, stat.st_mtime_ns
-
-
 # --- the journal: a job's record written in O(1) ----------------------------------------------------------
 #
 # Between two rewrites of manifest.json, every change to a job (about to be submitted, its id, its state)
@@ -443,7 +435,7 @@ def _apply(doc: dict[str, Any], change: Any, named: dict[str, dict[str, list[dic
 
 def _generation(run_dir: Path) -> int:
     """The manifest's journal generation, read again only when the manifest file was replaced."""
-    seen = _identity(run_dir / MANIFEST)
+    seen = identity(run_dir / MANIFEST)
     cached = _generations.get(run_dir)
     if cached is None or cached[0] != seen or seen is None:
         doc, seen, _ = _read_manifest(run_dir / MANIFEST)
