@@ -114,11 +114,6 @@ class Scheduler:
         """What the scheduler says about each job id it knows; the rest are judged by their files."""
         return {}
 
-    def states_later(self, job_ids: list[str]) -> Callable[[], dict[str, JobInfo]]:
-        """states, asked now where the scheduler's tool can be started as a process (so it answers while
-        the command reads the records) and answered by the function returned; asked then where not."""
-        return lambda: self.states(job_ids)
-
     def cancel(self, job_ids: list[str]) -> None:
         return None
 

@@ -25,9 +25,6 @@ class SlurmScheduler(Scheduler):
     def states(self, job_ids: list[str]) -> dict[str, JobInfo]:
         return query(job_ids)
 
-    def states_later(self, job_ids: list[str]) -> Callable[[], dict[str, JobInfo]]:
-        return query_later(job_ids)
-
     def usage(self, job_ids: list[str]) -> dict[str, list[Attempt]]:
         return usage(job_ids)
 
@@ -196,25 +193,14 @@ def query(job_ids: list[str]) -> Answer:
     One process per tool for the whole list (sacct in chunks), never one per job (submitit#1759): a
     sweep the controller still holds, queued, running or just ended, costs one squeue.
     """
-    return query_later(job_ids)()
-
-
-def query_later(job_ids: list[str]) -> Callable[[], Answer]:
-    """query, its squeue started now (so the controller answers while the command reads the records);
-    the function returned reads the answer and asks sacct and scontrol what it left."""
     ids = list(dict.fromkeys(j for j in job_ids if j))
     if not ids:
-        return Answer
-    said = slurm.ask_later(_squeue_command())
-    return lambda: _query(ids, said())
-
-
-def _query(ids: list[str], said: tuple[str | None, str]) -> Answer:
+        return Answer()
     wanted = set(ids)
     # The accounting database is written after the controller, and lags it under load: sacct can call a
     # job pending or running that has ended. So the controller is asked first, and its word stands for
     # every job it holds; the accounting answers for the rest (MinJobAge after they ended).
-    queue, silent = _squeue(wanted, said)
+    queue, silent = _squeue(wanted)
     found = {jid: info for jid, info in queue.items() if jid in wanted}
     forgotten = [jid for jid in ids if jid not in found]
     if forgotten:
@@ -374,9 +360,7 @@ def _squeue_command() -> list[str]:
     return ["squeue", "-h", "-r", "-t", "all", *_own_jobs(), "-O", fmt]
 
 
-def _squeue(
-    wanted: set[str] | None = None, asked: tuple[str | None, str] | None = None
-) -> tuple[dict[str, JobInfo], str]:
+def _squeue(wanted: set[str] | None = None) -> tuple[dict[str, JobInfo], str]:
     """Every job the controller still holds, ended ones included (-t all), array tasks one per line (-r);
     with `wanted`, only the lines that name one of those ids are read further (the user's other jobs,
     tens of thousands within MinJobAge after a few sweeps, cost a split and a lookup each).
@@ -385,9 +369,8 @@ def _squeue(
     (`-u`): a cluster's controller holds every user's, tens of thousands on a busy one, and a run's jobs
     are its submitter's (another user's run goes on to sacct and scontrol, as forgotten jobs do; sacct
     shows a non-root user only their own jobs, so scontrol answers it). With the jobs: why squeue gave
-    no answer ("" when it did, or is missing: no Slurm here). `asked`: its answer, when it was asked
-    before (query_later)."""
-    said, why = asked if asked is not None else slurm.ask_why(_squeue_command())
+    no answer ("" when it did, or is missing: no Slurm here)."""
+    said, why = slurm.ask_why(_squeue_command())
     out: dict[str, JobInfo] = {}
     # What follows the id, read once: a sweep's tasks that ended in the same second on one node say the same.
     infos: dict[str, JobInfo | None] = {}

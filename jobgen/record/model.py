@@ -212,15 +212,6 @@ class RunJob:
             return self._files[name] is not None
         return self._stat(name) is not None
 
-    def look_again(self, name: str) -> None:
-        """Forget what this command saw of one of the job's records (its listing of the folder included),
-        so the next question asks the file system again: a look taken before the scheduler's answer may
-        predate what the job wrote before it ended."""
-        for seen in (self._marks, self._files, self._docs, self._read):
-            seen.pop(name, None)
-        self._problems = None
-        self._others = None  # the listing, too, may predate the record
-
     @property
     def finished(self) -> bool:
         """The job wrote a result: the training writes result.json last and atomically, so any result.json
@@ -252,7 +243,7 @@ class RunJob:
 
     def problems(self) -> list[str]:
         """One line per damaged record (its folder gone, or a file that cannot be read), named under the run;
-        looked for once per command (look_again looks anew)."""
+        looked for once per command."""
         if self._problems is None:
             self._problems = self._look_for_problems()
         return list(self._problems)

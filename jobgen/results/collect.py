@@ -373,14 +373,15 @@ def result_of(job: RunJob) -> tuple[Result | None, str | None]:
 
 
 def look_and_keep(runs: Sequence[Run]) -> Callable[[], None]:
-    """What a status, summary or report does with every job's records while Slurm is asked (see
-    look_at_records for the two calls): read and check them, and index what the summary takes from those
+    """What a status, summary or report does with every job's records once Slurm has answered (a Look,
+    jobgen.results.state_rule): read and check them, and index what the summary takes from those
     it parsed (the results' numbers, what each spec asked for): the next command parses none again."""
     return look_at_records(runs, keep_what_was_read)
 
 
 def look_and_ask(runs: Sequence[Run]) -> Callable[[], None]:
-    """look_and_keep, and the accounting asked meanwhile (in a thread) what `collect` will ask it, when
+    """look_and_keep, and the accounting asked now (in a thread, while squeue answers and the records are
+    read) what `collect` will ask it, when
     that can be told before the jobs' states are decided: every submitted job is asked when no job's
     final usage is kept in its run's record yet (the first summary or report after a sweep ended) or
     with `--refresh`. collect takes that answer when its own question is the same, else asks."""

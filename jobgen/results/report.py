@@ -123,7 +123,7 @@ def report_page(run_dirs: Sequence[Path], out: Path, *, refresh: bool = False, b
     from jobgen.results.state_rule import read_some
 
     check_folder(out)
-    loaded = read_some(run_dirs, refresh=refresh, meanwhile=look_and_ask)
+    loaded = read_some(run_dirs, refresh=refresh, look=look_and_ask)
     html = build_report(loaded, baseline)
     for run in loaded:
         if isinstance(run, Run):

@@ -40,9 +40,10 @@ NEVER_RAN = frozenset({State.DRY_RUN, State.NOT_SUBMITTED, State.WAITING})
 SETTLED = FINAL_STATES - {State.PREEMPTED, State.NODE_FAIL}
 
 
-# Work on the runs' files while Slurm is asked: called before the question is put, it returns what is
-# done while the question is out (look_at_records).
-Meanwhile = Callable[[Sequence[Run]], Callable[[], object]]
+# The look at the runs' records (look_at_records): called with the loaded runs before Slurm is asked (it
+# may start work of its own: the accounting's question, asked ahead), it returns the reading, done once
+# Slurm has answered, so that no record read predates the answer.
+Look = Callable[[Sequence[Run]], Callable[[], object]]
 
 
 def read_runs(
@@ -51,20 +52,18 @@ def read_runs(
     live: bool = True,
     refresh: bool = False,
     record: bool = True,
-    meanwhile: Meanwhile | None = None,
+    look: Look | None = None,
 ) -> list[Run]:
     """Load runs, ask each scheduler once about their live jobs, and decide every job's state.
 
     `record` writes the states that changed back to each manifest (the next command asks Slurm less);
-    `meanwhile(runs)` is done while the schedulers are asked (ask_schedulers)."""
+    `look(runs)`: see Look."""
     runs = [Run.load(run_dir) for run_dir in run_dirs]
-    settle(runs, live=live, refresh=refresh, record=record, meanwhile=_on(runs, meanwhile))
+    settle(runs, live=live, refresh=refresh, record=record, look=look)
     return runs
 
 
-def read_some(
-    run_dirs: Sequence[Path], *, refresh: bool = False, meanwhile: Meanwhile | None = None
-) -> list[Run | Path]:
+def read_some(run_dirs: Sequence[Path], *, refresh: bool = False, look: Look | None = None) -> list[Run | Path]:
     """Like read_runs, for commands that report on several runs: a run whose manifest cannot be read stays
     a folder (its rows say why) instead of stopping the command."""
     loaded: list[Run | Path] = []
@@ -74,17 +73,13 @@ def read_some(
         except JobgenError:
             loaded.append(run_dir)
     runs = [r for r in loaded if isinstance(r, Run)]
-    settle(runs, refresh=refresh, meanwhile=_on(runs, meanwhile))
+    settle(runs, refresh=refresh, look=look)
     return loaded
-
-
-def _on(runs: Sequence[Run], meanwhile: Meanwhile | None) -> Callable[[], Callable[[], object]] | None:
-    return None if meanwhile is None else lambda: meanwhile(runs)
 
 
 def look_at_records(runs: Sequence[Run], also: Callable[[RunJob], object] | None = None) -> Callable[[], None]:
     """What reads and checks every job's records (RunJob.problems, then `also`), the reading a status,
-    summary or report does anyway: call what it returns while Slurm is asked."""
+    summary or report does anyway: call what it returns once Slurm has answered."""
 
     def work() -> None:
         for run in runs:
@@ -102,16 +97,16 @@ def settle(
     live: bool = True,
     refresh: bool = False,
     record: bool = True,
-    meanwhile: Callable[[], Callable[[], object]] | None = None,
+    look: Look | None = None,
 ) -> None:
-    """Decide the state of every job of these (loaded) runs; see read_runs. `meanwhile`: work on the
-    runs' files that needs no state, done while the schedulers are asked (ask_schedulers)."""
+    """Decide the state of every job of these (loaded) runs; see read_runs."""
     for run in runs:
         run.refresh = refresh
+    reading = look(runs) if look is not None else None
     if live:
-        ask_schedulers(runs, refresh, meanwhile)
-    elif meanwhile is not None:
-        meanwhile()()
+        ask_schedulers(runs, refresh)
+    if reading is not None:
+        reading()
     asked = [(run, job) for run in runs for job in run.jobs if not job.unanswered]
     # The logs of each job whose state they may change.
     _read_causes([(run, job) for run, job in asked if needs_cause(job.recorded, _said(job), job.finished)])
@@ -154,55 +149,16 @@ def _read_causes(jobs: list[tuple[Run, RunJob]]) -> None:
         job.cause, job.cause_read = find_cause(logs.of(job, run.backend), run.run_dir), True
 
 
-def ask_schedulers(
-    runs: Sequence[Run], refresh: bool = False, meanwhile: Callable[[], Callable[[], object]] | None = None
-) -> None:
-    """One question per backend for every job of these runs that may still change (all with `refresh`).
-
-    `meanwhile` runs while the question is out (squeue runs in a process of its own). What it saw of a job
-    may predate the answer, so a job the answer calls ended (or does not know) is looked at again for its
-    result.json: a job that wrote it and ended after that look is never taken for one that ended without it."""
+def ask_schedulers(runs: Sequence[Run], refresh: bool = False) -> None:
+    """One question per backend for every job of these runs that may still change (all with `refresh`)."""
     asking: dict[str, list[RunJob]] = {}
     for run in runs:
         for job in run.jobs:
             if is_asked(job, refresh):
                 asking.setdefault(run.backend, []).append(job)
-
-    def ask_now() -> dict[str, dict[str, JobInfo]]:
-        return {
-            backend: backends.get(backend).states([i for job in jobs for i in job.ids])
-            for backend, jobs in asking.items()
-        }
-
-    if meanwhile is None or not asking:
-        rest = meanwhile() if meanwhile is not None else None
-        answers = ask_now()
-        if rest is not None:
-            rest()
-    else:
-        # squeue starts first: the controller answers while the records are read.
-        try:
-            started = {
-                backend: backends.get(backend).states_later([i for job in jobs for i in job.ids])
-                for backend, jobs in asking.items()
-            }
-
-            def ask() -> dict[str, dict[str, JobInfo]]:
-                return {backend: each() for backend, each in started.items()}
-
-        except JobgenError:  # an unknown backend: asked, and refused, in the thread as before
-            ask = ask_now
-        rest = meanwhile()
-        answer = in_background(ask)
-        rest()
-        answers = answer()
-        for backend, jobs in asking.items():
-            for job in jobs:
-                if job.finished:
-                    continue  # there when looked at: the job wrote it, whatever it did after
-                infos = [answers[backend].get(i) for i in job.ids]
-                if not any(info is not None and not info.state.is_final for info in infos):
-                    job.look_again(RESULT)
+    answers = {
+        backend: backends.get(backend).states([i for job in jobs for i in job.ids]) for backend, jobs in asking.items()
+    }
     for backend, jobs in asking.items():
         found = answers[backend]
         silent = found.silent if isinstance(found, Answer) else ""

@@ -152,13 +152,13 @@ def _created(run: Run) -> str:
 
 def status_of(run_dir: Path, refresh: bool = False) -> Run:
     """The run at `run_dir` with every job's state settled (Slurm asked once) and recorded; its records
-    are read and checked while Slurm is asked."""
-    (run,) = read_runs([run_dir], refresh=refresh, meanwhile=_look_and_keep)
+    are read and checked once Slurm has answered."""
+    (run,) = read_runs([run_dir], refresh=refresh, look=_look_and_keep)
     return run
 
 
 def _look_and_keep(runs: Sequence[Run]) -> Callable[[], object]:
-    """What a status does with every job's records while Slurm is asked (collect.look_and_keep)."""
+    """What a status does with every job's records (collect.look_and_keep)."""
     from jobgen.results.collect import look_and_keep
 
     return look_and_keep(runs)

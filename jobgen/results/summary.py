@@ -79,7 +79,7 @@ def summary_text(
     from jobgen.results.state_rule import read_some
 
     width = shutil.get_terminal_size((200, 24)).columns
-    loaded = read_some(run_dirs, refresh=refresh, meanwhile=look_and_ask)
+    loaded = read_some(run_dirs, refresh=refresh, look=look_and_ask)
     text = summarize(loaded, baseline=baseline, fmt=fmt, plot=plot, combine=combine, color=color, width=width)
     warnings = []
     for run in loaded:

@@ -27,7 +27,5 @@ def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def fake_squeue(monkeypatch: pytest.MonkeyPatch, answer: Callable[[list[str]], Any]) -> None:
-    """Slurm's answer about job states, `answer(ids)`, whichever way a command asks it: now
-    (_slurm.query) or started before the records are read and taken after (_slurm.query_later)."""
+    """Slurm's answer about job states, `answer(ids)` (_slurm.query)."""
     monkeypatch.setattr("jobgen.backends._slurm.query", answer)
-    monkeypatch.setattr("jobgen.backends._slurm.query_later", lambda ids: lambda: answer(ids))

@@ -1,5 +1,6 @@
-"""Slurm asked while the records are read: squeue and sacct are processes started before a status,
-summary or report reads the jobs' records, and their answers decide the states and the usage."""
+"""Slurm asked before the records are read: squeue answers before a status, summary or report reads the
+jobs' records (no record read predates its answer), and sacct, started before them, answers while they
+are read; the answers decide the states and the usage."""
 
 from __future__ import annotations
 
@@ -116,8 +117,13 @@ def _order_of_tools_and_reading(monkeypatch: pytest.MonkeyPatch, reading: Any) -
         return real_start(command)
 
     def look(runs, also=None):
-        order.append("records read")
-        return real_look(runs, also)
+        rest = real_look(runs, also)
+
+        def read():
+            order.append("records read")
+            rest()
+
+        return read
 
     monkeypatch.setattr(_tools, "_start", start)
     monkeypatch.setattr(reading, "look_at_records", look)
@@ -145,11 +151,10 @@ def test_sacct_is_started_before_the_records_are_read_and_answers_the_summary(
     assert [row["gpu_hours"] for row in rows] == [round(2 * 100 / 3600, 6)] * 5, rows
 
 
-def test_squeue_is_started_before_the_records_are_read(
+def test_squeue_is_asked_before_the_records_are_read(
     runner, tmp_path: Path, bin_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A status of running jobs starts its squeue before the records are read: the controller answers
-    while they are read, and its answer decides the states."""
+    """A status of running jobs asks squeue before it reads the records, and its answer decides the states."""
     from jobgen.results import collect
     from tests.core.conftest import stub_tool
 

@@ -262,21 +262,6 @@ def test_a_job_folders_other_files_and_a_new_log_are_found(run: Path) -> None:
     assert names == ("checkpoints", "notes.txt", "slurm-4001.out", "slurm-4002.out") and len(found) == 2
 
 
-def test_a_result_written_after_the_look_is_checked_once_looked_at_again(run: Path) -> None:
-    """A job that wrote its result (here cut short) while Slurm was asked: looked at again, its record
-    is checked anew, not taken for the absent one the first look saw."""
-    path = run / "jobs" / "job0" / "result.json"
-    kept = path.read_bytes()
-    path.unlink()
-    _settle(run)
-    job = Run.load(run).jobs[0]
-    assert job.problems() == [] and not job.finished
-    path.write_bytes(kept[:20])
-    job.look_again("result.json")
-    assert job.finished
-    assert (job._problem("result.json") or "").startswith("truncated or not JSON")
-
-
 def _rows(run: Path) -> dict[str, tuple[str, str, dict]]:
     """What the index keeps of each record: path -> (stamp, code fingerprint, what was read)."""
     with contextlib.closing(sqlite3.connect(run / INDEX)) as db:

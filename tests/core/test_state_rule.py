@@ -293,10 +293,10 @@ def test_a_causes_log_is_named_as_path_relative_to_names_it(base: list[str], res
 def test_a_result_written_while_slurm_is_asked_is_seen(
     tmp_path: Path, runner, monkeypatch, command: str, settled: bool
 ):
-    """The job's records are read while Slurm is asked (jobgen.results.state_rule.ask_schedulers): a job that
-    writes its result.json after that look and has ended by the time Slurm answers is COMPLETED, never
+    """The job's records are read once Slurm has answered (jobgen.results.state_rule.settle): a job that
+    writes its result.json while Slurm is asked and has ended by the time it answers is COMPLETED, never
     taken for one that ended without its result (and recorded FAILED for good). Whether the job's folder
-    had changed just before the look (its stamp cannot tell then) or long before (its stamp tells)."""
+    had changed just before (its stamp cannot tell then) or long before (its stamp tells)."""
     import os
     import threading
     import time
@@ -318,12 +318,12 @@ def test_a_result_written_while_slurm_is_asked_is_seen(
 
         def finish():
             rest()
-            looked.set()  # the records were read: result.json was not there
+            looked.set()
 
         return finish
 
     def query(ids):
-        assert looked.wait(10), "the records were not read while Slurm was asked"
+        assert not looked.is_set(), "the records were read before Slurm answered"
         result = {
             "schema": 1,
             "test_acc": 0.75,
