@@ -14,7 +14,7 @@ from jobgen.backends._base import Attempt, Scheduler
 from jobgen.backends._queue import QueueRoom
 from jobgen.errors import SubmitError
 from jobgen.facts import JobShape, submit_tag
-from jobgen.states import Answer, JobInfo, State, from_slurm
+from jobgen.states import Answer, JobInfo, from_slurm
 
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default; `scontrol show config` tells the real one
 
@@ -372,23 +372,16 @@ def _squeue(wanted: set[str] | None = None) -> tuple[dict[str, JobInfo], str]:
     no answer ("" when it did, or is missing: no Slurm here)."""
     said, why = slurm.ask_why(_squeue_command())
     out: dict[str, JobInfo] = {}
-    # What follows the id, read once: a sweep's tasks that ended in the same second on one node say the same.
-    infos: dict[str, JobInfo | None] = {}
     for line in said.splitlines() if said is not None else []:
         named, _, rest = line.partition("|")
         jid = named.strip()
         if wanted is not None and jid not in wanted and not any(one in wanted for one in expand_array_id(jid)):
             continue
-        info = infos.get(rest, _UNREAD)
-        if info is _UNREAD:
-            info = infos[rest] = _squeue_info(rest)
+        info = _squeue_info(rest)
         if info is not None:
             for one in expand_array_id(jid):
                 out[one] = info
     return out, why
-
-
-_UNREAD = JobInfo(State.UNKNOWN)  # a marker: what follows an id not read yet
 
 
 def _squeue_info(rest: str) -> JobInfo | None:

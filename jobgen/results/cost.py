@@ -239,11 +239,7 @@ ASKED_KEY = "asked"  # the key of _asked's answer in the run's index, of a spec.
 
 
 def _is_asked(kept: Any) -> bool:
-    return type(kept) is list and tuple(map(type, kept)) in _ASKED_TYPES
-
-
-# The types _read_asked's three values may have (each an int or None): one set lookup per job.
-_ASKED_TYPES = frozenset(itertools.product((int, type(None)), repeat=3))
+    return type(kept) is list and len(kept) == 3 and all(v is None or type(v) is int for v in kept)
 
 
 def _read_asked(job: RunJob) -> list[int | None]:
