@@ -122,11 +122,6 @@ class Scheduler:
         none (the summary then reckons from the request). Asked by summary and report, never by status."""
         return {}
 
-    def usage_later(self, job_ids: list[str]) -> Callable[[], dict[str, list[Attempt]]]:
-        """usage, asked now where the scheduler's tool can be started as a process (so it answers while
-        the command reads the records) and answered by the function returned; asked then where not."""
-        return lambda: self.usage(job_ids)
-
     def requeue_refusal(self, run_dir: Path) -> str | None:
         """Why `jobgen requeue` cannot work for this scheduler's runs (None: it can)."""
         return (

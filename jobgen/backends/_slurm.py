@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,6 @@ class SlurmScheduler(Scheduler):
 
     def usage(self, job_ids: list[str]) -> dict[str, list[Attempt]]:
         return usage(job_ids)
-
-    def usage_later(self, job_ids: list[str]) -> Callable[[], dict[str, list[Attempt]]]:
-        return usage_later(job_ids)
 
     def cancel(self, job_ids: list[str]) -> None:
         if job_ids:
@@ -272,42 +269,21 @@ NO_VAL64 = 2**63  # sacct prints Slurm's "no value" markers (0xfffffffffffffffe)
 def usage(job_ids: list[str]) -> dict[str, list[Attempt]]:
     """Every attempt of each job id that the accounting database knows: one sacct per SACCT_ARG_BYTES of ids.
     {} without accounting (sacct refuses, or is missing: a copied run read elsewhere)."""
-    return usage_later(job_ids)()
-
-
-def usage_later(job_ids: list[str]) -> Callable[[], dict[str, list[Attempt]]]:
-    """usage, its first sacct started now (the ids of further chunks are asked one after the other by
-    the function returned, which gives the answer)."""
     ids = list(dict.fromkeys(j for j in job_ids if j))
-    chunks = sacct_chunks(sacct_ids(ids))
-    first = slurm.ask_later(_usage_command(chunks[0])) if chunks else None
-
-    def answer() -> dict[str, list[Attempt]]:
-        out: dict[str, list[Attempt]] = {}
-        # What follows the id, read once: a sweep's tasks mostly ran as long on the same allocation.
-        attempts: dict[str, Attempt | None] = {}
-        for n, chunk in enumerate(chunks):
-            said = first()[0] if n == 0 and first is not None else slurm.ask(_usage_command(chunk))
-            for line in said.splitlines() if said is not None else []:
-                jid, _, rest = line.partition("|")
-                attempt = attempts.get(rest, _UNPARSED)
-                if attempt is _UNPARSED:
-                    parsed = parse_usage_line(line)
-                    attempt = attempts[rest] = parsed[1] if parsed is not None else None
-                if attempt is not None:
-                    for one in expand_array_id(jid.strip()):
-                        out.setdefault(one, []).append(attempt)
-        wanted = set(ids)
-        return {jid: found for jid, found in out.items() if jid in wanted}
-
-    return answer
+    out: dict[str, list[Attempt]] = {}
+    for chunk in sacct_chunks(sacct_ids(ids)):
+        said = slurm.ask(_usage_command(chunk))
+        for line in said.splitlines() if said is not None else []:
+            parsed = parse_usage_line(line)
+            if parsed is not None:
+                for one in expand_array_id(parsed[0]):
+                    out.setdefault(one, []).append(parsed[1])
+    wanted = set(ids)
+    return {jid: found for jid, found in out.items() if jid in wanted}
 
 
 def _usage_command(chunk: list[str]) -> list[str]:
     return ["sacct", "-n", "-P", "-X", "-D", f"--format={USAGE_FIELDS}", "-j", ",".join(chunk)]
-
-
-_UNPARSED = Attempt(False, 0, None, None, None, None)  # a marker: what follows an id not read yet
 
 
 def parse_usage_line(line: str) -> tuple[str, Attempt] | None:

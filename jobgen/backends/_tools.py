@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 
 from jobgen.errors import BackendError, SubmitError
 
@@ -96,27 +95,15 @@ def ask(command: list[str], timeout: float = QUERY_TIMEOUT_S) -> str | None:
 def ask_why(command: list[str], timeout: float = QUERY_TIMEOUT_S) -> tuple[str | None, str]:
     """(the query's output, "") or (None, why there is none): "" when the tool is missing (no Slurm
     here: nothing to ask), else what the tool said when it failed or did not answer in time, on one line."""
-    return ask_later(command, timeout)()
-
-
-def ask_later(command: list[str], timeout: float = QUERY_TIMEOUT_S) -> Callable[[], tuple[str | None, str]]:
-    """ask_why, the tool started now and its answer taken by the function returned (the timeout counts
-    from then). Started without a thread: a command that forks reader processes starts its question to
-    Slurm first, and takes the answer in a thread after the fork (jobgen.results.collect.look_and_ask)."""
     if shutil.which(command[0]) is None:
-        return lambda: (None, "")
-    proc = _start(command)
-
-    def answer() -> tuple[str | None, str]:
-        try:
-            done = _answer(proc, command, timeout=timeout, what="asking")
-        except SubmitError as exc:
-            return None, exc.message.removeprefix("asking: ")
-        if done.returncode != 0:
-            return None, f"{command[0]} failed: {words(done)}"
-        return done.stdout, ""
-
-    return answer
+        return None, ""
+    try:
+        done = _answer(_start(command), command, timeout=timeout, what="asking")
+    except SubmitError as exc:
+        return None, exc.message.removeprefix("asking: ")
+    if done.returncode != 0:
+        return None, f"{command[0]} failed: {words(done)}"
+    return done.stdout, ""
 
 
 def show_config() -> dict[str, str] | None:

@@ -348,9 +348,6 @@ class Run:
     # The digest of the manifest's bytes read: a write of the whole document is made only while the file
     # still holds them (jobgen.record.store.update_read); none when a journal was replayed.
     digest: str | None = field(default=None, repr=False)
-    # The accounting's answer asked for ahead, while the records were read (jobgen.results.collect.look_and_ask):
-    # (the question, the function that waits for the answer).
-    ahead: tuple[dict[str, list[str]], Callable[[], Any]] | None = field(default=None, repr=False)
     # What the command has to say of the run as a whole (the scheduler did not answer), one line each.
     notes: list[str] = field(default_factory=list, repr=False)
 

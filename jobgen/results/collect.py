@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
-import functools
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -30,7 +29,6 @@ from jobgen.results.cost import (
     Accounting,
     Usage,
     answer,
-    answer_later,
     attempts_to_keep,
     keep_asked,
     kept_attempts,
@@ -39,7 +37,7 @@ from jobgen.results.cost import (
 )
 from jobgen.results.diagnose import LAST_LINE, Cause, find_cause
 from jobgen.results.halving import JobRungs, rungs_of
-from jobgen.results.state_rule import in_background, kept_cause, look_at_records, progress, settle
+from jobgen.results.state_rule import kept_cause, look_at_records, progress, settle
 from jobgen.states import JobInfo, State
 from training.progress import PROGRESS_FILE
 
@@ -151,13 +149,9 @@ def collect(runs: Sequence[Run | Path], live_states: LiveStates | None = None) -
                 asked.add(id(job))
             else:
                 known |= found
-    asking = question(loaded, skip=lambda job: id(job) not in asked)
-    ahead = loaded[0].ahead if loaded else None
-    # The rows but their usage while the answer asked ahead is on its way, then the usage of each.
+    accounting = answer(question(loaded, skip=lambda job: id(job) not in asked)) | known
     rungs = {id(run): rungs_of(run) for run in loaded}
     built = {id(job): _row(run, job, rungs[id(run)], results[id(job)]) for run in loaded for job in run.jobs}
-    said = ahead[1]() if ahead is not None and ahead[0] == asking else answer(asking)
-    accounting = said | known
     rows: list[JobRow] = []
     for each in runs:
         if isinstance(each, Run):
@@ -372,34 +366,11 @@ def result_of(job: RunJob) -> tuple[Result | None, str | None]:
     return _result(kept), None
 
 
-def look_and_keep(runs: Sequence[Run]) -> Callable[[], None]:
-    """What a status, summary or report does with every job's records once Slurm has answered (a Look,
-    jobgen.results.state_rule): read and check them, and index what the summary takes from those
-    it parsed (the results' numbers, what each spec asked for): the next command parses none again."""
-    return look_at_records(runs, keep_what_was_read)
-
-
-def look_and_ask(runs: Sequence[Run]) -> Callable[[], None]:
-    """look_and_keep, and the accounting asked now (in a thread, while squeue answers and the records are
-    read) what `collect` will ask it, when
-    that can be told before the jobs' states are decided: every submitted job is asked when no job's
-    final usage is kept in its run's record yet (the first summary or report after a sweep ended) or
-    with `--refresh`. collect takes that answer when its own question is the same, else asks."""
-    asking, started = None, None
-    if runs and (runs[0].refresh or not any(USAGE in job.entry for run in runs for job in run.jobs)):
-        asking = question(runs)
-        if any(asking.values()):
-            # sacct runs in its own process while the records are read; a thread drains its answer.
-            try:
-                started = answer_later(asking)
-            except JobgenError:  # an unknown backend: asked, and refused, in the thread as before
-                started = functools.partial(answer, asking)
-    rest = look_and_keep(runs)
-    if asking is not None and started is not None:
-        ahead = (asking, in_background(started))
-        for run in runs:
-            run.ahead = ahead
-    return rest
+def look_and_keep(runs: Sequence[Run]) -> None:
+    """What a status, summary or report does with every job's records once Slurm has answered: read and
+    check them (look_at_records), and index what the summary takes from those it parsed (the results'
+    numbers, what each spec asked for): the next command parses none again."""
+    look_at_records(runs, keep_what_was_read)
 
 
 def keep_what_was_read(job: RunJob) -> None:

@@ -59,26 +59,16 @@ def question(runs: Iterable[Run], skip: Callable[[RunJob], bool] | None = None) 
 
 def answer(asking: Question) -> dict[str, list[Attempt]]:
     """The accounting's answer to a question: every attempt of each job id it knows."""
-    return answer_later(asking)()
+    out: dict[str, list[Attempt]] = {}
+    for backend, ids in asking.items():
+        if ids:
+            out |= backends.get(backend).usage(ids)
+    return out
 
 
 def _values(a: Attempt) -> list[Any]:
     """An attempt's fields in order, as dataclasses.astuple gives them (without its deep copy)."""
     return [a.started, a.elapsed_s, a.limit_s, a.cpus, a.gpus, a.energy_j, a.final]
-
-
-def answer_later(asking: Question) -> Callable[[], dict[str, list[Attempt]]]:
-    """answer, each backend's accounting asked now where it can be without a thread (Slurm's sacct
-    starts at once); the function returned gives the answer."""
-    later = [backends.get(backend).usage_later(ids) for backend, ids in asking.items() if ids]
-
-    def found() -> dict[str, list[Attempt]]:
-        out: dict[str, list[Attempt]] = {}
-        for each in later:
-            out |= each()
-        return out
-
-    return found
 
 
 # --- the accounting's final word, kept in the manifest -------------------------------------------------

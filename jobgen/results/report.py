@@ -119,11 +119,12 @@ def made_at() -> str:
 def report_page(run_dirs: Sequence[Path], out: Path, *, refresh: bool = False, baseline: str | None = None) -> Path:
     """Write `jobgen report`'s page of these runs to `out`: the runs read (states settled, Slurm and the
     accounting asked once), what was read of their records saved in each run's index."""
-    from jobgen.results.collect import look_and_ask
+    from jobgen.results.collect import look_and_keep
     from jobgen.results.state_rule import read_some
 
     check_folder(out)
-    loaded = read_some(run_dirs, refresh=refresh, look=look_and_ask)
+    loaded = read_some(run_dirs, refresh=refresh)
+    look_and_keep([run for run in loaded if isinstance(run, Run)])
     html = build_report(loaded, baseline)
     for run in loaded:
         if isinstance(run, Run):

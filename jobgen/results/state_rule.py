@@ -20,10 +20,9 @@ status) says COMPLETED and there is no result.json, the job is FAILED.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from jobgen import backends
 from jobgen.errors import JobgenError
@@ -40,30 +39,22 @@ NEVER_RAN = frozenset({State.DRY_RUN, State.NOT_SUBMITTED, State.WAITING})
 SETTLED = FINAL_STATES - {State.PREEMPTED, State.NODE_FAIL}
 
 
-# The look at the runs' records (look_at_records): called with the loaded runs before Slurm is asked (it
-# may start work of its own: the accounting's question, asked ahead), it returns the reading, done once
-# Slurm has answered, so that no record read predates the answer.
-Look = Callable[[Sequence[Run]], Callable[[], object]]
-
-
 def read_runs(
     run_dirs: Sequence[Path],
     *,
     live: bool = True,
     refresh: bool = False,
     record: bool = True,
-    look: Look | None = None,
 ) -> list[Run]:
     """Load runs, ask each scheduler once about their live jobs, and decide every job's state.
 
-    `record` writes the states that changed back to each manifest (the next command asks Slurm less);
-    `look(runs)`: see Look."""
+    `record` writes the states that changed back to each manifest (the next command asks Slurm less)."""
     runs = [Run.load(run_dir) for run_dir in run_dirs]
-    settle(runs, live=live, refresh=refresh, record=record, look=look)
+    settle(runs, live=live, refresh=refresh, record=record)
     return runs
 
 
-def read_some(run_dirs: Sequence[Path], *, refresh: bool = False, look: Look | None = None) -> list[Run | Path]:
+def read_some(run_dirs: Sequence[Path], *, refresh: bool = False) -> list[Run | Path]:
     """Like read_runs, for commands that report on several runs: a run whose manifest cannot be read stays
     a folder (its rows say why) instead of stopping the command."""
     loaded: list[Run | Path] = []
@@ -73,22 +64,18 @@ def read_some(run_dirs: Sequence[Path], *, refresh: bool = False, look: Look | N
         except JobgenError:
             loaded.append(run_dir)
     runs = [r for r in loaded if isinstance(r, Run)]
-    settle(runs, refresh=refresh, look=look)
+    settle(runs, refresh=refresh)
     return loaded
 
 
-def look_at_records(runs: Sequence[Run], also: Callable[[RunJob], object] | None = None) -> Callable[[], None]:
-    """What reads and checks every job's records (RunJob.problems, then `also`), the reading a status,
-    summary or report does anyway: call what it returns once Slurm has answered."""
-
-    def work() -> None:
-        for run in runs:
-            for job in run.jobs:
-                job.problems()
-                if also is not None:
-                    also(job)
-
-    return work
+def look_at_records(runs: Sequence[Run], also: Callable[[RunJob], object] | None = None) -> None:
+    """Read and check every job's records (RunJob.problems, then `also`): the reading a status, summary
+    or report does once Slurm has answered (no record read predates the answer)."""
+    for run in runs:
+        for job in run.jobs:
+            job.problems()
+            if also is not None:
+                also(job)
 
 
 def settle(
@@ -97,16 +84,12 @@ def settle(
     live: bool = True,
     refresh: bool = False,
     record: bool = True,
-    look: Look | None = None,
 ) -> None:
     """Decide the state of every job of these (loaded) runs; see read_runs."""
     for run in runs:
         run.refresh = refresh
-    reading = look(runs) if look is not None else None
     if live:
         ask_schedulers(runs, refresh)
-    if reading is not None:
-        reading()
     asked = [(run, job) for run in runs for job in run.jobs if not job.unanswered]
     # The logs of each job whose state they may change.
     _read_causes([(run, job) for run, job in asked if needs_cause(job.recorded, _said(job), job.finished)])
@@ -175,34 +158,6 @@ def ask_schedulers(runs: Sequence[Run], refresh: bool = False) -> None:
                         f"{run.run_dir}: Slurm did not answer ({silent}): {jobs_show} the last state recorded,"
                         " and none was changed; run the command again once Slurm answers"
                     )
-
-
-RESULT = "result.json"
-T = TypeVar("T")
-
-
-def in_background(work: Callable[[], T]) -> Callable[[], T]:
-    """Start `work` in a thread; the function returned waits for it and gives its value or raises what it
-    raised. A daemon thread: an interrupted command does not wait for the tool it asked."""
-    done: list[tuple[bool, Any]] = []
-
-    def target() -> None:
-        try:
-            done.append((True, work()))
-        except BaseException as exc:  # handed to the caller, whatever it is
-            done.append((False, exc))
-
-    thread = threading.Thread(target=target, name="jobgen-ask", daemon=True)
-    thread.start()
-
-    def result() -> T:
-        thread.join()
-        ok, value = done[0]
-        if not ok:
-            raise value
-        return value  # type: ignore[no-any-return]
-
-    return result
 
 
 def progress(job: RunJob) -> str:

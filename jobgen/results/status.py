@@ -7,7 +7,7 @@ The states come from the one rule (jobgen.results.state_rule); the runs are read
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -153,15 +153,11 @@ def _created(run: Run) -> str:
 def status_of(run_dir: Path, refresh: bool = False) -> Run:
     """The run at `run_dir` with every job's state settled (Slurm asked once) and recorded; its records
     are read and checked once Slurm has answered."""
-    (run,) = read_runs([run_dir], refresh=refresh, look=_look_and_keep)
-    return run
-
-
-def _look_and_keep(runs: Sequence[Run]) -> Callable[[], object]:
-    """What a status does with every job's records (collect.look_and_keep)."""
     from jobgen.results.collect import look_and_keep
 
-    return look_and_keep(runs)
+    (run,) = read_runs([run_dir], refresh=refresh)
+    look_and_keep([run])
+    return run
 
 
 def format_table(header: list[str], rows: list[list[str]]) -> str:

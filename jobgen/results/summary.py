@@ -75,11 +75,12 @@ def summary_text(
 ) -> tuple[str, list[str]]:
     """(the summary of these runs as `jobgen summary` prints it, one warning per damaged record): the runs
     read (states settled, Slurm and the accounting asked once), what was read saved in each run's index."""
-    from jobgen.results.collect import look_and_ask
+    from jobgen.results.collect import look_and_keep
     from jobgen.results.state_rule import read_some
 
     width = shutil.get_terminal_size((200, 24)).columns
-    loaded = read_some(run_dirs, refresh=refresh, look=look_and_ask)
+    loaded = read_some(run_dirs, refresh=refresh)
+    look_and_keep([run for run in loaded if isinstance(run, Run)])
     text = summarize(loaded, baseline=baseline, fmt=fmt, plot=plot, combine=combine, color=color, width=width)
     warnings = []
     for run in loaded:
