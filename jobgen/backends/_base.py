@@ -165,17 +165,13 @@ class Scheduler:
         return _in_order([name for name in names if matches(name)], folder)
 
     def logs_in_job_folder(self) -> bool:
-        """Whether every log is in the job's folder itself, not below it: the folder's stat stamp then
-        changes when one is made or removed (the run's index relies on it)."""
-        return self._logs_in_job_folder
-
-    @functools.cached_property
-    def _logs_in_job_folder(self) -> bool:  # asked for each job of a report: worked out once
+        """Whether every log is in the job's folder itself, not below it: one listing of the folder then
+        finds them all."""
         return all("/" not in pattern for pattern in self._log_patterns)
 
-    @functools.cached_property
+    @property
     def _log_patterns(self) -> tuple[str, ...]:
-        """Every log pattern, both streams (worked out once: asked for each job of a report)."""
+        """Every log pattern, both streams."""
         return tuple(p for patterns in self.logs.values() for p in patterns)
 
     # ---- rules

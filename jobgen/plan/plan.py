@@ -8,7 +8,6 @@ at "Initializing distributed" or as a run that silently uses fewer GPUs.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import itertools
 import math
@@ -56,13 +55,7 @@ class Job:
 def cache_dir_for(job: Job, output_root: Path) -> Path:
     """The job's cache of tokenized data and built models (launch.cache_dir, else OUTPUT_ROOT/.cache)."""
     custom = job.exp.launch.cache_dir
-    return _resolved(job.exp.base_dir / custom if custom else output_root / ".cache")
-
-
-@functools.lru_cache(maxsize=16)
-def _resolved(path: Path) -> Path:
-    # Asked three times per job of a sweep, always of the same folder: resolve it once per submit.
-    return path.expanduser().resolve()
+    return (job.exp.base_dir / custom if custom else output_root / ".cache").expanduser().resolve()
 
 
 def plan(exp: Experiment) -> list[Job]:
