@@ -11,10 +11,10 @@ import fnmatch
 import functools
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from jobgen.errors import JobgenError
 from jobgen.facts import JobShape
@@ -157,30 +157,10 @@ class Scheduler:
                 continue
         return _in_order(list(found))
 
-    def log_names_among(self, folder: str, names: Iterable[str]) -> list[str]:
-        """log_files (both streams) of a scheduler whose logs are in the job's folder itself
-        (logs_in_job_folder), as their names, found among the names a listing of that folder gave (no
-        stat of each: an entry named as a log is taken for one)."""
-        matches = _matcher(self._log_patterns)
-        return _in_order([name for name in names if matches(name)], folder)
-
-    def logs_in_job_folder(self) -> bool:
-        """Whether every log is in the job's folder itself, not below it: one listing of the folder then
-        finds them all."""
-        return all("/" not in pattern for pattern in self._log_patterns)
-
-    @property
-    def _log_patterns(self) -> tuple[str, ...]:
-        """Every log pattern, both streams."""
-        return tuple(p for patterns in self.logs.values() for p in patterns)
-
     # ---- rules
     def shape_problems(self, shape: JobShape) -> list[str]:
         """Job shapes this scheduler cannot start, each with its fix."""
         return []
-
-
-L = TypeVar("L", Path, str)  # a log, as a path or as its name in a known folder
 
 
 @functools.lru_cache(maxsize=64)
@@ -189,14 +169,14 @@ def _matcher(patterns: tuple[str, ...]) -> Callable[[str], re.Match[str] | None]
     return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)).match
 
 
-def _in_order(logs: list[L], folder: str = "") -> list[L]:
-    """Logs (paths, or names in `folder`) oldest first, as oldest_first orders them. The streams of one
+def _in_order(logs: list[Path]) -> list[Path]:
+    """Logs oldest first, as oldest_first orders them. The streams of one
     job id (Slurm's `slurm-<id>.out` and `.err`, submitit's `<id>_<task>_log.out` and `.err`) are put
     in name order without a stat: which of the two was written to last says nothing of the order of
     attempts (jobgen.results.diagnose orders them by time itself)."""
-    if len({os.path.basename(log).rpartition(".")[0] or os.path.basename(log) for log in logs}) <= 1:
-        return sorted(logs, key=os.path.basename)
-    return sorted(logs, key=lambda log: oldest_first(Path(folder, log)))
+    if len({log.name.rpartition(".")[0] or log.name for log in logs}) <= 1:
+        return sorted(logs, key=lambda log: log.name)
+    return sorted(logs, key=oldest_first)
 
 
 def oldest_first(path: Path) -> tuple[float, str]:

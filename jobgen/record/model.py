@@ -73,14 +73,10 @@ class RunJob:
     _read: dict[str, Stamp] = field(default_factory=dict, repr=False)  # the stamps of the versions read
     _folder: str = field(default="", repr=False)
     _job_dir: Path | None = field(default=None, repr=False)
-    # The names of the other entries in its folder (its logs among them), listed once; None: not yet.
-    _others: tuple[str, ...] | None = field(default=None, repr=False)
     _problems: list[str] | None = field(default=None, repr=False)  # what `problems` found, once per command
     # Its log files, oldest first, as jobgen.results.logs.of listed them once for this command (the
-    # report links them, keeps their stamps and may read one for the cause: one listing for all three).
+    # report links them and may read one for the cause).
     log_paths: list[Path] | None = field(default=None, repr=False)
-    # Their names in its folder, where logs.names_of found them in its listing (no Path made per log).
-    log_names: list[str] | None = field(default=None, repr=False)
 
     @classmethod
     def from_entry(cls, run_dir: Path, entry: dict[str, Any], index: Index | None = None) -> RunJob:
@@ -139,17 +135,6 @@ class RunJob:
             mark = exc
         marks[name] = mark
         return mark
-
-    def file_names(self) -> tuple[str, ...] | None:
-        """The names in the job's folder besides its records (its logs, when the scheduler writes them
-        there; a folder in it is named too), listed once per command; None when it cannot be listed."""
-        if self._others is None:
-            try:
-                names = os.listdir(self.folder)
-            except OSError:
-                return None
-            self._others = tuple(sorted(set(names).difference(_RECORDS)))
-        return self._others
 
     def raw(self, name: str) -> bytes | None:
         """The bytes of one of the job's files (None: it does not exist), read once; OSError if unreadable."""
@@ -274,9 +259,6 @@ class RunJob:
         return self.indexed(  # type: ignore[no-any-return]
             name, PROBLEM, lambda job: _check(job, name), lambda kept: kept is None or type(kept) is str
         )
-
-
-_RECORDS = frozenset(JOB_FILES)
 
 
 def read_with_stamp(path: str) -> tuple[bytes, Stamp]:

@@ -40,39 +40,8 @@ def of(job: RunJob, backend: str) -> list[Path]:
     """files() of both streams of a job the command read, listed once per command (the report links them,
     and they tell why the job stopped)."""
     if job.log_paths is None:
-        names = names_of(job, backend)
-        if names is not None:
-            job_dir = job.job_dir
-            job.log_paths = [job_dir / name for name in names]
-        else:
-            job.log_paths = files(backend, job.job_dir)
+        job.log_paths = files(backend, job.job_dir)
     return job.log_paths
-
-
-def names_of(job: RunJob, backend: str) -> list[str] | None:
-    """of() as the logs' names in the job's folder (job.folder), for a scheduler that writes every log
-    there: found among the names of the folder's one listing (RunJob.file_names). None where its logs
-    are found otherwise (of() lists them)."""
-    if job.log_names is None:
-        names = job.file_names()
-        try:
-            scheduler = backends.get(backend)
-        except JobgenError:
-            return None  # an unknown backend (a damaged manifest): every scheduler's kinds of log
-        if names is None or not scheduler.logs_in_job_folder():
-            return None
-        job.log_names = scheduler.log_names_among(job.folder, names)
-    return job.log_names
-
-
-def named(job: RunJob, backend: str) -> list[tuple[str, str]]:
-    """(name, path) of each of of()'s logs, in its order: made from names_of where it finds them (no
-    Path per log), else from of()'s Paths."""
-    names = names_of(job, backend)
-    if names is not None:
-        folder = job.folder + "/"
-        return [(name, folder + name) for name in names]
-    return [(path.name, str(path)) for path in of(job, backend)]
 
 
 def label(line: str, rank: int | None) -> str | None:

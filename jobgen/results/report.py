@@ -246,10 +246,7 @@ def _state_class(state: str) -> str:
 def _log_links(jobs: list[JobRow]) -> str:
     links: list[str] = []
     for job in jobs:
-        found = (
-            logs.named(job.source, job.backend) if job.source is not None else [(p.name, str(p)) for p in _logs(job)]
-        )
-        links.extend(f'<a href="{_href(path)}">{escape(name)}</a>' for name, path in found)
+        links.extend(f'<a href="{_href(path)}">{escape(path.name)}</a>' for path in _logs(job))
         if job.result is not None and job.result.predictions and job.job_dir:  # train.save_predictions
             path = os.path.join(job.job_dir, job.result.predictions)
             links.append(f'<a href="{_href(path)}">{escape(job.result.predictions)}</a>')
