@@ -11,7 +11,6 @@ several times without accounting, a job on the local backend (it holds no alloca
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -82,11 +81,18 @@ def _values(a: Attempt) -> list[Any]:
 
 USAGE = "usage"  # the manifest entry's field
 _ATTEMPT_KINDS = (bool, int, int, int, int, int, bool)  # Attempt's fields; None allowed for limit..energy
-# The types a kept attempt's values may have, each combination (a tuple of types is one set lookup).
-_ATTEMPT_TYPES = frozenset(
-    tuple(type(None) if n in nones else kind for n, kind in enumerate(_ATTEMPT_KINDS))
-    for nones in itertools.chain.from_iterable(itertools.combinations(range(2, 6), k) for k in range(5))
-)
+
+
+def _is_attempt(value: Any) -> bool:
+    """Whether a kept value has an Attempt's fields, in order, of their types."""
+    return (
+        type(value) is list
+        and len(value) == len(_ATTEMPT_KINDS)
+        and all(
+            type(v) is kind or (v is None and 2 <= n <= 5)
+            for n, (v, kind) in enumerate(zip(value, _ATTEMPT_KINDS, strict=True))
+        )
+    )
 
 
 def usage_key(job: RunJob, restarts: int, ids: list[str] | None = None) -> list[Any]:
@@ -117,7 +123,7 @@ def kept_attempts(job: RunJob, restarts: int) -> dict[str, list[Attempt]] | None
         if type(values) is not list or not values:
             return None
         for value in values:
-            if type(value) is not list or tuple(map(type, value)) not in _ATTEMPT_TYPES:
+            if not _is_attempt(value):
                 return None  # damaged: ask again (a bad cache costs time, never a wrong number)
         out[jid] = [Attempt(*value) for value in values]
     return out

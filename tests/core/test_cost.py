@@ -171,7 +171,7 @@ def test_a_kept_attempt_is_taken_only_with_the_types_of_its_fields(values: list)
     valid = len(values) == 7 and all(
         type(v) is kind or (v is None and 2 <= n <= 5) for n, (v, kind) in enumerate(zip(values, kinds, strict=False))
     )
-    assert (tuple(map(type, values)) in cost._ATTEMPT_TYPES) == valid
+    assert cost._is_attempt(values) == valid and not cost._is_attempt(tuple(values))
 
 
 @given(st.lists(st.sampled_from([None, 0, 5, True, 1.5, "3"]), max_size=4))
