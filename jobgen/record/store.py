@@ -314,7 +314,8 @@ def run_kind(run_dir: Path) -> str:
     """ "dry" (`submit --dry-run`, `--test-only`), "probe" (`jobgen probe`) or "" (a submitted run). Set
     when the run is written and never changed: the manifest file alone tells; a damaged one counts as
     a submitted run (its reader reports the damage). Every command that names an experiment asks it of
-    each of its runs: the answer is kept in the run's index by the manifest's stamp."""
+    each of its runs: the answer is kept in the run's index by the manifest's stamp (what that buys:
+    bench/bench_latest.py)."""
     from jobgen.record import index
 
     path = os.path.join(run_dir, MANIFEST)
