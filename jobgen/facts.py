@@ -7,6 +7,7 @@ another jobgen module, so any of them can use these without an import circle.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,9 +101,13 @@ class JobShape:
 
 
 def identity(path: Path) -> tuple[int, int] | None:
-    """A file's (inode, mtime in ns): another version of it has another; None when it is not there."""
+    """A file's version (version_of): another version of it has another; None when it is not there."""
     try:
-        stat = path.stat()
+        return version_of(path.stat())
     except OSError:
         return None
+
+
+def version_of(stat: os.stat_result) -> tuple[int, int]:
+    """What tells two versions of a file apart: its inode and mtime (ns), from a stat of it."""
     return stat.st_ino, stat.st_mtime_ns

@@ -170,10 +170,10 @@ def _matcher(patterns: tuple[str, ...]) -> Callable[[str], re.Match[str] | None]
 
 
 def _in_order(logs: list[Path]) -> list[Path]:
-    """Logs oldest first, as oldest_first orders them. The streams of one
-    job id (Slurm's `slurm-<id>.out` and `.err`, submitit's `<id>_<task>_log.out` and `.err`) are put
-    in name order without a stat: which of the two was written to last says nothing of the order of
-    attempts (jobgen.results.diagnose orders them by time itself)."""
+    """Logs oldest first, as oldest_first orders them. The streams of one job id (Slurm's
+    `slurm-<id>.out` and `.err`, submitit's `<id>_<task>_log.out` and `.err`) are put in name order
+    without a stat: which of the two was written to last says nothing of the order of attempts
+    (jobgen.results.diagnose orders them by time itself)."""
     if len({log.name.rpartition(".")[0] or log.name for log in logs}) <= 1:
         return sorted(logs, key=lambda log: log.name)
     return sorted(logs, key=oldest_first)

@@ -4,8 +4,7 @@ One file per run (INDEX, SQLite by the standard library), written only by jobgen
 holds what was read from the records of one folder (a job's folder; the run folder, for the manifest),
 one JSON object: for each record read (a job's file, the manifest) its stamp (inode, size, mtime,
 ctime) and what was read, by key (the damage check's verdict, a result's numbers, a job's progress);
-the row names the fingerprint of the code that
-read it. A job's facts are one row: a settled read is one SELECT and one decode per job.
+the row names the fingerprint of the code that read it. A job's facts are one row: a settled read is one SELECT and one decode per job.
 
 The one staleness rule: what was read is used only while the record's stamp and the reading code's
 fingerprint are both those it was kept with; anything else is read from the record again. The index

@@ -25,7 +25,7 @@ from typing import Any
 
 from jobgen import __version__
 from jobgen.errors import JobgenError, RunNotFound
-from jobgen.facts import MANIFEST_SCHEMA, RUN_ID_RE, SECRET_RE, identity, now_iso
+from jobgen.facts import MANIFEST_SCHEMA, RUN_ID_RE, SECRET_RE, identity, now_iso, version_of
 
 MANIFEST = "manifest.json"
 
@@ -364,7 +364,7 @@ def _read_manifest(path: Path) -> tuple[dict[str, Any], tuple[int, int], str]:
             f"{path}: damaged: {problem}; jobgen cannot read this run (restore the file from a copy, or remove the run)"
         )
     assert isinstance(doc, dict)  # manifest_problem() said so
-    return doc, (stat.st_ino, stat.st_mtime_ns), _digest(raw)
+    return doc, version_of(stat), _digest(raw)
 
 
 # --- the journal: a job's record written in O(1) ----------------------------------------------------------

@@ -150,15 +150,11 @@ def collect(runs: Sequence[Run | Path], live_states: LiveStates | None = None) -
             else:
                 known |= found
     accounting = answer(question(loaded, skip=lambda job: id(job) not in asked)) | known
-    rungs = {id(run): rungs_of(run) for run in loaded}
-    built = {id(job): _row(run, job, rungs[id(run)], results[id(job)]) for run in loaded for job in run.jobs}
     rows: list[JobRow] = []
     for each in runs:
         if isinstance(each, Run):
-            for job in each.jobs:
-                row = built[id(job)]
-                row.usage = usage_of(job, accounting, _restarts(row.result))
-                rows.append(row)
+            rungs = rungs_of(each)
+            rows.extend(read_job(each, job, accounting, results[id(job)], rungs) for job in each.jobs)
             _keep_usage(each, [job for job in each.jobs if id(job) in asked], accounting, results)
         else:
             rows.extend(collect_run(each, live_states, accounting))
@@ -240,13 +236,6 @@ def read_job(
 ) -> JobRow:
     """One job of a run (its state already decided) -> a row; `read`: its job_result, when known;
     `rungs`: halving.rungs_of(run), when made."""
-    row = _row(run, job, rungs or rungs_of(run), read)
-    row.usage = usage_of(job, accounting, _restarts(row.result))
-    return row
-
-
-def _row(run: Run, job: RunJob, rungs: Rungs, read: tuple[Result | None, str | None] | None = None) -> JobRow:
-    """read_job but the usage (None), which the accounting's answer gives."""
     result, problem = read if read is not None else job_result(job)
     row = JobRow(
         run_dir=run.run_dir,
@@ -264,7 +253,8 @@ def _row(run: Run, job: RunJob, rungs: Rungs, read: tuple[Result | None, str | N
         source=job,
         segments=_segments(job),
         retries=job.retries(),
-        rungs=rungs(job, result is not None),
+        rungs=(rungs or rungs_of(run))(job, result is not None),
+        usage=usage_of(job, accounting, _restarts(result)),
     )
     if result is not None:
         return dataclasses.replace(row, problem=result.scoring) if result.scoring else row
