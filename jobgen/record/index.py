@@ -1,10 +1,10 @@
 """The run's index: what jobgen read from a run's records, kept in the run folder for the next command.
 
-One file per run (INDEX, SQLite by the standard library), written only by jobgen's commands. Each row
-holds what was read from the records of one folder (a job's folder; the run folder, for the manifest),
-one JSON object: for each record read (a job's file, the manifest) its stamp (inode, size, mtime,
-ctime) and what was read, by key (the damage check's verdict, a result's numbers, a job's progress);
-the row names the fingerprint of the code that read it. A job's facts are one row: a settled read is one SELECT and one decode per job.
+One file per run (INDEX, SQLite by the standard library), written only by jobgen's commands. One row
+per record and what was read of it (the damage check's verdict, a result's numbers, a job's progress):
+the record's path under the run, the key, the stamp of the version read (inode, size, mtime, ctime),
+the fingerprint of the code that read it, and the value as JSON (SQL NULL for null). A command loads
+the rows of a key when it first asks for one: `status` never decodes the results a `summary` keeps.
 
 The one staleness rule: what was read is used only while the record's stamp and the reading code's
 fingerprint are both those it was kept with; anything else is read from the record again. The index
@@ -33,9 +33,16 @@ BUSY_MS = 2_000  # how long a command waits for another's write before it reads 
 
 Stamp = tuple[int, int, int, int]  # inode, size, mtime, ctime (ns): what os.stat says of one version
 
-_SCHEMA = "CREATE TABLE IF NOT EXISTS folders (folder TEXT PRIMARY KEY, code TEXT NOT NULL, read BLOB NOT NULL)"
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS facts (record TEXT NOT NULL, key TEXT NOT NULL, stamp TEXT NOT NULL, "
+    "code TEXT NOT NULL, value TEXT, PRIMARY KEY (record, key)) WITHOUT ROWID"
+)
 # SQLite's codes for a file that is not a sound database: it is rebuilt, not trusted.
 _DAMAGED = frozenset({11, 26})  # SQLITE_CORRUPT, SQLITE_NOTADB
+
+_encode = json.JSONEncoder(separators=(",", ":")).encode  # one encoder: json.dumps with options makes one a call
+_UNREAD = object()  # a kept value not decoded yet
+Kept = dict[str, tuple[Any, Any, Any]]  # record -> (stamp, value as JSON, value or _UNREAD), of one key
 
 
 def stamp(st: os.stat_result) -> Stamp:
@@ -66,79 +73,62 @@ def _text(mark: Stamp) -> str:
     return f"{mark[0]} {mark[1]} {mark[2]} {mark[3]}"
 
 
-def _split(rel: str) -> tuple[str, str]:
-    """A record's path under the run -> (its folder's row, its name there): "jobs/a/result.json" ->
-    ("jobs/a", "result.json"); "manifest.json" -> ("", "manifest.json")."""
-    folder, _, name = rel.rpartition("/")
-    return folder, name
-
-
 class Index:
-    """A run's index, read at the first question and written by `save`.
-
-    `row(rel, stamp)` gives what was read from the record at `rel` (under the run folder) when its
-    stamp is `stamp`, with this code; `keep` adds what was read of the version read. Every failure to read the
-    index reads as "nothing kept"; every failure to write it keeps nothing."""
+    """A run's index: `get(record, stamp, key)` gives what was read for `key` of the record at `record`
+    (its path under the run folder) when its stamp is `stamp`, with this code; `keep` adds what was
+    read of the version read, and `save` writes what was added. Every failure to read the index reads
+    as "nothing kept"; every failure to write it keeps nothing."""
 
     def __init__(self, run_dir: Path | str) -> None:
         self.path = os.path.join(run_dir, INDEX)
-        self._rows: dict[str, bytes] | None = None  # folder -> its row's JSON, as loaded
-        self._folders: dict[str, dict[str, Any]] = {}  # folder -> name -> [stamp, read], decoded once
-        self._changed: set[str] = set()
+        self._kept: dict[str, Kept] = {}  # key -> its rows, loaded at its first question
+        self._changed: dict[tuple[str, str], tuple[str, str | None]] = {}  # (record, key) -> (stamp, value)
         self._damaged = False
 
-    @property
-    def rows(self) -> dict[str, bytes]:
-        if self._rows is None:
-            self._rows = self._load()
-        return self._rows
+    def _rows(self, key: str) -> Kept:
+        found = self._kept.get(key)
+        if found is None:
+            found = self._kept[key] = self._load(key)
+        return found
 
-    def _load(self) -> dict[str, bytes]:
+    def _load(self, key: str) -> Kept:
         if not os.path.exists(self.path):
             return {}
         try:
             with contextlib.closing(_connect(self.path)) as db:
-                found = db.execute("SELECT folder, read FROM folders WHERE code = ?", (fingerprint(),))
-                return dict(found.fetchall())
+                rows = db.execute(
+                    "SELECT record, stamp, value FROM facts WHERE key = ? AND code = ?", (key, fingerprint())
+                )
+                return {record: (mark, value, _UNREAD) for record, mark, value in rows}
         except sqlite3.Error as exc:
-            self._damaged = _is_damaged(exc)
+            self._damaged = self._damaged or _is_damaged(exc)
             return {}
 
-    def _folder(self, folder: str) -> dict[str, Any]:
-        """What was read of the folder's records, by name (decoded at its first question)."""
-        found = self._folders.get(folder)
-        if found is None:
-            found = self._folders[folder] = _decode(self.rows.get(folder))
-        return found
-
-    def row(self, rel: str, mark: Stamp) -> dict[str, Any] | None:
-        """What was read of this version of the record, by key; None when nothing is kept."""
-        folder, name = _split(rel)
-        entry = self._folder(folder).get(name)
-        if type(entry) is not list or len(entry) != 2 or entry[0] != _text(mark) or type(entry[1]) is not dict:
-            return None
-        return entry[1]
-
-    def get(self, rel: str, mark: Stamp, key: str) -> tuple[bool, Any]:
+    def get(self, record: str, mark: Stamp, key: str) -> tuple[bool, Any]:
         """(True, the value) when this version of the record was read for `key`, else (False, None)."""
-        read = self.row(rel, mark)
-        if read is not None and key in read:
-            return True, read[key]
-        return False, None
+        found = self._rows(key).get(record)
+        if found is None or found[0] != _text(mark):
+            return False, None
+        if found[2] is not _UNREAD:
+            return True, found[2]  # kept by this command: the value itself, not decoded again
+        if found[1] is None:
+            return True, None
+        try:
+            return True, json.loads(found[1])
+        except (ValueError, TypeError, RecursionError):
+            return False, None
 
-    def keep(self, rel: str, mark: Stamp, key: str, value: Any) -> None:
+    def keep(self, record: str, mark: Stamp, key: str, value: Any) -> None:
         """Keep what was read for `key` (a JSON value) of this version of the record, unless it changed
         too recently."""
         if time.time_ns() - mark[2] < SETTLED_NS:
             return
-        read = self.row(rel, mark)
-        folder, name = _split(rel)
-        if read is None:
-            read = {}
-            self._folder(folder)[name] = [_text(mark), read]  # what was read of another version goes
-        if key not in read or read[key] != value:
-            read[key] = value
-            self._changed.add(folder)
+        row = (_text(mark), None if value is None else _encode(value))
+        rows = self._rows(key)
+        found = rows.get(record)
+        if found is None or found[:2] != row:
+            self._changed[record, key] = row
+        rows[record] = (*row, value)
 
     def save(self) -> None:
         """Write the rows keep() changed: one writer at a time (SQLite's lock, rollback journal); a locked,
@@ -146,10 +136,7 @@ class Index:
         if not self._changed:
             return
         code = fingerprint()
-        rows = [
-            (folder, code, json.dumps(self._folders[folder], separators=(",", ":")).encode())
-            for folder in self._changed
-        ]
+        rows = [(record, key, mark, code, value) for (record, key), (mark, value) in self._changed.items()]
         if self._damaged:
             self._replace(rows)
         else:
@@ -161,7 +148,7 @@ class Index:
                 self._replace(rows)
         self._changed.clear()
 
-    def _replace(self, rows: list[tuple[str, str, bytes]]) -> None:
+    def _replace(self, rows: list[tuple[str, str, str, str, str | None]]) -> None:
         """Write a new index beside the damaged one and put it in its place (a reader has one or the other)."""
         tmp = f"{self.path}.{os.getpid()}-{threading.get_ident()}.tmp"  # each writer its own
         try:
@@ -175,24 +162,13 @@ class Index:
                 os.unlink(tmp)
 
 
-def _decode(text: bytes | str | None) -> dict[str, Any]:
-    """A row's JSON as {name: [stamp, read]}; {} for none, or for one that is not an object."""
-    if text is None:
-        return {}
-    try:
-        found = json.loads(text)
-    except (ValueError, RecursionError):
-        return {}
-    return found if type(found) is dict else {}
-
-
 def _connect(path: str) -> sqlite3.Connection:
     # isolation_level None: the transactions are the ones written out below. SQLite's default rollback
     # journal, never WAL: its shared memory does not work on the network file systems run folders live on.
     return sqlite3.connect(path, timeout=BUSY_MS / 1000, isolation_level=None)
 
 
-def _write(path: str, rows: list[tuple[str, str, bytes]]) -> None:
+def _write(path: str, rows: list[tuple[str, str, str, str, str | None]]) -> None:
     try:
         db = _connect(path)
     except sqlite3.Error:
@@ -201,7 +177,7 @@ def _write(path: str, rows: list[tuple[str, str, bytes]]) -> None:
         db.execute(_SCHEMA)
         db.execute("BEGIN IMMEDIATE")  # the write lock first: a second writer waits, then writes after
         try:
-            db.executemany("INSERT OR REPLACE INTO folders VALUES (?, ?, ?)", rows)
+            db.executemany("INSERT OR REPLACE INTO facts VALUES (?, ?, ?, ?, ?)", rows)
             db.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
@@ -211,30 +187,3 @@ def _write(path: str, rows: list[tuple[str, str, bytes]]) -> None:
 
 def _is_damaged(exc: sqlite3.Error) -> bool:
     return getattr(exc, "sqlite_errorcode", None) in _DAMAGED or "not a database" in str(exc) or "malformed" in str(exc)
-
-
-def one(run_dir: Path | str, rel: str, mark: Stamp, key: str) -> tuple[bool, Any]:
-    """Index(run_dir).get for a single record, without loading the whole index (a run's kind)."""
-    path = os.path.join(run_dir, INDEX)
-    if not os.path.exists(path):
-        return False, None
-    folder, name = _split(rel)
-    try:
-        with contextlib.closing(_connect(path)) as db:
-            row = db.execute(
-                "SELECT read FROM folders WHERE folder = ? AND code = ?", (folder, fingerprint())
-            ).fetchone()
-    except sqlite3.Error:
-        return False, None
-    index = Index(run_dir)
-    index._rows = {folder: row[0]} if row else {}
-    return index.get(rel, mark, key)
-
-
-def keep_one(run_dir: Path | str, rel: str, mark: Stamp, key: str, value: Any) -> None:
-    """Keep what was read for `key` of one record as its folder's only value (a run's kind), without
-    loading the whole index."""
-    index = Index(run_dir)
-    index._rows = {}  # the row is written whole: what else it held is not needed
-    index.keep(rel, mark, key, value)
-    index.save()

@@ -322,14 +322,16 @@ def run_kind(run_dir: Path) -> str:
     try:
         with open(path, "rb", buffering=0) as fh:
             mark = index.stamp(os.fstat(fh.fileno()))
-            known, kind = index.one(run_dir, MANIFEST, mark, "kind")
+            kept = index.Index(run_dir)
+            known, kind = kept.get(MANIFEST, mark, "kind")
             if known and type(kind) is str:
                 return kind
             raw = fh.readall()
     except OSError:
         return ""  # unreadable: a damaged run, as _read_manifest says
     kind = _kind(raw)
-    index.keep_one(run_dir, MANIFEST, mark, "kind", kind)
+    kept.keep(MANIFEST, mark, "kind", kind)
+    kept.save()
     return kind
 
 

@@ -248,11 +248,7 @@ def test_a_file_that_just_changed_is_checked_again_next_time(runner, run: Path) 
     (run / "jobs" / "hurt" / "progress.json").write_text(json.dumps(PROGRESS))  # now
     assert _warnings(runner, run) == []
     with contextlib.closing(sqlite3.connect(run / "index.sqlite")) as db:
-        kept = {
-            f"{folder}/{name}"
-            for folder, read in db.execute("SELECT folder, read FROM folders")
-            for name in json.loads(read)
-        }
+        kept = {record for (record,) in db.execute("SELECT record FROM facts")}
     assert "jobs/hurt/progress.json" not in kept and "jobs/hurt/spec.json" in kept
 
 

@@ -74,7 +74,7 @@ def _no_reading(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*_a, **_k):
         raise AssertionError("a settled result.json was read again")
 
-    for name in ("result_from", "result_from_doc", "result_fields", "_document"):
+    for name in ("result_fields", "_document"):
         monkeypatch.setattr(collect, name, refuse)
 
 
@@ -129,7 +129,7 @@ def test_the_summary_parses_each_result_once(runner, run: Path, monkeypatch: pyt
     def refuse(*_a, **_k):
         raise AssertionError("a result.json was parsed a second time")
 
-    monkeypatch.setattr(collect, "result_from", refuse)
+    monkeypatch.setattr(collect, "_document", refuse)
     assert _summary(runner, run) == {"job0": 0.5, "job1": 0.6, "job2": 0.7}
 
 
@@ -262,13 +262,15 @@ def test_a_new_log_is_found(run: Path) -> None:
 
 
 def _rows(run: Path) -> dict[str, tuple[str, str, dict]]:
-    """What the index keeps of each record: path -> (stamp, code fingerprint, what was read)."""
+    """What the index keeps of each record: path -> (stamp, code fingerprint, what was read, by key).
+    The keys of one record kept by one command share its stamp and code."""
+    out: dict[str, tuple[str, str, dict]] = {}
     with contextlib.closing(sqlite3.connect(run / INDEX)) as db:
-        return {
-            f"{folder}/{name}" if folder else name: (mark, code, facts)
-            for folder, code, read in db.execute("SELECT folder, code, read FROM folders")
-            for name, (mark, facts) in json.loads(read).items()
-        }
+        for record, key, mark, code, value in db.execute("SELECT record, key, stamp, code, value FROM facts"):
+            held = out.setdefault(record, (mark, code, {}))
+            assert held[:2] == (mark, code), (record, key)
+            held[2][key] = None if value is None else json.loads(value)
+    return out
 
 
 def _sound(run: Path) -> bool:
@@ -337,12 +339,10 @@ def test_what_other_code_read_is_read_again(runner, run: Path, monkeypatch: pyte
     """Rows kept by another fingerprint (edited reading code), even with this code's stamps: not taken."""
     _summary(runner, run)
     with contextlib.closing(sqlite3.connect(run / INDEX)) as db:
-        for folder, read in db.execute("SELECT folder, read FROM folders").fetchall():
-            doc = json.loads(read)
-            for _, facts in doc.values():
-                if "result" in facts:
-                    facts["result"]["test_acc"] = 0.01  # what the other code read
-            db.execute("UPDATE folders SET code = 'other', read = ? WHERE folder = ?", (json.dumps(doc), folder))
+        for record, value in db.execute("SELECT record, value FROM facts WHERE key = 'result'").fetchall():
+            result = {**json.loads(value), "test_acc": 0.01}  # what the other code read
+            db.execute("UPDATE facts SET value = ? WHERE record = ? AND key = 'result'", (json.dumps(result), record))
+        db.execute("UPDATE facts SET code = 'other'")
         db.commit()
     assert _summary(runner, run) == {"job0": 0.5, "job1": 0.6, "job2": 0.7}
     assert {code for _, code, _ in _rows(run).values()} == {index_module.fingerprint()}  # written by this code
@@ -378,12 +378,12 @@ def test_values_of_the_wrong_shape_cost_time_not_answers(runner, run: Path) -> N
     good = _summary(runner, run)
     wrong = {"result": [1, 2], "problem": 3, "retries": [1], "asked": "x"}
     with contextlib.closing(sqlite3.connect(run / INDEX)) as db:
-        (read,) = db.execute("SELECT read FROM folders WHERE folder = 'jobs/job0'").fetchone()
-        doc = {name: [mark, wrong] for name, (mark, _) in json.loads(read).items()}  # this version's stamps
-        db.execute("UPDATE folders SET read = ? WHERE folder = 'jobs/job0'", (json.dumps(doc),))
-        db.execute("UPDATE folders SET read = '{not json' WHERE folder = 'jobs/job1'")
-        entries = json.dumps({"result.json": 5, "spec.json": [1], "": ["x", 2]})  # not [stamp, what was read]
-        db.execute("UPDATE folders SET read = ? WHERE folder = 'jobs/job2'", (entries,))
+        for key, value in wrong.items():  # this version's stamps, values of the wrong shape
+            db.execute(
+                "UPDATE facts SET value = ? WHERE record LIKE 'jobs/job0/%' AND key = ?", (json.dumps(value), key)
+            )
+        db.execute("UPDATE facts SET value = '{not json' WHERE record LIKE 'jobs/job1/%'")
+        db.execute("UPDATE facts SET stamp = 5, value = x'ff00' WHERE record LIKE 'jobs/job2/%'")  # not text
         db.commit()
     assert _summary(runner, run) == good
     rows, warnings = _status(runner, run)
