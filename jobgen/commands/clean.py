@@ -30,7 +30,7 @@ def reclaimable(run: Run) -> list[Freed]:
         folder = job.job_dir / "checkpoints"
         # A damaged result may mean the job must run again: its checkpoints stay.
         doc, problem = job.json("result.json")
-        usable = doc is not None and json_problem(job.job_dir / "result.json", doc, problem) is None
+        usable = doc is not None and json_problem("result.json", doc, problem) is None
         if job.state is State.COMPLETED and usable and folder.is_dir():
             found.append(Freed(job.name, folder, _size(folder)))
     return found

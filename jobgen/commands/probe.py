@@ -3,7 +3,7 @@ script, on a step budget (training/probe.py); once they end, each point's measur
 predicted wall time and peak memory of its full job (jobgen.results.predict).
 
 The probe is a run of its own kind ("kind": "probe" in its manifest): `jobgen runs` lists it, and it
-is never the latest run that summary, status or report read (jobgen.record.lookup.real_runs). Its
+is never the latest run that summary, status or report read (jobgen.record.lookup.latest_real). Its
 predictions go into the run's predictions.json, where `slurm.time = "auto"` finds them
 (jobgen.commands.limits).
 """

@@ -23,17 +23,10 @@ def runs_of(experiment_dir: Path) -> list[Path]:
     return sorted(p for p in experiment_dir.iterdir() if RUN_ID_RE.fullmatch(p.name) and is_run_dir(p))
 
 
-def real_runs(runs: list[Path]) -> list[Path]:
-    """The runs that were submitted, in order: dry runs (`--dry-run`, `--test-only`) and probes
-    (`jobgen probe`) are listed by `jobgen runs` but never stand for an experiment's results. The one
-    rule for "the latest run" (and for --all-runs): such a run is read only when it is named by its
-    folder or run id."""
-    return [run for run in runs if not run_kind(run)]
-
-
 def latest_real(runs: list[Path]) -> Path | None:
-    """The last of real_runs(runs), asking the newest runs first: only the runs after it are asked
-    their kind (an experiment's dry runs and probes are few next to its runs of thousands of jobs)."""
+    """The last submitted run of these: dry runs (`--dry-run`, `--test-only`) and probes (`jobgen probe`)
+    are listed by `jobgen runs` but never stand for an experiment's results (nor in --all-runs); such a
+    run is read only when named by its folder or run id. The newest runs are asked their kind first."""
     return next((run for run in reversed(runs) if not run_kind(run)), None)
 
 
@@ -46,7 +39,7 @@ def find_runs(refs: list[str], output_root: Path) -> list[Path]:
     """Resolve what a user typed to run directories: a run path, an experiment name, path or file.
 
     An experiment (by name, folder or .toml file) means its latest real run; no refs means the
-    latest real run of any experiment under the output root (see real_runs).
+    latest real run of any experiment under the output root (see latest_real).
     """
     if not refs:
         every = [runs_of(d) for d in _experiment_dirs(output_root)]

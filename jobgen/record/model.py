@@ -57,8 +57,6 @@ class RunJob:
     job_id: str | None = None
     segments: tuple[str, ...] = ()  # a chained job (slurm.chain): each segment's id
     previous_job_ids: tuple[str, ...] = ()
-    array: str | None = None
-    array_index: int | None = None
     # Filled in by jobgen.results.state_rule.read_runs: what the scheduler says, and the one state rule's verdict.
     live: JobInfo | None = None
     state: State = State.UNKNOWN
@@ -95,8 +93,6 @@ class RunJob:
             job_id=str(job_id) if job_id else None,
             segments=tuple(str(s) for s in segments) if segments else (),
             previous_job_ids=tuple(str(s) for s in previous) if previous else (),
-            array=entry.get("array") or None,
-            array_index=entry.get("array_index"),
             state=recorded,
         )
 

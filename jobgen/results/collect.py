@@ -334,18 +334,6 @@ def _started_at(live: JobInfo | None, entry: Mapping[str, Any], result: Result |
 # --- result.json ----------------------------------------------------------------------------------------
 
 
-def read_result(path: str | os.PathLike[str]) -> tuple[Result | None, str | None]:
-    """(Result, None) for a usable result.json, else (None, why not)."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        return None, NO_RESULT
-    except OSError as exc:
-        return None, f"result.json unreadable ({_one_line(exc)})"
-    return result_from(raw)
-
-
 def result_of(job: RunJob) -> tuple[Result | None, str | None]:
     """A job's result, from its result.json or from the run's index (RunJob.indexed)."""
     if not job.finished:
@@ -406,11 +394,6 @@ def _read_result(job: RunJob) -> dict[str, Any] | str:
     return result_fields(doc)
 
 
-def result_from(raw: bytes) -> tuple[Result | None, str | None]:
-    data, problem = _document(raw)
-    return (None, problem) if data is None else result_from_doc(data)
-
-
 def _document(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
     """result.json's bytes as a JSON object, or why they are not one."""
     try:
@@ -422,14 +405,6 @@ def _document(raw: bytes) -> tuple[dict[str, Any] | None, str | None]:
     if not isinstance(data, dict):
         return None, "result.json is not a JSON object: rerun the job"
     return data, None
-
-
-def result_from_doc(data: dict[str, Any]) -> tuple[Result | None, str | None]:
-    """result_from for a result.json already parsed (a JSON object)."""
-    schema = data.get("schema")
-    if schema != RESULT_SCHEMA:
-        return None, _schema_problem(schema, data)
-    return parse_result(data), None
 
 
 def _schema_problem(schema: Any, data: Mapping[str, Any]) -> str:

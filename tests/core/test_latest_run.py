@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from jobgen.cli import main
-from jobgen.record.lookup import every_run_of, find_runs, real_runs
+from jobgen.record.lookup import every_run_of, find_runs, latest_real
 from tests.data.summary.synth import FakeJob, write_run
 
 REAL_ID, DRY_ID, LATER_DRY_ID = "20261129-200000-aaaa", "20261129-210000-bbbb", "20261129-220000-cccc"
@@ -37,7 +37,7 @@ def test_the_latest_run_of_an_experiment_is_its_latest_real_one(tmp_path: Path, 
     real, dry, later = runs
     assert find_runs(["exp"], tmp_path) == [real.resolve()]
     assert find_runs([], tmp_path) == [real.resolve()]
-    assert real_runs([real, dry, later]) == [real]
+    assert latest_real([real, dry, later]) == real
 
 
 def test_a_dry_run_named_by_its_folder_or_id_is_read(tmp_path: Path, runs):

@@ -17,7 +17,7 @@ from jobgen.cli import main
 from jobgen.commands import limits, submit
 from jobgen.commands.probe import Point, failures, table
 from jobgen.errors import ConfigError, SubmitError
-from jobgen.record.lookup import find_runs, real_runs
+from jobgen.record.lookup import find_runs, latest_real
 from jobgen.results.predict import mem_limit_mb, predict, slurm_time, time_limit_minutes
 from tests.core.conftest import stub_tool
 
@@ -251,7 +251,7 @@ def test_a_probe_run_is_listed_but_never_the_latest_run(runner, tmp_path: Path):
     root = tmp_path / "runs"
     real = submit.prepare(exp, root, sets=["slurm.time=00:10:00", "slurm.mem=1G"]).run_dir
     probe = submit.prepare(exp, root, probe={"steps": 3}).run_dir
-    assert find_runs(["auto"], root) == [real.resolve()] and real_runs([real, probe]) == [real]
+    assert find_runs(["auto"], root) == [real.resolve()] and latest_real([real, probe]) == real
     assert find_runs([str(probe)], root) == [probe.resolve()]  # named by its folder, it is read
     listed = runner.invoke(main, ["--output-root", str(root), "runs", "auto"])
     assert probe.name in listed.output and "(probe)" in listed.output
