@@ -12,7 +12,9 @@ beforehand, as an installed package has it), three times, and the median printed
 
 Each first read has a fresh copy of the run (new inodes: nothing of another copy's index holds). The
 floor, measured in the same round, is `python -c pass` plus one os.stat per job file: the least a
-command that checks every record can cost. `gc on` times the first status and summary with Python's
+command that checks every record can cost. `lean summary` is the least a settled summary can cost
+with the run's index as it is (a bare script: results from the index by stamp, a line per job, no
+checks, no CLI): what the settled budget compares with. `gc on` times the first status and summary with Python's
 cycle collector left on (the CLI turns it off while a command runs): what keeping that switch buys.
 CPU seconds (user + system) are printed too: on a busy machine they vary less than the wall times.
 
@@ -51,6 +53,37 @@ for d in os.scandir(os.path.join(sys.argv[1], "jobs")):
             os.stat(os.path.join(d.path, name))
         except FileNotFoundError:
             pass
+"""
+# The least a settled summary can cost with the run's index as it is: the manifest parsed, the results'
+# rows loaded from the index, each job's records stat'ed and its result's stamp compared, one line of
+# its numbers printed; no damage verdicts, no state rule, no usage, no grouping, no CLI.
+LEAN = """
+import json, os, sqlite3, sys
+run = sys.argv[1]
+with open(os.path.join(run, "manifest.json"), "rb") as fh:
+    jobs = json.loads(fh.read())["jobs"]
+db = sqlite3.connect(os.path.join(run, "index.sqlite"))
+kept = {{r: (m, v) for r, m, v in db.execute("SELECT record, stamp, value FROM facts WHERE key = 'result'")}}
+out = []
+for job in jobs:
+    folder = "jobs/" + job["name"]
+    for name in {files}:
+        try:
+            st = os.stat(os.path.join(run, folder, name))
+        except FileNotFoundError:
+            continue
+        if name == "result.json":
+            mark, value = kept[folder + "/" + name]
+            assert mark == f"{{st.st_ino}} {{st.st_size}} {{st.st_mtime_ns}} {{st.st_ctime_ns}}"
+            result = json.loads(value)
+    cells = [job["name"], job.get("state") or ""]
+    for key in ("engine", "strategy", "precision", "nodes", "devices_per_node", "train_s", "samples_per_s",
+                "peak_gpu_mb", "best_val_acc", "test_acc", "test_f1", "requeue_count", "epochs_done"):
+        value = result.get(key)
+        cells.append("-" if value is None else f"{{value:.4f}}" if type(value) is float else str(value))
+    out.append(cells)
+widths = [max(len(row[i]) for row in out) for i in range(len(out[0]))]
+sys.stdout.write("\\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in out) + "\\n")
 """
 # The CLI with the cycle collector left on while the command runs.
 GC_ON = "import gc, sys; gc.disable = lambda: None; from jobgen.cli import main; sys.argv[0] = 'jobgen'; main()"
@@ -164,7 +197,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     jobgen = [str(Path(sys.executable).with_name("jobgen"))]
-    names = ["floor", "status", "summary", "report", "status again", "summary again", "report again"]
+    names = ["floor", "status", "summary", "report", "status again", "summary again", "report again", "lean summary"]
     names += ["status gc on", "summary gc on"]
     budget = {"status": "status", "summary": "summary", "report": "report"}
     with tempfile.TemporaryDirectory() as tmp:
@@ -196,6 +229,7 @@ def main() -> int:
                 take("status again", timed([*jobgen, *root, "status", str(run)], env))
                 take("summary again", timed([*jobgen, *root, "summary", str(run)], env))
                 take("report again", timed([*jobgen, *root, "report", str(run), "-o", page], env))
+                take("lean summary", timed([sys.executable, "-c", LEAN.format(files=JOB_FILES), str(run)], env))
                 run = fresh(template, copies / template.name)
                 take("summary", timed([*jobgen, *root, "summary", str(run)], env))
                 run = fresh(template, copies / template.name)
