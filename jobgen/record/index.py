@@ -31,7 +31,7 @@ INDEX = "index.sqlite"
 SETTLED_NS = 2_000_000_000
 BUSY_MS = 2_000  # how long a command waits for another's write before it reads the records instead
 
-Stamp = tuple[int, int, int, int]  # inode, size, mtime, ctime (ns): what os.stat says of one version
+Stamp = str  # "inode size mtime ctime" (ns): what os.stat says of one version, as the index keeps it
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS facts (record TEXT NOT NULL, key TEXT NOT NULL, stamp TEXT NOT NULL, "
@@ -46,7 +46,7 @@ Kept = dict[str, tuple[Any, Any, Any]]  # record -> (stamp, value as JSON, value
 
 
 def stamp(st: os.stat_result) -> Stamp:
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return f"{st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"
 
 
 @functools.cache
@@ -67,10 +67,6 @@ def fingerprint() -> str:
         with contextlib.suppress(OSError), open(path, "rb") as fh:
             digest.update(fh.read())
     return digest.hexdigest()[:32]
-
-
-def _text(mark: Stamp) -> str:
-    return f"{mark[0]} {mark[1]} {mark[2]} {mark[3]}"
 
 
 class Index:
@@ -107,7 +103,7 @@ class Index:
     def get(self, record: str, mark: Stamp, key: str) -> tuple[bool, Any]:
         """(True, the value) when this version of the record was read for `key`, else (False, None)."""
         found = self._rows(key).get(record)
-        if found is None or found[0] != _text(mark):
+        if found is None or found[0] != mark:
             return False, None
         if found[2] is not _UNREAD:
             return True, found[2]  # kept by this command: the value itself, not decoded again
@@ -121,9 +117,9 @@ class Index:
     def keep(self, record: str, mark: Stamp, key: str, value: Any) -> None:
         """Keep what was read for `key` (a JSON value) of this version of the record, unless it changed
         too recently."""
-        if time.time_ns() - mark[2] < SETTLED_NS:
+        if time.time_ns() - int(mark.split(" ")[2]) < SETTLED_NS:
             return
-        row = (_text(mark), None if value is None else _encode(value))
+        row = (mark, None if value is None else _encode(value))
         rows = self._rows(key)
         found = rows.get(record)
         if found is None or found[:2] != row:

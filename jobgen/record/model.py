@@ -174,7 +174,7 @@ class RunJob:
         value that `valid` refuses (a damaged index) is read again."""
         mark = self._stat(name)
         index = self.index
-        if index is None or type(mark) is not tuple:
+        if index is None or type(mark) is not str:
             return read(self)
         rel = self.dir + "/" + name
         known, value = index.get(rel, mark, key)
