@@ -335,6 +335,20 @@ def test_a_damaged_index_costs_time_not_answers_and_is_written_again(runner, run
     assert sorted(p.name for p in run.iterdir()) == [INDEX, "jobs", "manifest.json"]  # no temp left
 
 
+def test_an_index_of_another_layout_is_read_around_and_the_facts_kept_beside_it(runner, run: Path) -> None:
+    """An index.sqlite an earlier jobgen wrote (another table, no `facts`): nothing of it is taken, the
+    answers are the records', and what this command read is kept in `facts`."""
+    with contextlib.closing(sqlite3.connect(run / INDEX)) as db:
+        db.execute("CREATE TABLE folders (folder TEXT PRIMARY KEY, code TEXT NOT NULL, read BLOB NOT NULL)")
+        db.execute("INSERT INTO folders VALUES ('jobs/job0', ?, '{}')", (index_module.fingerprint(),))
+        db.commit()
+    assert _summary(runner, run) == {"job0": 0.5, "job1": 0.6, "job2": 0.7}
+    rows, warnings = _status(runner, run)
+    assert len(rows) == 3 and warnings == []
+    kept = _rows(run)
+    assert kept["jobs/job1/result.json"][2]["result"]["test_acc"] == 0.6 and _sound(run)
+
+
 def test_what_other_code_read_is_read_again(runner, run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows kept by another fingerprint (edited reading code), even with this code's stamps: not taken."""
     _summary(runner, run)
