@@ -427,7 +427,7 @@ def probe(
     import json
 
     from jobgen.commands import probe as probing
-    from jobgen.results.status import format_table
+    from jobgen.results.status_view import format_table
 
     def started(run_dir: Path) -> None:
         click.echo(f"probe run: {run_dir} (waiting for its jobs)", err=fmt == "json")
@@ -474,7 +474,7 @@ def status(
 ) -> None:
     """One row per job of RUN (a run folder, experiment name or file; default: the latest run)."""
     from jobgen.commands.wait import watch_status
-    from jobgen.results.status import format_table
+    from jobgen.results.status_view import format_table
 
     run_dir = _one_run(ctx, run)
     _top_up_quietly(run_dir)
@@ -535,7 +535,7 @@ def top_up(ctx: click.Context, run: str, leaving: str | None) -> None:
 def runs(ctx: click.Context, experiments: tuple[str, ...], refresh: bool) -> None:
     """List the runs of EXPERIMENTS (names or files; default: all), oldest first, with their jobs' states."""
     from jobgen.record.lookup import list_runs
-    from jobgen.results.status import format_table, runs_table
+    from jobgen.results.status_view import format_table, runs_table
 
     root = _lookup_root(ctx)
     found = list_runs(list(experiments), root)

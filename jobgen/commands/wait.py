@@ -11,7 +11,7 @@ from typing import TypeVar
 from jobgen.errors import WaitTimeout
 from jobgen.record.model import Run
 from jobgen.results.state_rule import read_runs
-from jobgen.results.status import StatusView, read_status
+from jobgen.results.status_view import StatusView, read_status
 
 Reading = TypeVar("Reading")
 
@@ -42,7 +42,7 @@ def watch_status(
     refresh: bool = False,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Iterator[StatusView]:
-    """Like watch, as `jobgen status` shows it (jobgen.results.status.read_status)."""
+    """Like watch, as `jobgen status` shows it (jobgen.results.status_view.read_status)."""
     return _poll(lambda: read_status(run_dir, refresh), lambda view: view.all_final, run_dir, interval, timeout, sleep)
 
 

@@ -67,7 +67,7 @@ def test_a_valid_result_overrides_a_stale_failure_state(tmp_path: Path) -> None:
 def test_live_state_wins_and_gives_the_start_time(tmp_path: Path) -> None:
     job = FakeJob("a", result=None, logs={"slurm-1.out": "epoch 1\n"})
     run = write_run(tmp_path, "exp", [job], run_id="r1")
-    # jobgen.results.status's JobInfo: a State and Slurm's naive local start time as text.
+    # jobgen.states's JobInfo: a State and Slurm's naive local start time as text.
     start = (synth.T0 + timedelta(seconds=90)).astimezone().replace(tzinfo=None)
     live = SimpleNamespace(state=State.RUNNING, start=start.isoformat())
     [row] = collect_run(run, {("r1", "a"): live})

@@ -425,7 +425,7 @@ def _command(root: str, run: str, command: str, rounds: int, out: str) -> None:
     """`command` of the run `rounds` times, through the functions the CLI calls (CliRunner swaps the
     process's stdout: not for threads), each answer checked."""
     from jobgen.results.report import report_page
-    from jobgen.results.status import read_status
+    from jobgen.results.status_view import read_status
     from jobgen.results.summary import summary_text
 
     for n in range(rounds):
