@@ -108,13 +108,15 @@ def test_halving_sweep_on_slurm(slurm, root: Path, tmp_path: Path) -> None:
 
 # A chain (slurm.chain = 6) of 1-minute segments, the jobs one at a time on one node, in the sweep's order:
 # the first (the best lr: 3e-3 learns in one epoch, 1e-8 and 1e-7 do not) and the second pause at rung 1
-# (n < eta: no slot), and the third's report promotes the first. Its training needs 100 epochs after the
-# rung (0.45 to 1 s each on the test machine), longer than the requeued segment is let run (brought to its
-# end once past the rung: Slurm checks limits every 30 s), and shorter than five segments.
-EPOCHS = 100
+# (n < eta: no slot), and the third's report promotes the first. Its training after the rung lasts longer
+# than the requeued segment is let run (brought to its end at epoch 2: Slurm checks limits every 30 s, then
+# KillWait), and less than five segments: 14 epochs of 38 steps, each step waiting 0.1 s
+# (JOBGEN_STEP_PAUSE_S), about 60 s whatever the machine's speed, with little CPU taken from the other tests.
+EPOCHS = 16
 CHAIN = f"""
 [env]
 python = "{PYTHON}"
+vars = {{ JOBGEN_STEP_PAUSE_S = "0.1" }}
 [slurm]
 cpus_per_task = 1
 time = "1"
