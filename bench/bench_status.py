@@ -14,7 +14,9 @@ Each first read has a fresh copy of the run (new inodes: nothing of another copy
 floor, measured in the same round, is `python -c pass` plus one os.stat per job file: the least a
 command that checks every record can cost. `lean summary` is the least a settled summary can cost
 with the run's index as it is (a bare script: results from the index by stamp, a line per job, no
-checks, no CLI): what the settled budget compares with. `gc on` times the first status and summary with Python's
+checks, no CLI): what the settled budget compares with; after the table, the settled summary's parts
+timed in one process (reading the records, the rows, the lines, the table's text) show what making and
+rendering the lines costs from numbers already in memory. `gc on` times the first status and summary with Python's
 cycle collector left on (the CLI turns it off while a command runs): what keeping that switch buys.
 CPU seconds (user + system) are printed too: on a busy machine they vary less than the wall times.
 
@@ -86,6 +88,28 @@ widths = [max(len(row[i]) for row in out) for i in range(len(out[0]))]
 sys.stdout.write("\\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in out) + "\\n")
 """
 # The CLI with the cycle collector left on while the command runs.
+# The settled summary's parts, timed in one process as the CLI runs them (the cycle collector off): how
+# much of it is reading the run and how much is making and rendering the lines from numbers in memory.
+PARTS = """
+import gc, sys, time
+from pathlib import Path
+from jobgen.results.collect import collect, look_and_keep
+from jobgen.results.state_rule import read_some
+from jobgen.results.summary import RENDERERS, apply_baseline, build_lines
+gc.disable()
+t0 = time.perf_counter()
+loaded = read_some([Path(sys.argv[1])])
+look_and_keep(loaded)
+t1 = time.perf_counter()
+rows = collect(loaded, None)
+t2 = time.perf_counter()
+lines = build_lines(rows)
+apply_baseline(lines, None)
+t3 = time.perf_counter()
+RENDERERS["table"](lines, color=False, width=200)
+print(t1 - t0, t2 - t1, t3 - t2, time.perf_counter() - t3)
+"""
+PART_NAMES = ("read and check the records", "the rows (results from the index)", "the lines", "the table's text")
 GC_ON = "import gc, sys; gc.disable = lambda: None; from jobgen.cli import main; sys.argv[0] = 'jobgen'; main()"
 BUDGETS = {"status": 1.5, "summary": 2.0, "report": 2.0, "settled": 0.5}
 
@@ -213,6 +237,7 @@ def main() -> int:
             if args.answered and not args.without_results:
                 answering_slurm(Path(tmp) / "slurm", n)
             walls: dict[str, list[float]] = {name: [] for name in names}
+            parts: list[list[float]] = []
             cpus: dict[str, list[float]] = {name: [] for name in names}
 
             def take(name: str, measured: tuple[float, float], walls=walls, cpus=cpus) -> None:
@@ -230,6 +255,8 @@ def main() -> int:
                 take("summary again", timed([*jobgen, *root, "summary", str(run)], env))
                 take("report again", timed([*jobgen, *root, "report", str(run), "-o", page], env))
                 take("lean summary", timed([sys.executable, "-c", LEAN.format(files=JOB_FILES), str(run)], env))
+                said = subprocess.run([sys.executable, "-c", PARTS, str(run)], env=env, capture_output=True, text=True)
+                parts.append([float(x) for x in said.stdout.split()])
                 run = fresh(template, copies / template.name)
                 take("summary", timed([*jobgen, *root, "summary", str(run)], env))
                 run = fresh(template, copies / template.name)
@@ -245,6 +272,14 @@ def main() -> int:
                 limit = BUDGETS["settled"] if name.endswith("again") else BUDGETS.get(budget.get(name, ""), None)
                 said = "" if limit is None else f"  budget {limit:.1f} s {'ok' if wall <= limit else 'OVER'}"
                 print(f"  {name:<14} {wall:6.2f} s  {wall / floor:5.1f}x  cpu {cpu:5.2f} s{said}", flush=True)
+            medians = [statistics.median(p[i] for p in parts) for i in range(len(PART_NAMES))]
+            print("  the settled summary's parts, in one process:")
+            for part, seconds in zip(PART_NAMES, medians, strict=True):
+                print(f"    {part:<34} {seconds:6.2f} s  {seconds / floor:5.1f}x")
+            lines_and_table = medians[2] + medians[3]
+            print(
+                f"    the lines and the table alone: {lines_and_table:.2f} s, {lines_and_table / floor:.1f}x the floor"
+            )
     print(f"load average at the end: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs")
     return 0
 
