@@ -119,7 +119,7 @@ def _answers(runner, root: Path, run: Path, report: bool = False) -> tuple[str, 
     return said[0], said[1]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(STEPS, min_size=1, max_size=8))
 def test_the_index_never_changes_an_answer(runner, tmp_path_factory, plan: list[tuple]) -> None:
     base = tmp_path_factory.mktemp("answers")
