@@ -87,7 +87,6 @@ for job in jobs:
 widths = [max(len(row[i]) for row in out) for i in range(len(out[0]))]
 sys.stdout.write("\\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in out) + "\\n")
 """
-# The CLI with the cycle collector left on while the command runs.
 # The settled summary's parts, timed in one process as the CLI runs them (the cycle collector off): how
 # much of it is reading the run and how much is making and rendering the lines from numbers in memory.
 PARTS = """
@@ -110,6 +109,7 @@ RENDERERS["table"](lines, color=False, width=200)
 print(t1 - t0, t2 - t1, t3 - t2, time.perf_counter() - t3)
 """
 PART_NAMES = ("read and check the records", "the rows (results from the index)", "the lines", "the table's text")
+# The CLI with the cycle collector left on while the command runs.
 GC_ON = "import gc, sys; gc.disable = lambda: None; from jobgen.cli import main; sys.argv[0] = 'jobgen'; main()"
 BUDGETS = {"status": 1.5, "summary": 2.0, "report": 2.0, "settled": 0.5}
 
@@ -255,7 +255,9 @@ def main() -> int:
                 take("summary again", timed([*jobgen, *root, "summary", str(run)], env))
                 take("report again", timed([*jobgen, *root, "report", str(run), "-o", page], env))
                 take("lean summary", timed([sys.executable, "-c", LEAN.format(files=JOB_FILES), str(run)], env))
-                said = subprocess.run([sys.executable, "-c", PARTS, str(run)], env=env, capture_output=True, text=True)
+                said = subprocess.run(
+                    [sys.executable, "-c", PARTS, str(run)], env=env, capture_output=True, text=True, check=True
+                )
                 parts.append([float(x) for x in said.stdout.split()])
                 run = fresh(template, copies / template.name)
                 take("summary", timed([*jobgen, *root, "summary", str(run)], env))
