@@ -171,8 +171,9 @@ class Console:
             with self._lock:
                 if self.quiet_for() < due:
                     continue
-                tracker = self._tracker
-                text = tracker.line() if tracker is not None else None
+                # No local name for the tracker: this thread would hold it while it waits, and through
+                # its clock the whole job, the model and its process group past their teardown (issue 20).
+                text = self._tracker.line() if self._tracker is not None else None
                 self.say(text or progress.heartbeat_line(self._phase, time.monotonic() - self._since))
 
 

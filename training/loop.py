@@ -63,7 +63,8 @@ class Job:
     def __post_init__(self) -> None:
         self.clock = TrainClock(self.stats, self.spec)
         if self.rt.world > 1:
-            self.clock.any_rank = lambda flag: self.rt.reduce_sum([float(flag)])[0] > 0
+            rt = self.rt  # not self: no cycle through the clock, so the job goes with its last reference
+            self.clock.any_rank = lambda flag: rt.reduce_sum([float(flag)])[0] > 0
         batches = self.loaders["train"].batch_sampler.num_batches()
         t = self.spec.train
         self.tracker = console.Tracker(

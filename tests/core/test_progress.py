@@ -5,9 +5,11 @@ checked in tests/training/test_resume.py (tests/training/logcheck.py)."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 import warnings
+import weakref
 from pathlib import Path
 
 import pytest
@@ -161,6 +163,30 @@ def test_rank_0_gets_a_heartbeat_in_every_phase_and_other_ranks_stay_quiet(said:
     console.start(1, interval=0.2)  # a rank other than 0 from the start: no heartbeat at all
     time.sleep(0.5)
     assert len(said()) == before
+
+
+def test_the_heartbeat_holds_no_tracker_once_training_stops(said: Said) -> None:
+    """A tracker reaches the whole job through its clock (the model, and with it the process group):
+    once training stops, the heartbeat thread must not keep it alive while it waits, or the group
+    outlives destroy_process_group() and its threads run into the interpreter's exit (issue 20)."""
+
+    class Counters:
+        times_s = {"train": 2.0}
+        timed_samples = 100
+        local = {"timed_samples": 50}
+
+    console.start(0, interval=0.3)
+    tracker = console.Tracker(Counters(), Counters(), epochs=1, batches=10, steps=10, world=1)
+    tracker.at(0, 0, 0)
+    console.training(tracker)
+    time.sleep(0.8)  # nothing said: the heartbeat says the progress line from the tracker
+    assert any(progress.parse(line) for line in said()), said()
+    console.phase("ending")
+    console.say("training: wrote result.json")  # the heartbeat is not due again for a while
+    gone = weakref.ref(tracker)
+    del tracker
+    gc.collect()
+    assert gone() is None
 
 
 def test_the_first_heartbeat_counts_the_silence_from_the_process_start(said: Said) -> None:
