@@ -187,7 +187,7 @@ def test_a_chain_pauses_holds_its_segments_and_a_promotion_resumes_it(slurm, roo
         # Once the promoted job's requeued segment has trained past its rung, the test brings its end to
         # now: Slurm ends it as TIMEOUT at its next check of the limits (every 30 s) instead of after its
         # whole minute of training, and the released segments finish the job (the minute stays the backstop).
-        # The controller, not sacct, says whether it runs: under load the accounting lags by tens of seconds.
+        # The controller, not sacct, says whether it runs now: under load the accounting can lag behind it.
         resumed = segments[first][0]
         if not cut and _controller(resumed) == ("RUNNING", 1):
             progress = run_dir / jobs[first]["dir"] / "progress.json"
