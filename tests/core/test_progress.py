@@ -179,8 +179,10 @@ def test_the_heartbeat_holds_no_tracker_once_training_stops(said: Said) -> None:
     tracker = console.Tracker(Counters(), Counters(), epochs=1, batches=10, steps=10, world=1)
     tracker.at(0, 0, 0)
     console.training(tracker)
-    time.sleep(0.8)  # nothing said: the heartbeat says the progress line from the tracker
-    assert any(progress.parse(line) for line in said()), said()
+    deadline = time.monotonic() + 10  # nothing said: the heartbeat says the progress line from the tracker
+    while not any(progress.parse(line) for line in said()):
+        assert time.monotonic() < deadline, said()
+        time.sleep(0.05)
     console.phase("ending")
     console.say("training: wrote result.json")  # the heartbeat is not due again for a while
     gone = weakref.ref(tracker)
