@@ -6,6 +6,7 @@ sits behind the small `Runtime` interface each engine implements; everything els
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from contextlib import AbstractContextManager
@@ -63,8 +64,8 @@ class Job:
     def __post_init__(self) -> None:
         self.clock = TrainClock(self.stats, self.spec)
         if self.rt.world > 1:
-            rt = self.rt  # not self: no cycle through the clock, so the job goes with its last reference
-            self.clock.any_rank = lambda flag: rt.reduce_sum([float(flag)])[0] > 0
+            # The runtime, not self: no cycle through the clock, so the job goes with its last reference.
+            self.clock.any_rank = functools.partial(_agreed, self.rt)
         batches = self.loaders["train"].batch_sampler.num_batches()
         t = self.spec.train
         self.tracker = console.Tracker(
@@ -236,15 +237,16 @@ def train_epoch(job: Job, epoch: int) -> str:
             )
         if t.max_steps and job.progress["global_step"] >= t.max_steps:
             return "max_steps"
-        if job.watcher is not None and _agreed(job, job.watcher.requested):
+        if job.watcher is not None and _agreed(job.rt, job.watcher.requested):
             return "interrupted"
         job.clock.open()
     return "done"
 
 
-def _agreed(job: Job, flag: bool) -> bool:
-    # The signal may reach one rank (or reach ranks at different steps): stop together or not at all.
-    return job.rt.reduce_sum([float(flag)])[0] > 0
+def _agreed(rt: Runtime, flag: bool) -> bool:
+    # True on every rank when it is True on any: a signal may reach one rank (or ranks at different
+    # steps), a recompile may happen on one; all stop, or warm up, together.
+    return rt.reduce_sum([float(flag)])[0] > 0
 
 
 def fit(job: Job) -> None:

@@ -110,6 +110,14 @@ def test_the_heartbeat_is_10_s_unless_the_environment_says_otherwise() -> None:
         assert progress.heartbeat_s({progress.HEARTBEAT_ENV: bad}) == 10.0, bad
 
 
+class Counters:
+    """What a Tracker reads: the run's Stats and TrainClock."""
+
+    times_s = {"train": 2.0}
+    timed_samples = 100
+    local = {"timed_samples": 50}
+
+
 class Said:
     """Every line printed so far in this test (pytest's capsys, read as it goes)."""
 
@@ -134,11 +142,6 @@ def test_rank_0_gets_a_heartbeat_in_every_phase_and_other_ranks_stay_quiet(said:
     lines = said()
     assert 2 <= len(lines) <= 5 and all(progress.HEARTBEAT_LINE.match(t) for t in lines), lines
     assert lines[0].startswith("training: preparing data, ")
-
-    class Counters:  # what a Tracker reads: the run's Stats and TrainClock
-        times_s = {"train": 2.0}
-        timed_samples = 100
-        local = {"timed_samples": 50}
 
     tracker = console.Tracker(Counters(), Counters(), epochs=2, batches=10, steps=20, world=2)
     tracker.at(0, 0, 0)
@@ -169,11 +172,6 @@ def test_the_heartbeat_holds_no_tracker_once_training_stops(said: Said) -> None:
     """A tracker reaches the whole job through its clock (the model, and with it the process group):
     once training stops, the heartbeat thread must not keep it alive while it waits, or the group
     outlives destroy_process_group() and its threads run into the interpreter's exit (issue 20)."""
-
-    class Counters:
-        times_s = {"train": 2.0}
-        timed_samples = 100
-        local = {"timed_samples": 50}
 
     console.start(0, interval=0.3)
     tracker = console.Tracker(Counters(), Counters(), epochs=1, batches=10, steps=10, world=1)

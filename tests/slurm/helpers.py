@@ -73,12 +73,15 @@ def wait_states(run_dir: Path, wanted, timeout: float, poll: float = 2.0) -> dic
         time.sleep(poll)
 
 
+def controller_job(job_id: str) -> dict[str, str]:
+    """What slurmctld says of a job now (`scontrol show job -o`), by field; sacct may lag behind it."""
+    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=True).stdout
+    return dict(word.split("=", 1) for word in out.split() if "=" in word)
+
+
 def restarts(job_id: str) -> int:
     """How many times Slurm has requeued a job (scontrol's Restarts=)."""
-    import re
-
-    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=True).stdout
-    return int(re.search(r"Restarts=(\d+)", out).group(1))
+    return int(controller_job(job_id)["Restarts"])
 
 
 def all_final(states: dict[str, State]) -> bool:

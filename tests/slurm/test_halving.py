@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm.helpers import PYTHON, jobgen, manifest, only_run, restarts, write_experiment
+from tests.slurm.helpers import PYTHON, controller_job, jobgen, manifest, only_run, restarts, write_experiment
 from training import halving
 
 pytestmark = [pytest.mark.slurm, pytest.mark.training, pytest.mark.timeout(600)]
@@ -156,13 +156,6 @@ def _sacct(ids: list[str]) -> dict[str, dict[str, str]]:
     return {r[0]: {"state": r[1].split(" ")[0], "start": r[2], "end": r[3]} for r in rows}
 
 
-def _controller(job_id: str) -> tuple[str, int]:
-    """The job's state and restart count as slurmctld has them now."""
-    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=True).stdout
-    fields = dict(word.split("=", 1) for word in out.split() if "=" in word)
-    return fields["JobState"], int(fields["Restarts"])
-
-
 def test_a_chain_pauses_holds_its_segments_and_a_promotion_resumes_it(slurm, root: Path, tmp_path: Path) -> None:
     exp = write_experiment(tmp_path, "halvchain", CHAIN)
     jobgen("submit", str(exp), root=root)
@@ -189,7 +182,7 @@ def test_a_chain_pauses_holds_its_segments_and_a_promotion_resumes_it(slurm, roo
         # whole minute of training, and the released segments finish the job (the minute stays the backstop).
         # The controller, not sacct, says whether it runs now: under load the accounting can lag behind it.
         resumed = segments[first][0]
-        if not cut and _controller(resumed) == ("RUNNING", 1):
+        if not cut and (job := controller_job(resumed))["JobState"] == "RUNNING" and job["Restarts"] == "1":
             progress = run_dir / jobs[first]["dir"] / "progress.json"
             if progress.exists() and json.loads(progress.read_text()).get("epoch", 0) >= 2:  # from 0
                 subprocess.run(["scontrol", "update", f"JobId={resumed}", "EndTime=now"], check=True)
