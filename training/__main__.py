@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
 import training
+from training import console
 
 # The process' start, near enough (the imports above are light): its first heartbeat is due that long
 # after it (training.console), whatever the job imported before the console could speak.
@@ -29,19 +31,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from training.hardware import DeviceError
+    from training.hardware import DeviceError, cpu_threads
+
+    threads = cpu_threads(os.environ)
+    if threads is not None:  # before torch is imported: its thread pool reads this once
+        os.environ["OMP_NUM_THREADS"] = str(threads)
     from training.run import prepare_only, run
     from training.spec import SpecError, load
 
     try:
         spec = load(args.spec)
     except (SpecError, OSError, ValueError) as exc:
-        print(f"training: {exc}", file=sys.stderr)
+        console.line(f"training: {exc}", err=True)
         return 2
     try:
         return prepare_only(spec) if args.prepare_only else run(spec, Path(args.spec), started=STARTED)
     except (SpecError, DeviceError) as exc:  # what only the data, the model or the node can tell
-        print(f"training: {exc}", file=sys.stderr)
+        console.line(f"training: {exc}", err=True)
         return 2
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from training import console
+
 ADAPTER_DIR = "adapter"
 
 
@@ -53,7 +55,7 @@ def save(model: Any, job_dir: Path, rank: int) -> Path | None:
     target = job_dir / ADAPTER_DIR
     if rank == 0:
         peft_model.save_pretrained(str(target), state_dict=state, is_main_process=True)
-        print(f"training: saved the LoRA adapter and the head to {target}", flush=True)
+        console.line(f"training: saved the LoRA adapter and the head to {target}")
     return target
 
 

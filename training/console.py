@@ -7,6 +7,7 @@ notices turned off where they are made.
     console.training(tracker)                # while training: the heartbeat is the progress line
     tracker.batch_done(...)                  # per batch, from each engine's loop or callback
     console.say(line)                        # any line of ours (rank 0 only)
+    console.line(line, err=True)             # a line from any rank (a signal, a checkpoint, a warning)
     console.stop()
 
 Noise is removed by exact, known message or by the library's own switch, never by silencing a
@@ -144,11 +145,16 @@ class Console:
         self.rank = rank
 
     def say(self, text: str) -> None:
-        if self.rank != 0:
-            return
+        if self.rank == 0:
+            self.line(text)
+
+    def line(self, text: str, *, err: bool = False) -> None:
+        """A line from any rank (say() is rank 0's). One write of the line and its newline, under the
+        lock: print() writes them apart, and a heartbeat written between the two once joined two lines."""
+        stream = sys.stderr if err else sys.stdout
         with self._lock:
-            sys.stdout.write(text + "\n")  # one write: the heartbeat thread's lines never interleave
-            sys.stdout.flush()
+            stream.write(text + "\n")
+            stream.flush()
             self._last = time.monotonic()
 
     def phase(self, name: str) -> None:
@@ -178,7 +184,14 @@ class Console:
 
 
 CONSOLE = Console()
-start, stop, say, phase, set_rank = CONSOLE.start, CONSOLE.stop, CONSOLE.say, CONSOLE.phase, CONSOLE.set_rank
+start, stop, say, line, phase, set_rank = (
+    CONSOLE.start,
+    CONSOLE.stop,
+    CONSOLE.say,
+    CONSOLE.line,
+    CONSOLE.phase,
+    CONSOLE.set_rank,
+)
 
 
 def training(tracker: Tracker) -> None:

@@ -22,7 +22,6 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from training import console
 from training.contract import LOWER_IS_BETTER, TASKS, metric_problem
 
 # Exit status of every rank of a job that paused at a rung: neither success (no result) nor failure.
@@ -336,12 +336,12 @@ def at_rung(
         if other == job:
             continue
         if waves:
-            print(f"training: halving: promoted {other} at rung {rung}: requeued when the queue has room", flush=True)
+            console.line(f"training: halving: promoted {other} at rung {rung}: requeued when the queue has room")
             continue
         # Read after the settling: it may promote a job whose report came in just before it.
         said = requeue_promoted(base, rung, other, read_reports(base, rung).get(other, {}))
         if said is not None:
-            print(f"training: halving: promoted {other} at rung {rung}: {said}", flush=True)
+            console.line(f"training: halving: promoted {other} at rung {rung}: {said}")
     if is_promoted(base, rung, job):
         return True
     marker = pause_marker(checkpoint_dir)
@@ -376,9 +376,8 @@ def goes_on(spec: Any, stats: Any, done: int, rank: int, agree: Callable[[list[f
 
 
 def say_pause(job: str, rung: int, name: str, metric: float) -> None:
-    print(
+    console.line(
         f"training: halving: {job} pauses at rung {rung} ({name} {metric:.4f} is not in the top of its rung); "
         "it resumes here if a later report promotes it",
-        file=sys.stderr,
-        flush=True,
+        err=True,
     )

@@ -16,6 +16,18 @@ class DeviceError(RuntimeError):
     what to do (python -m training prints it, without a traceback, and exits 2)."""
 
 
+def cpu_threads(environ: Mapping[str, str]) -> int | None:
+    """The CPU threads of this process' math (OMP_NUM_THREADS) where nobody chose: the CPUs Slurm gave
+    its task. None outside Slurm, and where OMP_NUM_THREADS is set: by the user, or by the launcher of
+    several ranks in one task (torchrun: 1 each; accelerate: 1 each on GPUs, the node's cores shared on CPUs).
+
+    torch alone takes every core it may run on: the same number on a cluster that binds tasks to their
+    CPUs, but where Slurm does not (TaskPlugin=task/none), two one-CPU jobs on a two-core node each ran
+    two threads, and each job's speed hung on what the other did."""
+    cpus = environ.get("SLURM_CPUS_PER_TASK", "")
+    return int(cpus) if cpus.isdigit() and int(cpus) > 0 and not environ.get("OMP_NUM_THREADS") else None
+
+
 def resolve_accelerator(t: TrainSpec, environ: Mapping[str, str] | None = None) -> str:
     """ "cpu" or "gpu". accelerator="cpu" wins even when Slurm set CUDA_VISIBLE_DEVICES (test switch).
     "auto" without CUDA trains on the CPU, but not in a job Slurm gave GPUs: that is a broken

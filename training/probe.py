@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from training import console
 from training.spec import Spec
 
 PROBE_SCHEMA = 1
@@ -139,4 +140,4 @@ def write(spec: Spec, stats: Any, rank: int) -> None:
     doc["peak_memory_mb"] = peak_memory_mb(stats)
     path = Path(spec.job_dir) / "probe.json"
     atomic_write(path, json.dumps(doc, indent=1) + "\n")
-    print(f"training: wrote {path}", flush=True)
+    console.line(f"training: wrote {path}")

@@ -19,10 +19,11 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+
+from training import console
 
 # Exit status of every rank after a checkpoint on signal: "try again". Never 0: the job has no result.
 EXIT_REQUEUE = 75
@@ -45,7 +46,7 @@ class Watcher:
 
     def _handle(self, number: int, frame: object) -> None:
         if not self.requested:
-            print(f"training: got signal {number}; checkpointing at the next step", file=sys.stderr, flush=True)
+            console.line(f"training: got signal {number}; checkpointing at the next step", err=True)
         self.requested = True
         self.signals.append(number)
 
@@ -89,18 +90,18 @@ def leave_for_requeue(rank: int, checkpoint_dir: Path, warning: str = "USR2", wa
     done = marker(checkpoint_dir)
     if not job_id:
         if rank == 0:
-            print("training: not in a Slurm job; checkpoint written, exiting for a manual restart", file=sys.stderr)
+            console.line("training: not in a Slurm job; checkpoint written, exiting for a manual restart", err=True)
         raise SystemExit(EXIT_REQUEUE)
     if rank == 0:
         if os.environ.get("JOBGEN_REQUEUE_BY") == BY_BATCH_SHELL:
             asked = "the batch script requeues the job"
-            print(f"training: checkpoint complete; {asked}", file=sys.stderr, flush=True)
+            console.line(f"training: checkpoint complete; {asked}", err=True)
         else:
             # Said before Slurm is asked: a requeue ends the job's steps at once, and a line printed after
             # it may never leave srun (the step's output goes through it).
-            print("training: checkpoint complete; asking Slurm to requeue the job", file=sys.stderr, flush=True)
+            console.line("training: checkpoint complete; asking Slurm to requeue the job", err=True)
             asked = _ask_slurm()
-            print(f"training: {asked}", file=sys.stderr, flush=True)
+            console.line(f"training: {asked}", err=True)
         done.parent.mkdir(parents=True, exist_ok=True)
         done.write_text(f"{asked}\n")
     else:

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import resource
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -16,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from training import trackers
+from training import console, trackers
 from training.progress import PROGRESS_FILE
 from training.spec import Spec
 
@@ -409,11 +408,10 @@ def finished_anyway(job_dir: Path, before: tuple[int, int] | None, status: int) 
     now = result_stamp(job_dir)
     if status == 0 or now is None or now == before:
         return False
-    print(
+    console.line(
         f"training: the ranks wrote {job_dir / 'result.json'}, then exited with status {status} on the way "
         "out; the job counts as completed",
-        file=sys.stderr,
-        flush=True,
+        err=True,
     )
     return True
 

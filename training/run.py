@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import sys
 import warnings
 from pathlib import Path
 
@@ -137,7 +136,7 @@ def _end_after_failure(exc: BaseException) -> None:
         traceback.clear_frames(exc.__traceback__)
         common.end_process_group(orderly=False)
     except Exception as teardown:  # never hide the failure that brought us here
-        print(f"training: teardown after failure failed: {teardown}", file=sys.stderr, flush=True)
+        console.line(f"training: teardown after failure failed: {teardown}", err=True)
     trackers.finish("FAILED")
 
 
@@ -155,7 +154,7 @@ def prepare_only(spec: Spec) -> int:
     model_lib.load_model(
         prepared.model_source, prepared.label_names, prepared.problem_type
     )  # downloads into the HF cache once
-    print(f"training: model {prepared.model_source} ready", flush=True)
+    console.line(f"training: model {prepared.model_source} ready")
     return 0
 
 

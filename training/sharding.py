@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from training import console
 from training.contract import COMPUTE_DTYPES
 from training.model import transformer_blocks
 
@@ -45,10 +46,9 @@ def fsdp2_parallelize(model: Any, device_mesh: Any, offload: bool = False, preci
     fully_shard(model, mesh=mesh, offload_policy=policy, mp_policy=mp)
     where = "cpu" if isinstance(policy, CPUOffloadPolicy) else "none"
     dtype = str(mp.param_dtype or "fp32").removeprefix("torch.")
-    print(
+    console.line(
         f"training: FSDP2 sharded {len(blocks)} blocks + root over {mesh.size()} ranks, offload={where}, "
-        f"gather/reduce in {dtype}",
-        flush=True,
+        f"gather/reduce in {dtype}"
     )
     return model
 

@@ -20,11 +20,11 @@ import dataclasses
 import hashlib
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any, Protocol, cast
 
+from training import console
 from training.contract import WANDB_MODES, one_of
 from training.spec import Spec
 
@@ -201,7 +201,7 @@ class Trackers:
             try:
                 tracker.close(status)
             except Exception as exc:  # a tracker must never fail a finished training
-                print(f"training: closing {type(tracker).__name__} failed: {exc}", file=sys.stderr, flush=True)
+                console.line(f"training: closing {type(tracker).__name__} failed: {exc}", err=True)
         self.opened = None
 
 

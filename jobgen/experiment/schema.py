@@ -40,7 +40,13 @@ class SlurmSection:
     ntasks_per_node: int = opt(
         0, "Tasks per node; 0 = one per device (what srun-launched ranks need).", min=0, max=1024
     )
-    cpus_per_task: int = opt(4, "CPUs per task (sbatch --cpus-per-task, passed on to srun).", min=1, max=1024)
+    cpus_per_task: int = opt(
+        4,
+        "CPUs per task (sbatch --cpus-per-task, passed on to srun); a rank srun starts computes on as many "
+        "threads unless the job's environment sets OMP_NUM_THREADS (torchrun and accelerate set their own).",
+        min=1,
+        max=1024,
+    )
     mem: str = opt(
         "",
         "Memory per node as sbatch takes it: 64G, 500M, 0 (= all); auto = the newest probe's prediction "

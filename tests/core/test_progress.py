@@ -5,6 +5,7 @@ checked in tests/training/test_resume.py (tests/training/logcheck.py)."""
 
 from __future__ import annotations
 
+import ast
 import gc
 import logging
 import time
@@ -199,6 +200,47 @@ def test_the_first_heartbeat_counts_the_silence_from_the_process_start(said: Sai
     console.start(0, interval=2.0)  # without `since`: the silence begins now, nothing is due yet
     time.sleep(0.6)
     assert said() == lines
+
+
+class Writes:
+    """A stream that keeps each write() call apart."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.calls.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_a_line_is_one_write_with_its_newline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The heartbeat thread writes between any two writes of another line: print() writes a line and
+    its newline apart, and a CI log once read "...exiting for a manual restarttraining: ending, 0 s so far"."""
+    out, err = Writes(), Writes()
+    monkeypatch.setattr("sys.stdout", out)
+    monkeypatch.setattr("sys.stderr", err)
+    monkeypatch.setattr(console.CONSOLE, "rank", 0)
+    console.say("training: a")
+    console.line("training: b", err=True)
+    console.line("training: c")
+    assert out.calls == ["training: a\n", "training: c\n"] and err.calls == ["training: b\n"]
+
+
+def test_the_training_process_prints_only_through_the_console() -> None:
+    """Every line of the training process goes through training/console.py (say, line), one write under
+    its lock; training/relay.py is a process of its own, with no heartbeat."""
+    root = Path(console.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "relay.py" and path.parent == root:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    assert found == []
 
 
 def test_known_noise_is_dropped_by_its_text_and_the_rest_still_shows(monkeypatch: pytest.MonkeyPatch) -> None:

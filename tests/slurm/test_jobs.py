@@ -4,6 +4,7 @@ node without port collisions, queueing, a failing job's traceback, and the summa
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -91,6 +92,10 @@ def test_two_nodes_two_tasks_each(slurm, root: Path, tmp_path: Path, backend: st
     # Its output, wherever the backend keeps it (sbatch: slurm-<id>.out; submitit: submitit/<id>_<task>_log.out).
     logs = jobgen("logs", str(run_dir), root=root).stdout
     assert f"training: wrote {run_dir / job['dir'] / 'result.json'}" in logs, logs[-2000:]
+    # One CPU a task: each rank computes on one thread, though the test cluster binds no task to its
+    # CPUs and torch alone would take both of the machine's cores (training.hardware.cpu_threads).
+    ranks = [line for line in logs.splitlines() if re.search(r"training: rank \d/4 via", line)]
+    assert len(ranks) == 4 and all(line.endswith("; 1 CPU thread") for line in ranks), ranks
     # The finished job's checkpoints can go; its result stays.
     checkpoints = run_dir / job["dir"] / "checkpoints"
     assert any(checkpoints.iterdir())

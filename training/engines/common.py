@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from training import console
 from training import model as model_lib
 from training.data import Prepared
 from training.loaders import make_loader
@@ -17,8 +18,6 @@ SPLITS = ("train", "validation", "test")
 
 def build_model(spec: Spec, prepared: Prepared) -> Any:
     """The model every engine trains: loaded, then prepared (pad token, gradient checkpointing, LoRA)."""
-    from training import console
-
     console.phase("loading the model")
     # Looked up through the module so tests can wrap the loader (e.g. to watch dropout during fit).
     model, fresh = model_lib.load_model_info(prepared.model_source, prepared.label_names, prepared.problem_type)
@@ -73,7 +72,19 @@ def announce(rank: int, world: int, strategy: Any) -> None:
     found = getattr(strategy, "cluster_environment", None)
     # One process has no cluster environment: say who started it instead of "NoneType".
     environment = type(found).__name__ if found is not None else launched_by()
-    print(f"training: rank {rank}/{world} via {environment}; strategy {describe(strategy)}", flush=True)
+    say_rank(rank, world, environment, describe(strategy))
+
+
+def say_rank(rank: int, world: int, via: str, strategy: str) -> None:
+    """The rank line every engine prints; with the CPU threads of this rank's math (training.hardware.
+    cpu_threads), which a CPU run's speed depends on."""
+    import torch
+
+    threads = torch.get_num_threads()
+    console.line(
+        f"training: rank {rank}/{world} via {via}; strategy {strategy}; "
+        f"{threads} CPU thread{'s' if threads != 1 else ''}"
+    )
 
 
 def before_process_group() -> None:
@@ -115,7 +126,7 @@ def end_process_group(orderly: bool = True) -> None:
         try:
             _barrier(dist)
         except Exception as exc:  # a peer that died after its last collective: tear down ours anyway
-            print(f"training: barrier before teardown failed: {exc}", file=sys.stderr, flush=True)
+            console.line(f"training: barrier before teardown failed: {exc}", err=True)
     gc.collect()
     _destroy(dist)
     if backend_threads():
@@ -127,11 +138,10 @@ def end_process_group(orderly: bool = True) -> None:
         gc.collect()
     left = _threads_left_after(2.0)
     if left:
-        print(
+        console.line(
             f"training: warning: {', '.join(left)} still running after destroy_process_group(): something "
             "still holds the process group, and this rank may abort at exit (issue 20)",
-            file=sys.stderr,
-            flush=True,
+            err=True,
         )
 
 

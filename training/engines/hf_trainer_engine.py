@@ -591,11 +591,7 @@ def _fit_and_test(spec: Spec, prepared: Prepared, stats: Stats, watcher: requeue
     console.set_rank(args.process_index)
     common.record_sizes(stats, prepared)
     stats.world_size = args.world_size
-    print(
-        f"training: rank {args.process_index}/{args.world_size} via {ranks.launched_by()}; strategy "
-        f"{_describe(trainer)}",
-        flush=True,
-    )
+    common.say_rank(args.process_index, args.world_size, ranks.launched_by(), _describe(trainer))
     resume_from = resumable_checkpoint(spec.checkpoint_dir)
     if resume_from is not None:
         stats.restore(json.loads((resume_from / STATE_FILE).read_text())["stats"])

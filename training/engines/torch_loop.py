@@ -112,7 +112,7 @@ def _start_ranks(t: Any, accelerator: str) -> tuple[int, int, Any]:
     if accelerator == "gpu":
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if accelerator == "gpu" else "gloo")
-    print(f"training: rank {rank}/{world} via {ranks.launched_by()}; strategy DDP", flush=True)
+    common.say_rank(rank, world, ranks.launched_by(), "DDP")
     return rank, world, device
 
 
