@@ -23,8 +23,9 @@ def cluster_dir() -> Path:
 
 
 def jobgen(*args: str, root: Path, check: bool = True, timeout: float = 120, env: dict | None = None):
-    """Run the installed `jobgen` command as a user would."""
-    full_env = {**os.environ, "JOBGEN_OUTPUT_ROOT": str(root), **(env or {})}
+    """Run the installed `jobgen` command as a user would; a variable of `env` given as None is unset."""
+    full = {**os.environ, "JOBGEN_OUTPUT_ROOT": str(root), **(env or {})}
+    full_env = {key: value for key, value in full.items() if value is not None}
     done = subprocess.run([JOBGEN, *args], capture_output=True, text=True, timeout=timeout, env=full_env)
     if check and done.returncode != 0:
         raise AssertionError(f"jobgen {' '.join(args)} -> {done.returncode}\n{done.stdout}\n{done.stderr}")

@@ -73,7 +73,8 @@ time = "00:10:00"
 @pytest.mark.parametrize(("backend", "engine"), [("sbatch", "lightning"), ("submitit", "torch")])
 def test_two_nodes_two_tasks_each(slurm, root: Path, tmp_path: Path, backend: str, engine: str):
     exp = write_experiment(tmp_path, "ddp2x2", TWO_NODES.replace('engine = "lightning"', f'engine = "{engine}"'))
-    out = jobgen("submit", str(exp), "--backend", backend, root=root).stdout
+    # Submitted as from a login shell that sets no OMP_NUM_THREADS (the tests set 1 for their own processes).
+    out = jobgen("submit", str(exp), "--backend", backend, root=root, env={"OMP_NUM_THREADS": None}).stdout
     assert "submitted as job" in out
     run_dir = only_run(root, "ddp2x2")
     states = wait_states(run_dir, all_final, timeout=540, poll=5)
@@ -94,6 +95,7 @@ def test_two_nodes_two_tasks_each(slurm, root: Path, tmp_path: Path, backend: st
     assert f"training: wrote {run_dir / job['dir'] / 'result.json'}" in logs, logs[-2000:]
     # One CPU a task: each rank computes on one thread, though the test cluster binds no task to its
     # CPUs and torch alone would take both of the machine's cores (training.hardware.cpu_threads).
+    # A job whose environment says OMP_NUM_THREADS keeps it: every other cluster test's (1).
     ranks = [line for line in logs.splitlines() if re.search(r"training: rank \d/4 via", line)]
     assert len(ranks) == 4 and all(line.endswith("; 1 CPU thread") for line in ranks), ranks
     # The finished job's checkpoints can go; its result stays.

@@ -6,7 +6,6 @@ torchrun and accelerate, where the warning signal must reach the ranks through t
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -73,11 +72,6 @@ def _ranks_from_the_launcher(log: str, launcher: str, job_name: str) -> None:
     for rank in range(4):
         assert f"rank {rank}/4 via" in log, log[-3000:]
     assert ("via SLURMEnvironment" in log) == (launcher == "srun" and job_name.endswith(("fabric", "lightning")))
-    # cpus_per_task = 2: a rank srun started computes on both; torchrun gives each of its two ranks 1, and
-    # accelerate on CPUs the node's 2 cores shared by 2 (training.hardware.cpu_threads).
-    lines = [line for line in log.splitlines() if re.search(r"training: rank \d/4 via", line)]
-    threads = "2 CPU threads" if launcher == "srun" else "1 CPU thread"
-    assert lines and all(line.endswith(f"; {threads}") for line in lines), lines
 
 
 @pytest.mark.timeout(900)
