@@ -22,8 +22,8 @@ def cpu_threads(environ: Mapping[str, str]) -> int | None:
     several ranks in one task (torchrun: 1 each; accelerate: 1 each on GPUs, the node's cores shared on CPUs).
 
     torch alone takes every core it may run on: the same number on a cluster that binds tasks to their
-    CPUs, but where Slurm does not (TaskPlugin=task/none), two one-CPU jobs on a two-core node each ran
-    two threads, and each job's speed hung on what the other did."""
+    CPUs, but where Slurm does not (TaskPlugin=task/none), jobs sharing a node each run a thread per core
+    of the node, and all of them slow down several times over."""
     cpus = environ.get("SLURM_CPUS_PER_TASK", "")
     return int(cpus) if cpus.isdigit() and int(cpus) > 0 and not environ.get("OMP_NUM_THREADS") else None
 
