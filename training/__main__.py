@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -31,11 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from training.hardware import DeviceError, cpu_threads
-
-    threads = cpu_threads(os.environ)
-    if threads is not None:  # before torch is imported: its thread pool reads this once
-        os.environ["OMP_NUM_THREADS"] = str(threads)
+    from training.hardware import DeviceError
     from training.run import prepare_only, run
     from training.spec import SpecError, load
 

@@ -37,6 +37,7 @@ def run(spec: Spec, spec_path: Path | None = None, started: float | None = None)
     spec = probe.budget(spec)  # a probe: the same job on a step budget (jobgen probe)
     if ranks.needs_local_launch(spec):  # Lightning and Fabric start their own ranks; these engines cannot
         return ranks.launch_locally(spec, spec_path or _write_spec(spec))
+    hardware.use_cpu_threads()  # a rank's own (the launcher above leaves its ranks' to torchrun)
     # The heartbeat: a line at least every JOBGEN_HEARTBEAT_S, counted from the process' start.
     console.start(console.rank_from_env(), since=started)
     try:
