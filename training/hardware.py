@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 
 from training.spec import TrainSpec
 
@@ -28,16 +28,15 @@ def cpu_threads(environ: Mapping[str, str]) -> int | None:
     return int(cpus) if cpus.isdigit() and int(cpus) > 0 and not environ.get("OMP_NUM_THREADS") else None
 
 
-def use_cpu_threads(environ: MutableMapping[str, str] | None = None) -> None:
+def use_cpu_threads() -> None:
     """cpu_threads for this rank's math, told to torch and to the libraries that would otherwise choose
     their own where OMP_NUM_THREADS is unset (accelerate's state, Lightning's launchers)."""
-    environ = os.environ if environ is None else environ
-    threads = cpu_threads(environ)
+    threads = cpu_threads(os.environ)
     if threads is not None:
         import torch
 
         torch.set_num_threads(threads)
-        environ["OMP_NUM_THREADS"] = str(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
 def resolve_accelerator(t: TrainSpec, environ: Mapping[str, str] | None = None) -> str:

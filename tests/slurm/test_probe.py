@@ -214,7 +214,7 @@ def test_probe_predicts_the_full_jobs_and_auto_limits_fit(slurm, root: Path, tmp
         wall_err = point["predicted_wall_s"] / elapsed - 1
         mem_err = point["predicted_peak_mem_mb"] / peak - 1
         # The machine's own change of speed between the probe's timing window and the job's (the same
-        # batches, each timed by its own process), and the prediction had the probe run at the job's speed.
+        # batches, each timed by its own process), and the prediction as it would be had the probe run at the job's speed.
         drift = point["samples_per_s"] / result["throughput"]["samples_per_s"] - 1
         at_job_speed_err = (point["predicted_wall_s"] + point["train_s"] * drift) / elapsed - 1
         lines.append(
