@@ -1,7 +1,7 @@
 """Collected job rows -> one table: time and accuracy side by side, speed-up against a baseline.
 
 `summarize()` is what `jobgen summary` calls. Runs of the same configuration (seeds, repeats) are combined
-into mean, spread (sample std) and n. rich and matplotlib are imported inside the functions that draw, so
+into mean, spread (sample std) and n. matplotlib is imported inside the function that draws a plot, so
 that importing this module (and the CLI) stays fast.
 """
 
@@ -12,6 +12,7 @@ import io
 import json
 import math
 import shutil
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -468,44 +469,60 @@ STATE_STYLES = {"COMPLETED": "green", "RUNNING": "cyan", "PENDING": "yellow", "S
 
 
 def render_table(lines: list[Line], color: bool = False, width: int | None = None, **_: Any) -> str:
-    """A rich table (two stacked ones on a narrow screen); the full notes follow it."""
+    """The terminal table: the columns some job has a value in, stacked in tables that each fit the
+    screen (column_groups), aligned by hand; the full notes follow it."""
     if not lines:
         return "No jobs found.\n"
-    if len(lines) > RICH_MAX_ROWS:
-        return plain_table(lines, color)  # without rich's import either
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
     width = width or shutil.get_terminal_size((200, 24)).columns
-    rows = [cells(ln) for ln in lines]
-    kept = kept_columns(rows)
-    buf = io.StringIO()
-    console = Console(file=buf, force_terminal=color, no_color=not color, width=width)
-    for caption in speedup_caption(lines):
-        console.print(Text(caption))
-    natural = _natural_widths(rows)
-    for n, group in enumerate(column_groups([natural[i] for i in kept], width)):
-        shown = [kept[i] for i in group]
-        if n:
-            console.print()
-        table = Table(box=box.SIMPLE_HEAD, header_style="bold", show_edge=False, pad_edge=False)
-        for i in shown:
-            table.add_column(TERMINAL_HEADERS.get(HEADERS[i], HEADERS[i]), **_column_style(HEADERS[i]))
-        for line, values in zip(lines, rows, strict=True):
-            texts = {i: Text(values[i]) for i in shown}  # Text, not markup: "[rank1]:" is not a tag
-            if STATE in texts:
-                texts[STATE].stylize(STATE_STYLES.get(line.state, "red"))
-            table.add_row(*texts.values(), style="bold" if line.is_baseline else None)
-        console.print(table)
-    for empty in empty_columns_text(kept):
-        console.print(Text(empty))
-    for total in totals_text(lines):
-        console.print(Text(total))
-    for note in notes(lines):
-        console.print(Text(f"• {note}"))
-    return buf.getvalue()
+    every = [cells(ln) for ln in lines]
+    kept = kept_columns(every)
+    rows = [[row[i] for i in kept] for row in every]
+    for row in rows:
+        row[-1] = row[-1] if len(row[-1]) <= NOTE_WIDTH else row[-1][: NOTE_WIDTH - 1] + "…"
+    heads = [TERMINAL_HEADERS.get(HEADERS[i], HEADERS[i]).split("\n") for i in kept]
+    # Column by column: one C-level pass each.
+    widths = [
+        max(max(map(len, head)), max(map(len, column)))
+        for head, column in zip(heads, zip(*rows, strict=True), strict=True)
+    ]
+    numeric = [HEADERS[i] in NUMERIC for i in kept]
+    state_at = kept.index(STATE)
+    out = _prose(speedup_caption(lines), width)
+    for n, group in enumerate(column_groups(widths, width)):
+        # One format for every row of this table: each cell padded as ljust/rjust would, in one call per row.
+        fields = [f"{{:{'>' if numeric[i] else '<'}{widths[i]}}}" for i in group]
+        row_format = GAP.join(fields)
+        depth = max(len(heads[i]) for i in group)
+        out += [""] if n else []
+        for level in range(depth):  # a one-line header sits on the last line, beside the second halves
+            texts = [heads[i][level - depth + len(heads[i])] if level >= depth - len(heads[i]) else "" for i in group]
+            out.append(_styled(row_format.format(*texts).rstrip(), BOLD, color))
+        out.append("─" * (sum(widths[i] for i in group) + len(GAP) * (len(group) - 1)))
+        at = group.index(state_at) if state_at in group else None
+        for row, line in zip(rows, lines, strict=True):
+            values = [row[i] for i in group]
+            if color and at is not None:
+                padded = [field.format(v) for field, v in zip(fields, values, strict=True)]
+                padded[at] = _styled(padded[at], ANSI[STATE_STYLES.get(line.state, "red")], color)
+                text = GAP.join(padded).rstrip()
+            else:
+                text = row_format.format(*values).rstrip()
+            out.append(_styled(text, BOLD, color and line.is_baseline))
+    out += _prose([*empty_columns_text(kept), *totals_text(lines), *(f"• {note}" for note in notes(lines))], width)
+    return "\n".join(out) + "\n"
+
+
+def _prose(texts: list[str], width: int) -> list[str]:
+    """Lines of prose folded to the screen at spaces (a path or a number is never split)."""
+    return [
+        line
+        for text in texts
+        for line in textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False) or [""]
+    ]
+
+
+def _styled(text: str, code: str, on: bool) -> str:
+    return f"{code}{text}{RESET}" if on else text
 
 
 STATE = HEADERS.index("state")
@@ -536,7 +553,7 @@ def column_groups(natural: list[int], width: int) -> list[list[int]]:
     every = list(range(len(natural)))
 
     def fits(columns: list[int]) -> bool:
-        return sum(natural[i] + COLUMN_GAP for i in columns) <= width
+        return sum(natural[i] for i in columns) + len(GAP) * (len(columns) - 1) <= width
 
     for columns in (every, every[:-1]):
         if fits(columns):
@@ -551,63 +568,10 @@ def column_groups(natural: list[int], width: int) -> list[list[int]]:
     return [*groups, group]
 
 
-COLUMN_GAP = 3  # what rich adds to a column's text in these tables (padding and the separator), and a spare
-
-
-def _natural_widths(rows: list[list[str]]) -> list[int]:
-    headers = [max(len(part) for part in TERMINAL_HEADERS.get(h, h).split("\n")) for h in HEADERS]
-    widths = [max(h, *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    widths[-1] = min(widths[-1], NOTE_WIDTH)
-    return widths
-
-
-def _column_style(header: str) -> dict[str, Any]:
-    if header == "note":
-        return {"no_wrap": True, "overflow": "ellipsis", "max_width": NOTE_WIDTH}
-    # column_groups makes each table fit, so nothing wraps; on a screen too narrow for even one column
-    # beside the config, a cell folds rather than lose its end (rich crops no_wrap columns).
-    return {"justify": "right" if header in NUMERIC else "left", "overflow": "fold"}
-
-
-# rich's layout cost grows with every row: past this many the same columns are aligned here, which is
-# what `| less` or a file wants anyway.
-RICH_MAX_ROWS = 300
+GAP = "   "  # between two columns
 NOTE_WIDTH = 40
 ANSI = {"green": "\x1b[32m", "cyan": "\x1b[36m", "yellow": "\x1b[33m", "red": "\x1b[31m"}
-
-
-def plain_table(lines: list[Line], color: bool = False) -> str:
-    """The terminal table without rich: same columns, same notes, aligned by hand."""
-    every = [cells(ln) for ln in lines]
-    kept = kept_columns(every)
-    headers = [HEADERS[i] for i in kept]
-    rows = [[row[i] for i in kept] for row in every]
-    for row in rows:
-        row[-1] = row[-1] if len(row[-1]) <= NOTE_WIDTH else row[-1][: NOTE_WIDTH - 1] + "…"
-    # Column by column: one C-level pass each.
-    widths = [
-        max(len(h), max(map(len, column), default=0))
-        for h, column in zip(headers, zip(*rows, strict=True), strict=False)
-    ]
-    widths += [len(h) for h in headers[len(widths) :]]  # no rows at all
-    # One format for every row: each cell padded as ljust/rjust would, in one call per row.
-    fields = [f"{{:{'>' if h in NUMERIC else '<'}{w}}}" for h, w in zip(headers, widths, strict=True)]
-    row_format = "  ".join(fields)
-    state_at = headers.index("state")
-
-    def join(values: list[str], state: str | None = None) -> str:
-        if state is None or not color:
-            return row_format.format(*values).rstrip()
-        padded = [field.format(v) for field, v in zip(fields, values, strict=True)]
-        padded[state_at] = f"{ANSI[STATE_STYLES.get(state, 'red')]}{padded[state_at]}\x1b[0m"
-        return "  ".join(padded).rstrip()
-
-    out = [*speedup_caption(lines), join(headers), "  ".join("─" * w for w in widths)]
-    out += [join(row, line.state) for row, line in zip(rows, lines, strict=True)]
-    out += empty_columns_text(kept)
-    out += totals_text(lines)
-    out += [f"• {note}" for note in notes(lines)]
-    return "\n".join(out) + "\n"
+BOLD, RESET = "\x1b[1m", "\x1b[0m"
 
 
 RENDERERS = {"table": render_table, "csv": render_csv, "markdown": render_markdown, "json": render_json}

@@ -23,7 +23,6 @@ HEAVY = {
     "datasets",
     "deepspeed",
     "submitit",
-    "rich",
     "matplotlib",
     "tensorboard",
     "wandb",

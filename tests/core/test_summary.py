@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -167,7 +168,8 @@ def test_narrow_terminal_stacks_two_tables_and_loses_no_column(tmp_path: Path) -
     text = summarize([write_run(tmp_path, "exp", CONFIGS)], width=120)
     torch_lines = [ln for ln in text.splitlines() if ln.startswith("engine-torch")]
     assert len(torch_lines) == 3  # packed in order: each table as wide as fits, then the rest
-    assert "auto" in torch_lines[0] and "5m00s" in torch_lines[0] and "baseline" in torch_lines[2]
+    assert "auto" in torch_lines[0] and "5m00s" in torch_lines[0] and "baseline" in torch_lines[1]
+    assert all(len(line) <= 120 for line in text.split("\n• ", 1)[0].splitlines())
     # No job of these was accounted: those columns would be a table of blanks; one line names them.
     assert "no job has a value in: MFU (%), GPU-h, CPU-h, energy (kWh), time used (%), predictions\n" in text
 
@@ -410,19 +412,40 @@ def test_plot_of_long_jobs_is_in_minutes(tmp_path: Path) -> None:
     assert fig.axes[0].get_xlabel() == "training time (min)"
 
 
-def test_large_tables_skip_rich_but_keep_the_columns(tmp_path: Path) -> None:
-    from jobgen.results import summary
-
-    jobs = [FakeJob(f"j{i}", train_s=100.0 + i) for i in range(summary.RICH_MAX_ROWS + 1)]
-    text = summarize([write_run(tmp_path, "exp", jobs)])
+def test_a_table_of_many_jobs_has_a_line_each_in_order_and_the_totals_last(tmp_path: Path) -> None:
+    jobs = [FakeJob(f"j{i}", train_s=100.0 + i) for i in range(301)]
+    text = summarize([write_run(tmp_path, "exp", jobs)], width=400)
     lines = text.splitlines()
-    assert lines[0].startswith("speed-up: samples/s ÷") and len(lines) == len(jobs) + 5
+    assert lines[0].startswith("speed-up: samples/s ÷") and len(lines) == len(jobs) + 6  # two header lines
     empty = ["MFU (%)", "GPU-h", "CPU-h", "energy (kWh)", "time used (%)", "predictions"]
-    assert all(h in lines[1] for h in HEADERS if h not in empty)
-    assert not any(h in lines[1] for h in empty)
+    shown = lines[1] + " " + lines[2]
+    assert all(part in shown for h in HEADERS if h not in empty for part in TERMINAL_HEADERS.get(h, h).split("\n"))
+    assert not any(h in shown for h in empty)
+    assert set(lines[3]) == {"─"} and len(lines[3]) >= max(len(line) for line in lines[4:-2])
+    assert [line.split()[0] for line in lines[4:-2]] == [job.name for job in jobs]
+    assert "COMPLETED" in lines[4] and "baseline" in lines[4]
     assert lines[-2] == f"no job has a value in: {', '.join(empty)}"
-    assert lines[3].startswith("j0 ") and "COMPLETED" in lines[3]
     assert lines[-1].startswith(f"total of {len(jobs)} jobs: ")
+
+
+def test_color_marks_the_header_the_baseline_and_each_state(tmp_path: Path) -> None:
+    from jobgen.results.collect import collect
+    from jobgen.results.summary import apply_baseline, build_lines, render_table
+
+    lines = build_lines(
+        collect([write_run(tmp_path, "exp", [FakeJob("a"), FakeJob("b", state="FAILED", result=None)])])
+    )
+    apply_baseline(lines, None)
+    plain = render_table(lines, color=False, width=400)
+    colored = render_table(lines, color=True, width=400)
+    assert "\x1b[" not in plain
+    assert re.sub("\x1b\\[[0-9;]*m", "", colored) == plain  # the same table, only marked
+    rows = colored.splitlines()
+    assert rows[2].startswith("\x1b[1mconfig")  # the header, bold
+    a_row = next(r for r in rows if "a " in r[:8])
+    b_row = next(r for r in rows if "b " in r[:8])
+    assert a_row.startswith("\x1b[1m") and "\x1b[32mCOMPLETED" in a_row  # the baseline, bold; green
+    assert not b_row.startswith("\x1b[1m") and "\x1b[31mFAILED" in b_row
 
 
 def test_empty_run(tmp_path: Path) -> None:
@@ -432,7 +455,7 @@ def test_empty_run(tmp_path: Path) -> None:
 def test_importing_the_cli_and_summary_stays_light() -> None:
     code = (
         "import sys, jobgen.cli, jobgen.results.summary, jobgen.results.collect; "
-        "heavy = {'rich', 'matplotlib', 'torch'} & set(sys.modules); assert not heavy, heavy"
+        "heavy = {'matplotlib', 'torch'} & set(sys.modules); assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
