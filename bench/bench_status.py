@@ -12,7 +12,10 @@ beforehand, as an installed package has it), three times, and the median printed
 
 Each first read has a fresh copy of the run (new inodes: nothing of another copy's index holds). The
 floor, measured in the same round, is `python -c pass` plus one os.stat per job file: the least a
-command that checks every record can cost. `lean summary` is the least a settled summary can cost
+command that checks every record can cost. `bare first` is the least a first status can cost with
+the run's index as it is (a bare script: every record stat'ed, the JSON ones read, parsed and checked,
+the index's facts of them written, a line per job; no state rule, no Slurm, no CLI): what the first
+budgets compare with. `lean summary` is the least a settled summary can cost
 with the run's index as it is (a bare script: results from the index by stamp, a line per job, no
 checks, no CLI): what the settled budget compares with; after the table, the settled summary's parts
 timed in one process (reading the records, the rows, the lines, the table's text) show what making and
@@ -86,6 +89,57 @@ for job in jobs:
     out.append(cells)
 widths = [max(len(row[i]) for row in out) for i in range(len(out[0]))]
 sys.stdout.write("\\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in out) + "\\n")
+"""
+# The least a first status can cost with the run's index as it is: each job's records stat'ed, the
+# JSON ones read, parsed and checked (an object of the right schema), the facts the commands keep of them
+# (the check's verdict, the result's fields, what the spec asked for) written to an index of the same
+# table in one transaction, a line per job printed; no state rule, no Slurm, no CLI.
+BARE_FIRST = """
+import json, os, sqlite3, sys
+run = sys.argv[1]
+with open(os.path.join(run, "manifest.json"), "rb") as fh:
+    jobs = json.loads(fh.read())["jobs"]
+encode = json.JSONEncoder(separators=(",", ":")).encode
+rows, out = [], []
+for job in jobs:
+    folder = "jobs/" + job["name"] + "/"
+    finished = False
+    for name in {files}:
+        path = os.path.join(run, folder + name)
+        try:
+            os.stat(path)
+        except FileNotFoundError:
+            continue
+        finished = finished or name == "result.json"
+        if name == "metrics.csv":
+            continue
+        with open(path, "rb", buffering=0) as fh:
+            raw = fh.read()
+            st = os.fstat(fh.fileno())
+        mark = f"{{st.st_ino}} {{st.st_size}} {{st.st_mtime_ns}} {{st.st_ctime_ns}}"
+        doc = json.loads(raw)
+        fine = type(doc) is dict and doc.get("schema") == 1
+        rows.append((folder + name, "problem", mark, "code", None if fine else encode("schema")))
+        if name == "result.json":
+            get = doc.get
+            times, speed, memory = get("times_s") or {{}}, get("throughput") or {{}}, get("peak_memory_mb") or {{}}
+            fields = {{k: get(k) for k in ("engine", "strategy", "precision", "compile", "nodes", "devices_per_node",
+                      "accelerator", "best_val_acc", "test_acc", "test_f1", "requeue_count", "epochs_done",
+                      "finished_at", "world_size", "primary_metric", "test_metrics", "val_metrics", "predictions")}}
+            fields.update(train_s=times.get("train"), total_s=times.get("total"), samples_per_s=speed.get("samples_per_s"),
+                          tokens_per_s=speed.get("tokens_per_s"), peak_host_mb=memory.get("host_rss"))
+            rows.append((folder + name, "result", mark, "code", encode(fields)))
+        elif name == "spec.json":
+            slurm = doc.get("slurm") or {{}}
+            asked = [slurm.get("gpus_per_node"), slurm.get("cpus_per_task"), slurm.get("time")]
+            rows.append((folder + name, "asked", mark, "code", encode(asked)))
+    out.append(job["name"] + "  " + ("COMPLETED" if finished else str(job.get("state"))))
+db = sqlite3.connect(os.path.join(run, "bare-index.sqlite"))
+db.execute("CREATE TABLE facts (record TEXT NOT NULL, key TEXT NOT NULL, stamp TEXT NOT NULL, "
+           "code TEXT NOT NULL, value TEXT, PRIMARY KEY (record, key)) WITHOUT ROWID")
+with db:
+    db.executemany("INSERT OR REPLACE INTO facts VALUES (?, ?, ?, ?, ?)", rows)
+sys.stdout.write("\\n".join(out) + "\\n")
 """
 # The settled summary's parts, timed in one process as the CLI runs them (the cycle collector off): how
 # much of it is reading the run and how much is making and rendering the lines from numbers in memory.
@@ -221,7 +275,8 @@ def main() -> int:
     )
     args = parser.parse_args()
     jobgen = [str(Path(sys.executable).with_name("jobgen"))]
-    names = ["floor", "status", "summary", "report", "status again", "summary again", "report again", "lean summary"]
+    names = ["floor", "status", "bare first", "summary", "report", "status again", "summary again", "report again"]
+    names += ["lean summary"]
     names += ["status gc on", "summary gc on"]
     budget = {"status": "status", "summary": "summary", "report": "report"}
     with tempfile.TemporaryDirectory() as tmp:
@@ -259,6 +314,9 @@ def main() -> int:
                     [sys.executable, "-c", PARTS, str(run)], env=env, capture_output=True, text=True, check=True
                 )
                 parts.append([float(x) for x in said.stdout.split()])
+                run = fresh(template, copies / template.name)
+                bare = [sys.executable, "-c", BARE_FIRST.format(files=(*JOB_FILES, "retries.json")), str(run)]
+                take("bare first", timed(bare, env))
                 run = fresh(template, copies / template.name)
                 take("summary", timed([*jobgen, *root, "summary", str(run)], env))
                 run = fresh(template, copies / template.name)
