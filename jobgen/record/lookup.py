@@ -1,4 +1,5 @@
-"""Which run folders a user means: a run path, a run id, an experiment name, folder or .toml file.
+"""Which run folders a user means: a run path (or EXPERIMENT/RUN_ID under the output root, as `jobgen runs`
+lists it), a run id, an experiment name, folder or .toml file.
 
 Commands that read runs resolve what was typed here, then load each run once (jobgen.record.model.Run).
 """
@@ -53,8 +54,9 @@ def find_runs(refs: list[str], output_root: Path) -> list[Path]:
 
 def _find_one(ref: str, output_root: Path) -> Path:
     path = Path(ref)
-    if is_run_dir(path):
-        return path.resolve()
+    for run_dir in (path, output_root / path):  # a path, or EXPERIMENT/RUN_ID under the root as `jobgen runs` lists it
+        if is_run_dir(run_dir):
+            return run_dir.resolve()
     name, runs = _experiment_runs(ref, output_root)
     real = latest_real(runs)
     if real is not None:

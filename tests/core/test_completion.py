@@ -59,3 +59,10 @@ def test_run_ids_and_experiment_names_complete(tmp_path: Path, runner) -> None:
     # What completion offers, the commands take: a bare run id names its run.
     done = runner.invoke(main, ["--output-root", str(root), "status", "20261201-000000-ab12"])
     assert done.exit_code == 0 and "sweep/20261201-000000-ab12" in done.output, done.output
+    # What `jobgen runs` lists, the commands take too, from any folder: EXPERIMENT/RUN_ID under the root.
+    listed = runner.invoke(main, ["--output-root", str(root), "runs"])
+    assert "sweep/20261201-000000-ab12" in listed.output, listed.output
+    done = runner.invoke(main, ["--output-root", str(root), "status", "sweep/20261201-000000-ab12"])
+    assert done.exit_code == 0 and "run: " + str(root / "sweep" / "20261201-000000-ab12") in done.output, done.output
+    done = runner.invoke(main, ["--output-root", str(root), "status", "sweep/20261201-000000-zz99"])
+    assert done.exit_code != 0 and "no run found for 'sweep/20261201-000000-zz99'" in done.output, done.output
