@@ -343,7 +343,7 @@ def _render_drifts(old: Run, recorded: list[Recorded], run_id: str, new_dir: Pat
 
 def _render_drift(rec: Recorded, moved: tuple[dict[str, Any], str], now: tuple[dict[str, Any], str]) -> list[str]:
     """What this jobgen renders differently from the recorded job (both for the new run's folder)."""
-    from jobgen.results.diff import flatten
+    from jobgen.experiment.resolved import flatten
 
     out = []
     old_spec, new_spec = flatten(moved[0]), flatten(now[0])

@@ -52,6 +52,18 @@ def read(run_dir: Path, manifest: Mapping[str, Any]) -> tuple[dict[str, Any], bo
         raise JobgenError(f"{run_dir / 'manifest.json'}: its overrides cannot be applied ({exc.message})") from None
 
 
+def flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested tables as dotted keys: {"train": {"epochs": 1}} -> {"train.epochs": 1}."""
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, f"{dotted}."))
+        else:
+            out[dotted] = value
+    return out
+
+
 def _toml(path: Path) -> dict[str, Any] | None:
     """A TOML file's tree; None when it is missing, JobgenError naming it when it cannot be read."""
     try:

@@ -23,6 +23,7 @@ from jobgen.backends._base import Attempt
 from jobgen.errors import JobgenError
 from jobgen.facts import RESULT_SCHEMA, aware_time
 from jobgen.record.model import Retries, Run, RunJob
+from jobgen.record.store import load_manifest
 from jobgen.results import logs
 from jobgen.results.cost import (
     USAGE,
@@ -120,6 +121,8 @@ class JobRow:
     retries: Retries | None = None  # slurm.retries: the batch shell's record, once the job failed once
     usage: Usage | None = None  # what it held and used, all attempts together (jobgen.results.cost)
     rungs: JobRungs | None = None  # a job of a halving run: the rungs it reached, its outcome
+    # Of a row among several runs' (run_setups): what its run's jobs were planned from, seeds aside.
+    setup: tuple[tuple[str, str], ...] = ()
     source: RunJob | None = field(default=None, repr=False, compare=False)  # the read job it is made of
 
     @property
@@ -158,7 +161,34 @@ def collect(runs: Sequence[Run | Path], live_states: LiveStates | None = None) -
             _keep_usage(each, [job for job in each.jobs if id(job) in asked], accounting, results)
         else:
             rows.extend(collect_run(each, live_states, accounting))
+    if len(runs) > 1:
+        manifests = {run.run_dir: run.manifest for run in loaded}
+        setups: dict[Path, tuple[tuple[str, str], ...]] = {}
+        for row in rows:
+            if row.run_dir not in setups:
+                setups[row.run_dir] = run_setup(row.run_dir, manifests.get(row.run_dir))
+            row.setup = setups[row.run_dir]
     return rows
+
+
+def run_setup(run_dir: Path, manifest: Mapping[str, Any] | None) -> tuple[tuple[str, str], ...]:
+    """What a run's jobs were planned from (its resolved experiment), as sorted (key, value as JSON) pairs,
+    less what does not make two jobs different configurations: the seeds (repeats differ by them), the
+    sweep (each job's own values count instead) and the description. Empty when the run recorded neither
+    its resolved experiment nor its experiment.toml."""
+    from jobgen.experiment import resolved
+
+    try:
+        tree, _ = resolved.read(run_dir, manifest if manifest is not None else load_manifest(run_dir))
+    except (JobgenError, OSError):
+        return ()
+    return tuple(
+        sorted(
+            (key, json.dumps(value, sort_keys=True, default=str))
+            for key, value in resolved.flatten(tree).items()
+            if not key.startswith("sweep.") and key != "experiment.description" and key.rsplit(".", 1)[-1] != "seed"
+        )
+    )
 
 
 Rungs = Callable[[RunJob, bool], JobRungs | None]  # a run's jobs as halving sees them (halving.rungs_of)

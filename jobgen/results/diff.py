@@ -88,18 +88,6 @@ def _changed(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Pair]:
     return {key: [a.get(key), b.get(key)] for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)}
 
 
-def flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested tables as dotted keys: {"train": {"epochs": 1}} -> {"train.epochs": 1}."""
-    out: dict[str, Any] = {}
-    for key, value in doc.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(flatten(value, f"{dotted}."))
-        else:
-            out[dotted] = value
-    return out
-
-
 # --- experiment keys --------------------------------------------------------------------------------------
 
 
@@ -107,7 +95,7 @@ def _settings(side: Side, name: str, warnings: list[str], notes: list[str]) -> d
     """A job: its resolved spec (Slurm resources aside, under cluster); a run: its resolved experiment."""
     if side.job:
         spec = {k: v for k, v in side.job.spec().items() if k not in (*PLACES, "slurm")}
-        return flatten(spec)
+        return resolved.flatten(spec)
     try:
         tree, recorded = resolved.read(side.run.run_dir, side.run.manifest)
     except JobgenError as exc:
@@ -118,7 +106,7 @@ def _settings(side: Side, name: str, warnings: list[str], notes: list[str]) -> d
             f"{name} was recorded before runs kept {resolved.FILE}: its experiment keys are its experiment.toml "
             "with the --set items and site values its manifest names"
         )
-    return flatten(tree)
+    return resolved.flatten(tree)
 
 
 def _not_run(side: Side, rows: Mapping[str, Mapping[str, Any]]) -> str | None:
@@ -253,7 +241,7 @@ def _cluster(side: Side, ran: bool) -> dict[str, Any]:
             yield "host", ran_on.get("host") if isinstance(ran_on, dict) else None
         for job in side.jobs:
             slurm = job.spec().get("slurm")
-            yield from flatten(slurm, "slurm.").items() if isinstance(slurm, dict) else ()
+            yield from resolved.flatten(slurm, "slurm.").items() if isinstance(slurm, dict) else ()
 
     return _merge(pairs())
 

@@ -118,16 +118,44 @@ def build_lines(rows: Sequence[JobRow], combine: bool = True) -> list[Line]:
         groups.setdefault(key, []).append(row)
     many_experiments = len({row.experiment for row in rows}) > 1
     many_runs = not combine and len({row.run_dir for row in rows}) > 1
-    return [_line(jobs, many_experiments, many_runs) for jobs in groups.values()]
+    lines = [_line(jobs, many_experiments, many_runs) for jobs in groups.values()]
+    _tell_apart(lines)
+    return lines
 
 
 def config_key(row: JobRow) -> tuple[Any, ...]:
-    """Jobs with the same experiment and sweep values, seeds aside, are one configuration."""
+    """Jobs of one experiment planned from the same settings (JobRow.setup: runs that differ by a --set
+    item, a site value or an edit do not) with the same sweep values, seeds aside, are one configuration."""
     if not row.sweep:
-        return (row.experiment, row.name)
+        return (row.experiment, row.setup, row.name)
     # Each value by its JSON: "1" is not 1, and 1.0 is not 1.
     values = tuple(sorted((k, json.dumps(v)) for k, v in row.sweep.items() if not _is_seed(k)))
-    return (row.experiment, values)
+    return (row.experiment, row.setup, values)
+
+
+def _tell_apart(lines: list[Line]) -> None:
+    """Lines that would share a label (one job of runs planned from different settings) each name the
+    settings they differ by: `engine-torch [train.lr=0.003]`, `engine-torch [train.lr=0.001]`."""
+    by_label: dict[str, list[Line]] = {}
+    for line in lines:
+        by_label.setdefault(line.label, []).append(line)
+    for same in (group for group in by_label.values() if len(group) > 1):
+        setups = [dict(line.jobs[0].setup) for line in same]
+        keys = sorted({key for setup in setups for key in setup if len({s.get(key) for s in setups}) > 1})
+        for line, setup in zip(same, setups, strict=True):
+            shown = [f"{key}={_setting(setup.get(key))}" for key in keys[:LABEL_SETTINGS]]
+            line.label += f" [{', '.join(shown)}{', …' if len(keys) > LABEL_SETTINGS else ''}]" if keys else ""
+
+
+LABEL_SETTINGS = 3  # the most settings a label names (`jobgen diff` lists them all)
+
+
+def _setting(value: str | None) -> str:
+    """A setting's value as a label shows it: text without its quotes; `default` where the run left it."""
+    if value is None:
+        return "default"
+    shown = json.loads(value)
+    return shown if isinstance(shown, str) else value
 
 
 def _is_seed(key: str) -> bool:

@@ -217,6 +217,43 @@ def test_runs_of_one_configuration_combine_into_mean_std_n(tmp_path: Path) -> No
     assert "a (n=3)" in table and f"{duration(statistics.mean(times))} ± {duration(statistics.stdev(times))}" in table
 
 
+def test_runs_planned_from_other_settings_are_other_configurations(tmp_path: Path, runner) -> None:
+    """Runs that differ by a --set item, a site value or an edit of the file are not repeats of one
+    another: each keeps its own line, named by the settings it differs by; runs that differ by the seed
+    alone (and the description, and the sweep's other points) still combine."""
+    resolved = {
+        "r0": '[train]\nlr = 0.003\nseed = 1\n[sweep.grid]\n"train.engine" = ["torch"]\n',
+        "r1": '[train]\nlr = 0.001\nseed = 1\n[sweep.grid]\n"train.engine" = ["torch"]\n',
+        "r2": '[experiment]\ndescription = "again"\n[train]\nlr = 0.003\nseed = 2\n'
+        '[sweep.grid]\n"train.engine" = ["torch", "fabric"]\n',
+        "r3": '[train]\nlr = 0.003\nseed = 1\n[slurm]\npartition = "big"\n[sweep.grid]\n"train.engine" = ["torch"]\n',
+    }
+    times = {"r0": 100.0, "r1": 300.0, "r2": 120.0, "r3": 90.0}
+    runs = []
+    for i, (run_id, text) in enumerate(resolved.items()):
+        job = FakeJob("engine-torch", {"train.engine": "torch"}, train_s=times[run_id])
+        runs.append(write_run(tmp_path / "runs", "exp", [job], run_id=f"20261201-00000{i}-ab1{i}"))
+        (runs[-1] / "experiment.resolved.toml").write_text(text)
+    rows = {r["config"]: r for r in json.loads(summarize(runs, fmt="json"))["rows"]}
+    assert set(rows) == {
+        "engine-torch [slurm.partition=default, train.lr=0.001]",
+        "engine-torch [slurm.partition=default, train.lr=0.003]",
+        "engine-torch [slurm.partition=big, train.lr=0.003]",
+    }
+    same = rows["engine-torch [slurm.partition=default, train.lr=0.003]"]
+    assert same["n"] == 2 and same["run"] == "2 runs" and same["train_s"] == pytest.approx(110.0)
+    assert rows["engine-torch [slurm.partition=default, train.lr=0.001]"]["train_s"] == pytest.approx(300.0)
+    # One run alone: its label is its name, whatever it was planned from.
+    assert [r["config"] for r in json.loads(summarize(runs[1:2], fmt="json"))["rows"]] == ["engine-torch"]
+    # The CLI's --all-runs the same way.
+    done = runner.invoke(
+        main, ["--output-root", str(tmp_path / "runs"), "summary", "exp", "--all-runs", "--format", "csv"]
+    )
+    assert done.exit_code == 0, done.output
+    table = list(csv.DictReader(io.StringIO(done.stdout)))
+    assert {(r["config"], r["n"]) for r in table} == {(config, str(row["n"])) for config, row in rows.items()}
+
+
 def test_seeds_swept_in_one_run_are_one_configuration(tmp_path: Path) -> None:
     jobs = [
         FakeJob(f"strategy-{s}_seed-{seed}", {"train.strategy": s, "train.seed": seed}, strategy=s, train_s=t)
@@ -549,7 +586,7 @@ def test_one_configuration_is_one_set_of_swept_values_told_apart_by_type(a: obje
         return ("str", value) if type(value) is str else json.dumps(value)
 
     def key(value: object, seed: int) -> tuple:
-        return config_key(SimpleNamespace(experiment="exp", sweep={"train.lr": value, "train.seed": seed}))
+        return config_key(SimpleNamespace(experiment="exp", setup=(), sweep={"train.lr": value, "train.seed": seed}))
 
     assert (key(a, 1) == key(b, 2)) == (as_json(a) == as_json(b))
 
