@@ -121,7 +121,7 @@ class JobRow:
     retries: Retries | None = None  # slurm.retries: the batch shell's record, once the job failed once
     usage: Usage | None = None  # what it held and used, all attempts together (jobgen.results.cost)
     rungs: JobRungs | None = None  # a job of a halving run: the rungs it reached, its outcome
-    # Of a row among several runs' (run_setups): what its run's jobs were planned from, seeds aside.
+    # Set when several runs are summarized together (run_setup): what its run was planned from, seeds aside.
     setup: tuple[tuple[str, str], ...] = ()
     source: RunJob | None = field(default=None, repr=False, compare=False)  # the read job it is made of
 
