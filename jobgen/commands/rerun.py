@@ -23,13 +23,21 @@ from pathlib import Path
 from typing import Any
 
 from jobgen import __version__, backends
-from jobgen.commands.submit import Files, customize, new_entry, queue_settings, training_package_dir, write_new_run
+from jobgen.commands.submit import (
+    Files,
+    customize,
+    new_entry,
+    queue_settings,
+    run_info,
+    training_package_dir,
+    write_new_run,
+)
 from jobgen.errors import DriftError, JobgenError
 from jobgen.experiment import config, resolved, sites
 from jobgen.experiment import halving as halving_config
 from jobgen.experiment.schema import LaunchSection
 from jobgen.plan.plan import Job, cache_dir_for, plan
-from jobgen.plan.render import RunInfo, render_job
+from jobgen.plan.render import render_job
 from jobgen.plan.spec import build_spec
 from jobgen.record import store as record
 from jobgen.record.model import Run, RunJob
@@ -298,14 +306,7 @@ def _render(
             f"the recorded experiment with these --set items has no job {lost[0]!r}; "
             "set keys that do not rename the jobs"
         )
-    info = RunInfo(
-        run_id=run_id,
-        run_dir=new_dir,
-        git_sha=git[0],
-        git_dirty=git[1],
-        default_python=backends.get(exp.launch.backend).python(),
-        halving=bool(halved),
-    )
+    info = run_info(exp, run_id, new_dir, git, halving=bool(halved))
     out = {}
     for rec in recorded:
         job = _as_limited(planned[rec.job.name], rec.spec)

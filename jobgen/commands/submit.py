@@ -138,19 +138,9 @@ def _render(
 ) -> tuple[dict[str, Any], Files]:
     """The run's manifest and every file it holds, by path relative to the run folder."""
     sha, dirty, patch = git
-    # Locally the jobs run with this very interpreter; on a cluster, with the nodes' `python`.
     scheduler = backends.get(exp.launch.backend)
     halved = halving_config.settings(exp.sweep.halving, exp.train.epochs, exp.data)
-    run = RunInfo(
-        run_id=run_id,
-        run_dir=run_dir,
-        git_sha=sha,
-        git_dirty=dirty,
-        default_python=scheduler.python(),
-        hf_home=hf_home(),
-        jobgen_python=sys.executable,
-        halving=probe is None and halved is not None,
-    )
+    run = run_info(exp, run_id, run_dir, (sha, dirty), halving=probe is None and halved is not None)
     files: dict[str, str | bytes] = {"experiment.toml": exp.text, "code.patch": patch}
     files[resolved.FILE] = resolved.text(exp.raw)
     missing = container.missing_mount_points(jobs[0], run_dir, cache_dir_for(jobs[0], root), run.hf_home)
@@ -256,6 +246,24 @@ def new_entry(fields: dict[str, Any], command: list[str], dry_run: bool) -> dict
         "state": (State.DRY_RUN if dry_run else State.NOT_SUBMITTED).value,
         "error": None,
     }
+
+
+def run_info(
+    exp: config.Experiment, run_id: str, run_dir: Path, git: tuple[str | None, bool], halving: bool
+) -> RunInfo:
+    """What a run's scripts say of it, made the same way for a submit and a rerun (whose drift check
+    compares the two renders line by line)."""
+    return RunInfo(
+        run_id=run_id,
+        run_dir=run_dir,
+        git_sha=git[0],
+        git_dirty=git[1],
+        # Locally the jobs run with this very interpreter; on a cluster, with the nodes' `python`.
+        default_python=backends.get(exp.launch.backend).python(),
+        hf_home=hf_home(),
+        jobgen_python=sys.executable,
+        halving=halving,
+    )
 
 
 def hf_home() -> str:

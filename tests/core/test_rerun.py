@@ -219,6 +219,20 @@ def test_every_backend_gets_the_recorded_files_moved(tmp_path: Path, backend: st
         )
 
 
+@pytest.mark.parametrize("backend", ["local", "sbatch", "submitit"])
+def test_every_backend_reruns_with_set_without_drift(tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch):
+    """With --set the scripts are rendered again and compared with the recorded ones: a run written by this
+    jobgen, here, renders the same (its interpreter for `jobgen top-up`, its $HF_HOME), so nothing drifts."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    path = tmp_path / "exp.toml"
+    path.write_text(SWEPT.replace('backend = "local"', f'backend = "{backend}"'))
+    old = sub.prepare(path, tmp_path / "runs", dry_run=False).run_dir
+    done = rerun_mod.rerun(old, ["lr-0.002"], ["train.epochs=2"], dry_run=True)
+    assert done.jobs == ["lr-0.002"] and not done.manifest["rerun"].get("drift"), done.manifest["rerun"]
+    spec = json.loads((done.run_dir / "jobs" / "lr-0.002" / "spec.json").read_text())
+    assert spec["train"]["epochs"] == 2
+
+
 def test_a_moved_run_is_rerun_where_it_is_now(runner, root: Path, tmp_path: Path, checkout: Path):
     old = _submit(runner, root, tmp_path)
     moved = tmp_path / "elsewhere"
