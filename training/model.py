@@ -2,8 +2,8 @@
 "builtin:distilbert-shape") and what is done to it before any engine sees it (`prepare`: pad token,
 gradient checkpointing, LoRA).
 
-builtin:tiny is built offline in well under a second (a WordPiece tokenizer trained on the training
-texts + a 2-layer DistilBERT), saved with save_pretrained and loaded back with the Auto* classes, so
+builtin:tiny is built offline in well under a second (a WordPiece tokenizer whose vocabulary is the
+training texts' characters and commonest words + a 2-layer DistilBERT), saved with save_pretrained and loaded back with the Auto* classes, so
 it exercises exactly the loading path a hub model takes. builtin:tiny-decoder is its decoder-only twin
 (a byte-level BPE tokenizer without a pad token, padding on the left, + a 2-layer Llama), the shape
 of Llama, Qwen and Mistral classifiers. builtin:distilbert-shape is built as builtin:tiny with
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ DECODER_SPECIALS = ["<s>", "</s>"]  # BOS, EOS; no pad token, as Llama's own tok
 # LoRA's target modules for model types peft has no default for: the attention's query and value, as
 # peft's defaults for BERT and Llama.
 LORA_TARGETS = {"distilbert": ["q_lin", "v_lin"]}
-# DistilBertConfig of each built-in encoder; vocab_size None: the tokenizer's own (trained on the texts).
+# DistilBertConfig of each built-in encoder; vocab_size None: the tokenizer's own (made from the texts).
 SHAPES: dict[str, dict[str, Any]] = {
     TINY_MODEL: {"n_layers": 2, "n_heads": 2, "dim": 64, "hidden_dim": 128, "vocab_size": None},
     DISTILBERT_SHAPE_MODEL: {"n_layers": 6, "n_heads": 12, "dim": 768, "hidden_dim": 3072, "vocab_size": 30522},
@@ -57,15 +58,12 @@ def resolve_source(spec: Spec, data_key: str, get_corpus: Callable[[], tuple[lis
 
 def build_tiny(texts: list[str], labels: list[str], target: Path, seed: int = 0, shape: str = TINY) -> None:
     import torch
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
     from transformers import AutoModelForSequenceClassification, DistilBertConfig, PreTrainedTokenizerFast
 
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    # show_progress=False: without a terminal its bars are blank lines in the job log.
-    trainer = trainers.WordPieceTrainer(vocab_size=2000, special_tokens=SPECIALS, show_progress=False)
-    tok.train_from_iterator(texts, trainer)
+    normalizer, pre_tokenizer = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+    tok = Tokenizer(models.WordPiece(_wordpiece_vocab(texts, normalizer, pre_tokenizer), unk_token="[UNK]"))
+    tok.normalizer, tok.pre_tokenizer = normalizer, pre_tokenizer
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
@@ -96,6 +94,21 @@ def build_tiny(texts: list[str], labels: list[str], target: Path, seed: int = 0,
     )
     torch.manual_seed(seed)
     _save_built(AutoModelForSequenceClassification.from_config(config), tokenizer, target)
+
+
+def _wordpiece_vocab(texts: list[str], normalizer: Any, pre_tokenizer: Any, size: int = 2000) -> dict[str, int]:
+    """The special tokens, every character alone and as a word's continuation (`##c`), then the commonest
+    words (ties by the word): made the same on every machine and in every process. The tokenizers
+    library's WordPiece trainer breaks ties between equally frequent merges in no fixed order, so two
+    builds of one corpus gave two vocabularies, and one seed two results."""
+    counts = Counter(
+        word for text in texts for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))
+    )
+    chars = sorted({char for word in counts for char in word})
+    tokens = [*SPECIALS, *chars, *(f"##{char}" for char in chars)]
+    words = sorted((word for word in counts if len(word) > 1), key=lambda word: (-counts[word], word))
+    tokens += words[: max(size - len(tokens), 0)]
+    return {token: i for i, token in enumerate(tokens)}
 
 
 def build_tiny_decoder(texts: list[str], labels: list[str], target: Path, seed: int = 0) -> None:
