@@ -3,13 +3,13 @@
 gradient checkpointing, LoRA).
 
 builtin:tiny is built offline in well under a second (a WordPiece tokenizer whose vocabulary is the
-training texts' characters and commonest words + a 2-layer DistilBERT), saved with save_pretrained and loaded back with the Auto* classes, so
-it exercises exactly the loading path a hub model takes. builtin:tiny-decoder is its decoder-only twin
-(a byte-level BPE tokenizer without a pad token, padding on the left, + a 2-layer Llama), the shape
-of Llama, Qwen and Mistral classifiers. builtin:distilbert-shape is built as builtin:tiny with
-distilbert-base-uncased's architecture (6 layers, 768 wide, a 30,522-row embedding: 66,955,010
-parameters with a 2-class head) and random weights: its speed and MFU are DistilBERT's, its accuracy
-is not.
+training texts' characters and commonest words + a 2-layer DistilBERT), saved with save_pretrained and
+loaded back with the Auto* classes, so it exercises exactly the loading path a hub model takes.
+builtin:tiny-decoder is its decoder-only twin (a byte-level BPE tokenizer without a pad token, padding
+on the left, + a 2-layer Llama), the shape of Llama, Qwen and Mistral classifiers.
+builtin:distilbert-shape is built as builtin:tiny with distilbert-base-uncased's architecture (6 layers,
+768 wide, a 30,522-row embedding: 66,955,010 parameters with a 2-class head) and random weights: its
+speed and MFU are DistilBERT's, its accuracy is not.
 """
 
 from __future__ import annotations
