@@ -185,8 +185,10 @@ def test_a_chain_pauses_holds_its_segments_and_a_promotion_resumes_it(slurm, roo
         if not cut and (job := controller_job(resumed))["JobState"] == "RUNNING" and job["Restarts"] == "1":
             progress = run_dir / jobs[first]["dir"] / "progress.json"
             if progress.exists() and json.loads(progress.read_text()).get("epoch", 0) >= 2:  # from 0
-                subprocess.run(["scontrol", "update", f"JobId={resumed}", "EndTime=now"], check=True)
-                cut = True
+                # Under load the controller has refused this once ("Invalid time specified" 28 s into the
+                # segment's minute): the next poll asks again.
+                update = ["scontrol", "update", f"JobId={resumed}", "EndTime=now"]
+                cut = subprocess.run(update, capture_output=True, text=True).returncode == 0
         if ended and all(r["outcome"] in ("finished", "stopped") for r in rows):
             break
         assert time.monotonic() < deadline, (out.stdout[-3000:], acct)
