@@ -186,9 +186,14 @@ def run_setup(run_dir: Path, manifest: Mapping[str, Any] | None) -> tuple[tuple[
         sorted(
             (key, json.dumps(value, sort_keys=True, default=str))
             for key, value in resolved.flatten(tree).items()
-            if not key.startswith("sweep.") and key != "experiment.description" and key.rsplit(".", 1)[-1] != "seed"
+            if not key.startswith("sweep.") and key != "experiment.description" and not is_seed(key)
         )
     )
+
+
+def is_seed(key: str) -> bool:
+    """Whether a dotted key is a seed: jobs that differ by it alone are repeats of one configuration."""
+    return key.rsplit(".", 1)[-1] == "seed"
 
 
 Rungs = Callable[[RunJob, bool], JobRungs | None]  # a run's jobs as halving sees them (halving.rungs_of)

@@ -20,7 +20,7 @@ from typing import Any
 from jobgen.errors import JobgenError
 from jobgen.record.model import Run
 from jobgen.results import halving as halving_view
-from jobgen.results.collect import JobRow, LiveStates, collect
+from jobgen.results.collect import JobRow, LiveStates, collect, is_seed
 from jobgen.results.columns import (
     COLUMNS,
     COUNTS,
@@ -129,7 +129,7 @@ def config_key(row: JobRow) -> tuple[Any, ...]:
     if not row.sweep:
         return (row.experiment, row.setup, row.name)
     # Each value by its JSON: "1" is not 1, and 1.0 is not 1.
-    values = tuple(sorted((k, json.dumps(v)) for k, v in row.sweep.items() if not _is_seed(k)))
+    values = tuple(sorted((k, json.dumps(v)) for k, v in row.sweep.items() if not is_seed(k)))
     return (row.experiment, row.setup, values)
 
 
@@ -156,10 +156,6 @@ def _setting(value: str | None) -> str:
         return "default"
     shown = json.loads(value)
     return shown if isinstance(shown, str) else value
-
-
-def _is_seed(key: str) -> bool:
-    return key.rsplit(".", 1)[-1] == "seed"
 
 
 def _line(jobs: list[JobRow], many_experiments: bool, many_runs: bool) -> Line:
@@ -196,7 +192,7 @@ def _label(jobs: list[JobRow]) -> str:
     if len(names) == 1:
         return jobs[0].name
     # Different names for one configuration: the seed is in the name; name it by the other sweep values.
-    parts = [f"{k.rsplit('.', 1)[-1]}-{v}" for k, v in jobs[0].sweep.items() if not _is_seed(k)]
+    parts = [f"{k.rsplit('.', 1)[-1]}-{v}" for k, v in jobs[0].sweep.items() if not is_seed(k)]
     return "_".join(parts) or jobs[0].name
 
 
@@ -521,9 +517,10 @@ def render_table(lines: list[Line], color: bool = False, width: int | None = Non
         fields = [f"{{:{'>' if numeric[i] else '<'}{widths[i]}}}" for i in group]
         row_format = GAP.join(fields)
         depth = max(len(heads[i]) for i in group)
+        # A one-line header sits on the last line, beside the second halves of the folded ones.
+        stacked = [[""] * (depth - len(heads[i])) + heads[i] for i in group]
         out += [""] if n else []
-        for level in range(depth):  # a one-line header sits on the last line, beside the second halves
-            texts = [heads[i][level - depth + len(heads[i])] if level >= depth - len(heads[i]) else "" for i in group]
+        for texts in zip(*stacked, strict=True):
             out.append(_styled(row_format.format(*texts).rstrip(), BOLD, color))
         out.append("─" * (sum(widths[i] for i in group) + len(GAP) * (len(group) - 1)))
         at = group.index(state_at) if state_at in group else None
