@@ -613,9 +613,10 @@ def requeue(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
     """Start jobs of RUN again; each resumes from its newest checkpoint.
 
     With no JOBS: every job that ended without success (failed, cancelled, timed out, out of memory,
-    node failure, preempted). Named JOBS may also be running: with slurm.requeue on they get the
-    warning signal and checkpoint first. Slurm keeps the job id when it can; a job it has forgotten is
-    submitted again (the manifest keeps its earlier ids).
+    node failure, preempted); not a job that halving paused or stopped at a rung (it ended as planned).
+    Named JOBS may also be running: with slurm.requeue on they get the warning signal and checkpoint
+    first. Slurm keeps the job id when it can; a job it has forgotten is submitted again (the manifest
+    keeps its earlier ids).
     """
     from jobgen.commands.requeue import requeue as requeue_jobs
     from jobgen.record.model import Run
@@ -624,7 +625,7 @@ def requeue(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
     outcomes = requeue_jobs(run_dir, list(jobs))
     _warn([Run.load(run_dir)])
     for o in outcomes:
-        click.echo(f"  {o.name} ({o.state.value}, job {o.job_id or '-'}): {o.action}: {o.detail}")
+        click.echo(f"  {o.name} ({o.shown or o.state.value}, job {o.job_id or '-'}): {o.action}: {o.detail}")
     started = sum(o.action != "skipped" for o in outcomes)
     if started:
         click.echo(f"{started} job(s) requeued; follow them with: jobgen status {run_dir} --watch")

@@ -6,7 +6,9 @@
   requeue), its script is submitted again; the manifest keeps the earlier ids in `previous_job_ids`.
 - A running job is only requeued when named. With `slurm.requeue` on it is sent its warning signal, so
   it checkpoints first and requeues itself; otherwise Slurm stops it and queues it again.
-- Pending, completed and never-submitted jobs are left alone, with the reason.
+- Pending, completed and never-submitted jobs are left alone, with the reason; so are the jobs of a
+  halving run that its rule paused or stopped at a rung (they ended as planned: a requeue would only
+  find their decision again) or promoted (the next status or top-up requeues those).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from jobgen.errors import JobgenError, SubmitError
 from jobgen.facts import now_iso
 from jobgen.record import store as record
 from jobgen.record.model import Run
+from jobgen.results import halving as halving_view
 from jobgen.results.state_rule import read_runs
 from jobgen.states import State
 
@@ -37,6 +40,7 @@ class Outcome:
     state: State
     action: str  # "signalled", "requeued", "resubmitted" or "skipped"
     detail: str
+    shown: str = ""  # the state as status shows it, where that is not `state` (halving's STOPPED@1)
 
 
 def requeue(run_dir: Path, names: list[str]) -> list[Outcome]:
@@ -62,16 +66,33 @@ def _requeue(run_dir: Path, names: list[str]) -> list[Outcome]:
     if refusal:
         raise JobgenError(refusal)
     chosen = run.pick(names)
-    return [_one(run, scheduler, job.entry, job.state) for job in chosen if names or job.state in UNSUCCESSFUL]
+    halved = halving_view.settings_of(run.manifest)
+    planned = {
+        name: view for name, view in (halving_view.labels(run, halved) if halved else {}).items() if view.label()
+    }
+    return [
+        _one(run, scheduler, job.entry, job.state, planned.get(job.name))
+        for job in chosen
+        if names or (job.state in UNSUCCESSFUL and job.name not in planned)
+    ]
 
 
-def _one(run: Run, scheduler: Scheduler, job: dict[str, Any], state: State) -> Outcome:
+def _one(
+    run: Run, scheduler: Scheduler, job: dict[str, Any], state: State, rungs: halving_view.JobRungs | None = None
+) -> Outcome:
     run_dir, manifest = run.run_dir, run.manifest
     name, job_id = job["name"], job.get("job_id")
 
     def skip(why: str) -> Outcome:
         return Outcome(name, job_id, state, "skipped", why)
 
+    if rungs is not None:
+        why = (
+            f"promoted past rung {rungs.rung}: the next jobgen status or top-up requeues it"
+            if rungs.outcome == halving_view.WAITING
+            else f"halving ended it at rung {rungs.rung} as planned: only a promotion resumes it"
+        )
+        return Outcome(name, job_id, state, "skipped", why, shown=rungs.label())
     if not job_id:
         return skip(f"never submitted; run: jobgen submit --resume {run_dir}")
     if state is State.COMPLETED:

@@ -305,9 +305,11 @@ def _segments(job: RunJob) -> tuple[str, ...]:
 
 def _unfinished(row: JobRow, job: RunJob, problem: str | None, refresh: bool = False) -> JobRow:
     """Fill in what a job without a usable result was asked to do, got so far, and why it stopped (what
-    its logs said when its end was recorded, else its logs now)."""
-    cause = job.cause
-    if cause is None and not job.cause_read and _may_have_died(row.state, job.live):
+    its logs said when its end was recorded, else its logs now). A job that halving paused or stopped
+    at a rung, or that waits to resume past one, ended as planned: no problem, no cause."""
+    planned = row.rungs is not None and bool(row.rungs.label())
+    cause = None if planned else job.cause
+    if cause is None and not planned and not job.cause_read and _may_have_died(row.state, job.live):
         known, cause = kept_cause(job, refresh)
         if not known:
             cause = find_cause(logs.of(job, row.backend), row.run_dir)
@@ -316,7 +318,7 @@ def _unfinished(row: JobRow, job: RunJob, problem: str | None, refresh: bool = F
     return dataclasses.replace(
         row,
         train=train if isinstance(train, dict) else {},
-        problem=_explain_missing(row.state, said, problem, job.entry.get("error"), cause, job),
+        problem=None if planned else _explain_missing(row.state, said, problem, job.entry.get("error"), cause, job),
         cause=cause,
         partial_val_acc=read_best_val_acc(job.job_dir / "metrics.csv") if job.has("metrics.csv") else None,
     )

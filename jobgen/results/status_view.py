@@ -109,7 +109,13 @@ def runs_table(run_dirs: Sequence[Path], root: Path, refresh: bool) -> tuple[lis
         if not isinstance(row, Run):
             out.append(row)
             continue
-        counts = Counter((job.state if refresh else job.recorded).value for job in row.jobs)
+        halved = halving_view.settings_of(row.manifest)
+        rungs = halving_view.labels(row, halved) if halved else {}
+        # A job halving ended at a rung counts as status shows it (STOPPED@1), not as the FAILED under it.
+        counts = Counter(
+            (rungs[job.name].label() if job.name in rungs else "") or (job.state if refresh else job.recorded).value
+            for job in row.jobs
+        )
         states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
         backend = f"{row.backend} ({row.kind})" if row.kind else row.backend  # a probe: not the latest run
         out.append([_name(row.run_dir, root), _created(row), backend, str(len(row.jobs)), states])

@@ -508,6 +508,69 @@ def test_summary_and_status_show_what_halving_did_to_each_job(tmp_path: Path, ru
     assert states == {"best": "COMPLETED", "mid": "STOPPED@1", "low": "STOPPED@1"}, result.stdout
 
 
+def test_jobs_halving_ended_are_no_failures_to_explain_count_or_requeue(
+    tmp_path: Path, runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found on the test cluster: a job halving stopped exits 0 without a result, which the state rule
+    reads as FAILED; `requeue` queued such jobs again, `runs` counted them FAILED and the summary and
+    report explained them by their log's last line. A job of the same run that failed still is one."""
+    import json
+
+    from jobgen.cli import main
+    from tests.core.conftest import fake_squeue
+    from tests.data.summary import synth
+    from tests.support.stub_tools import install_stubs
+
+    paused = (
+        "training: epoch 1/3 validation acc 0.6000\njobgen: paused at halving rung 1; a promotion requeues the job\n"
+    )
+    jobs = [
+        synth.FakeJob("best", sweep={"train.lr": 1}, state="COMPLETED"),
+        synth.FakeJob("mid", sweep={"train.lr": 2}, state="FAILED", result=None, logs={"slurm-4001.out": paused}),
+        synth.FakeJob("low", sweep={"train.lr": 3}, state="FAILED", result=None, logs={"slurm-4002.out": paused}),
+        synth.FakeJob(
+            "broke", sweep={"train.lr": 4}, state="FAILED", result=None, logs={"slurm-4003.out": "RuntimeError: boom\n"}
+        ),
+    ]
+    root = tmp_path / "runs"
+    run = synth.write_run(root, "halv", jobs)
+    manifest = json.loads((run / "manifest.json").read_text())
+    found = halving.Settings((1,), 3, "accuracy", "max")
+    manifest["halving"] = found.record()
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    base = halving.root(run)
+    for job, metric in (("best", 0.9), ("mid", 0.6), ("low", 0.3)):
+        assert halving.report(base, 1, job, metric)
+    assert halving.settle(base, 1, found) == ["best"]
+
+    listed = runner.invoke(main, ["--output-root", str(root), "runs"])
+    assert listed.exit_code == 0 and "2 STOPPED@1, 1 COMPLETED, 1 FAILED" in listed.output, listed.output
+
+    result = runner.invoke(main, ["--output-root", str(root), "summary", str(run), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = {row["config"]: row for row in json.loads(result.stdout)["rows"]}
+    assert {job: (row["state"], row["problem"], row["hint"]) for job, row in rows.items() if job != "broke"} == {
+        "best": ("COMPLETED", None, None),
+        "mid": ("STOPPED@1", None, None),
+        "low": ("STOPPED@1", None, None),
+    }
+    assert rows["broke"]["state"] == "FAILED" and "RuntimeError: boom" in rows["broke"]["problem"]
+    page = tmp_path / "r.html"
+    assert runner.invoke(main, ["--output-root", str(root), "report", str(run), "-o", str(page)]).exit_code == 0
+    problems = page.read_text().split("<h2>Jobs without a result</h2>")[1]
+    assert "<b>broke</b>" in problems and "<b>mid</b>" not in problems and "<b>low</b>" not in problems
+
+    stubs = install_stubs(tmp_path, monkeypatch, {"scontrol": 'echo "scontrol $*" >> "$STATE/argv"\n'})
+    fake_squeue(monkeypatch, lambda ids: {})  # a controller past MinJobAge: the records' states stand
+    result = runner.invoke(main, ["--output-root", str(root), "requeue", str(run)])
+    assert result.exit_code == 0, result.output
+    assert (stubs / "argv").read_text().splitlines() == ["scontrol requeue 4003"], result.output
+    result = runner.invoke(main, ["--output-root", str(root), "requeue", str(run), "mid"])
+    assert result.exit_code == 0 and (stubs / "argv").read_text().count("scontrol") == 1, result.output
+    # PAUSED now, not STOPPED: "broke" is queued again, and its report could still promote "mid".
+    assert "mid (PAUSED@1, job 4001): skipped: halving ended it at rung 1 as planned" in result.output
+
+
 CHAINED = BASE.replace("[train]", "[slurm]\nchain = 3\n[train]") + "[sweep.halving]\nrungs = [1]\n"
 
 
