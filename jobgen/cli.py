@@ -250,10 +250,14 @@ def submit(
     for note in prepared.notes:
         click.echo(f"limits: {note}")
     if dry_run:
+        from jobgen.commands import waves
+
         click.echo("\n".join(sub.show(prepared.run_dir, prepared.manifest, show)))
         click.echo(f"dry run: {len(prepared.jobs)} job(s) written, nothing submitted")
         if test_only:
             _test_only(prepared.run_dir, prepared.manifest)
+        for line in waves.preview(prepared.manifest):
+            click.echo(line)
         return
     click.echo(f"run: {prepared.run_dir}")
     _submit_and_report(prepared.run_dir)
@@ -272,20 +276,6 @@ def _test_only(run_dir: Path, manifest: dict[str, Any]) -> None:
     if refused:
         raise JobgenError(f"sbatch --test-only refused {len(refused)} of {total}; first: {refused[0]}")
     click.echo(f"sbatch --test-only accepts all {total}; submit without --test-only to queue them")
-    line = queue_line(manifest)
-    if line:
-        click.echo(line)
-
-
-def queue_line(manifest: dict[str, Any]) -> str | None:
-    """How many of a run's jobs fit in the queue now, in one line (None: no limits to read)."""
-    from jobgen.commands import waves
-
-    queue = manifest.get("queue") or {}
-    scheduler = backends.get(manifest["backend"])
-    room = scheduler.queue_room(scheduler.settings(), str(queue.get("qos") or ""), str(queue.get("account") or ""))
-    entries = manifest.get("arrays") or manifest["jobs"]
-    return room.fit_line(sum(waves.weight(e) for e in entries)) if room is not None else None
 
 
 def _submit_and_report(run_dir: Path) -> None:

@@ -66,11 +66,8 @@ def first_wave(run_dir: Path, settings: Mapping[str, str] | None) -> str | None:
     entries = [e for e in manifest[key] if not e.get("job_id") and e["state"] == State.NOT_SUBMITTED.value]
     if len(entries) != len(manifest[key]):
         return None  # submitted before: `--resume` goes on as it began
-    scheduler = backends.get(manifest["backend"])
     total = sum(weight(e) for e in entries)
-    room = scheduler.queue_room(settings, str(queue.get("qos") or ""), str(queue.get("account") or ""))
-    line = room.fit_line(total) if room is not None else None
-    most = max_queued(int(queue.get("max_queued") or 0), int(queue.get("reserve") or 0), room)
+    line, most = _room(manifest, queue, settings, total)
     if most is None or total <= most:
         return line
     if manifest.get("halving") and any(int(e.get("chain") or 1) > 1 for e in entries):
@@ -84,6 +81,38 @@ def first_wave(run_dir: Path, settings: Mapping[str, str] | None) -> str | None:
     start(run_dir, most, str(queue.get("qos") or ""), str(queue.get("account") or ""))
     mark_waiting(run_dir, key, entries)
     return line
+
+
+def _room(
+    manifest: dict[str, Any], queue: dict[str, Any], settings: Mapping[str, str] | None, total: int
+) -> tuple[str | None, int | None]:
+    """(how many of `total` jobs fit now, in one line; the most queued at once), each None where
+    nothing says (no limits to read, no launch.max_queued)."""
+    scheduler = backends.get(manifest["backend"])
+    room = scheduler.queue_room(settings, str(queue.get("qos") or ""), str(queue.get("account") or ""))
+    line = room.fit_line(total) if room is not None else None
+    return line, max_queued(int(queue.get("max_queued") or 0), int(queue.get("reserve") or 0), room)
+
+
+def preview(manifest: dict[str, Any]) -> list[str]:
+    """What submitting a dry run's jobs would queue, as first_wave would decide it now: how many fit
+    and, when the sweep would wave, how many go in at once."""
+    queue = manifest.get("queue")
+    if not isinstance(queue, dict):
+        return []
+    key = "arrays" if manifest.get("arrays") else "jobs"
+    total = sum(weight(e) for e in manifest[key])
+    scheduler = backends.get(manifest["backend"])
+    line, most = _room(manifest, queue, scheduler.settings(), total)
+    out = [line] if line else []
+    if most is not None and total > most:
+        asked = queue.get("max_queued")
+        why = f"launch.max_queued = {asked}" if asked else "what the limits leave, less launch.queue_reserve"
+        out.append(
+            f"waves: {most} of the {total} job(s) would be queued at once ({why}); the rest would wait as "
+            "WAITING, each job that ends submitting the next"
+        )
+    return out
 
 
 def submit_run(run_dir: Path, on_submit: Any = None, say: Any = None) -> dict[str, Any]:

@@ -4,6 +4,7 @@ the sizes of the waves. tests/slurm/test_queue_limits.py runs the same on a real
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -188,6 +189,18 @@ def test_submit_leaves_the_rest_waiting_and_status_tops_up(runner, tmp_path, mon
     root = ["--output-root", str(tmp_path / "runs")]
     result = runner.invoke(main, [*root, "validate", str(exp)])
     assert "queue: 8 of the 10 job(s) fit now (slurm.conf MaxJobCount = 9, 0 held" in result.output
+    # The dry run says what the submit below does: 3 at once, from the limits (it printed every job's
+    # sbatch line alone).
+    result = runner.invoke(main, [*root, "submit", str(exp), "--dry-run"])
+    assert result.exit_code == 0 and "queue: 8 of the 10 job(s) fit now" in result.output, result.output
+    assert result.output.rstrip().endswith(
+        "waves: 3 of the 10 job(s) would be queued at once (what the limits leave, less launch.queue_reserve); "
+        "the rest would wait as WAITING, each job that ends submitting the next"
+    )
+    shutil.rmtree(tmp_path / "runs" / "wave")
+    result = runner.invoke(main, [*root, "submit", str(exp), "--dry-run", "--set", "launch.max_queued=20"])
+    assert "waves:" not in result.output and "queue: 8 of the 10" in result.output, result.output
+    shutil.rmtree(tmp_path / "runs" / "wave")
     result = runner.invoke(main, [*root, "submit", str(exp)])
     assert result.exit_code == 0, result.output
     assert "3 job(s) queued, 7 WAITING for room in the queue (at most 3 queued at once)" in result.output
