@@ -217,15 +217,24 @@ def schema_rows() -> list[tuple[str, str, str, str, str]]:
     numeric key's range ('positive and at most 10000'), a key's choices ('one of auto, ddp, ...'), else
     empty: whatever the checks at validation accept, said where users look it up."""
     rows = []
+    values = defaults()
     for section_name, section in SECTIONS.items():
         for f in dataclasses.fields(section):
-            default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
             key = f"{section_name}.{f.name}"
             valid = contract.bounds(f.metadata)
             if f.metadata.get("choices"):
                 valid = "one of " + ", ".join(f.metadata["choices"])
-            rows.append((key, type_name(f.type), repr_default(default), valid, f.metadata["doc"]))
+            rows.append((key, type_name(f.type), repr_default(values[key]), valid, f.metadata["doc"]))
     return rows
+
+
+def defaults() -> dict[str, Any]:
+    """Every key's default value, by dotted key (what a file that leaves the key out gets)."""
+    return {
+        f"{name}.{f.name}": f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+        for name, section in SECTIONS.items()
+        for f in dataclasses.fields(section)
+    }
 
 
 def repr_default(value: Any) -> str:

@@ -69,7 +69,7 @@ def diff(a: Side, b: Side) -> dict[str, Any]:
         "a": _head(a),
         "b": _head(b),
         "not_run": not_run,
-        "experiment": _changed(_settings(a, "A", warnings, notes), _settings(b, "B", warnings, notes)),
+        **_experiment(_settings(a, "A", warnings, notes), _settings(b, "B", warnings, notes)),
         "code": _code(a, b, warnings),
         "packages": _changed(_packages(a), _packages(b)) if ran else {},
         "cluster": _changed(_cluster(a, ran), _cluster(b, ran)),
@@ -89,6 +89,20 @@ def _changed(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Pair]:
 
 
 # --- experiment keys --------------------------------------------------------------------------------------
+
+
+def _experiment(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """The experiment keys whose values differ, a key one side left out counted at its default (so a key
+    set to its default on the other side is no difference), and per side the keys it left to default."""
+    from jobgen.experiment.schema import defaults
+
+    known = defaults()
+    filled = [
+        {**{k: known[k] for k in other.keys() - side.keys() if k in known}, **side} for side, other in ((a, b), (b, a))
+    ]
+    changed = _changed(*filled)
+    left = {name: sorted(k for k in changed if k not in side and k in known) for name, side in (("a", a), ("b", b))}
+    return {"experiment": changed, "experiment_defaults": left}
 
 
 def _settings(side: Side, name: str, warnings: list[str], notes: list[str]) -> dict[str, Any]:
@@ -293,7 +307,15 @@ def render_json(doc: Mapping[str, Any]) -> str:
 
 def render_text(doc: Mapping[str, Any]) -> str:
     out = [f"A: {_name(doc['a'])}", f"B: {_name(doc['b'])}", ""]
-    out += _pairs("experiment keys", doc["experiment"], unset="(not set)")
+    left = doc.get("experiment_defaults") or {}
+    shown = {
+        key: [
+            f"{_show(value, '(not set)')} (default)" if key in left.get(side, ()) else value
+            for side, value in zip("ab", pair, strict=True)
+        ]
+        for key, pair in doc["experiment"].items()
+    }
+    out += _pairs("experiment keys", shown, unset="(not set)")
     out += _code_text(doc["code"])
     not_run = [f"{side.upper()} has not run: {why}" for side, why in doc["not_run"].items() if why]
     if not_run:
@@ -333,7 +355,7 @@ def _code_text(code: Mapping[str, Any]) -> list[str]:
 
 
 def _show(value: Any, unset: str = "(none)") -> str:
-    return unset if value is None else value if isinstance(value, str) else json.dumps(value)
+    return unset if value is None else (value or '""') if isinstance(value, str) else json.dumps(value)
 
 
 def _indent(text: str) -> list[str]:

@@ -126,7 +126,17 @@ def test_json_shape_is_stable(runner, root: Path):
     _run(root, ID_A)
     _run(root, ID_B)
     doc = _json(runner, root, ID_A, ID_B)
-    assert list(doc) == ["a", "b", "not_run", "experiment", "code", "packages", "cluster", "results"]
+    assert list(doc) == [
+        "a",
+        "b",
+        "not_run",
+        "experiment",
+        "experiment_defaults",
+        "code",
+        "packages",
+        "cluster",
+        "results",
+    ]
     assert doc["not_run"] == {"a": None, "b": None}
     assert doc["a"] == {"run": str((root / "exp" / ID_A).resolve()), "run_id": ID_A, "job": None}
     assert set(doc["results"][0]) == {"job", "state", "train_s", "samples_per_s", "test_acc", "best_val_acc", "test_f1"}
@@ -260,11 +270,16 @@ def test_one_set_item_is_the_one_experiment_key_that_differs(runner, root: Path,
     text = _diff(runner, root, str(a), str(b))
     assert "experiment keys: 1 differs\n  train.lr  0.003  ->  0.001\n" in text.stdout
     assert "note:" not in text.stderr
-    # A key the file leaves to its default is "(not set)" on the side that did not set it.
-    c = _submit(runner, root, tmp_path, "--set", "train.warmup_ratio=0.2")
+    # A key one side leaves out counts at its default, said so; set to its default, it is no difference.
+    c = _submit(runner, root, tmp_path, "--set", "train.warmup_ratio=0.2", "--set", "train.weight_decay=0.01")
+    assert "weight_decay" in (c / "experiment.resolved.toml").read_text()
     doc = _json(runner, root, str(a), str(c))
-    assert doc["experiment"] == {"train.warmup_ratio": [None, 0.2]}
-    assert "train.warmup_ratio  (not set)  ->  0.2" in _diff(runner, root, str(a), str(c)).stdout
+    assert doc["experiment"] == {"train.warmup_ratio": [0.0, 0.2]}
+    assert doc["experiment_defaults"] == {"a": ["train.warmup_ratio"], "b": []}
+    assert (
+        "experiment keys: 1 differs\n  train.warmup_ratio  0.0 (default)  ->  0.2\n"
+        in _diff(runner, root, str(a), str(c)).stdout
+    )
 
 
 @pytest.mark.usefixtures("checkout")
