@@ -174,19 +174,24 @@ def collect(runs: Sequence[Run | Path], live_states: LiveStates | None = None) -
 def run_setup(run_dir: Path, manifest: Mapping[str, Any] | None) -> tuple[tuple[str, str], ...]:
     """What a run's jobs were planned from (its resolved experiment), as sorted (key, value as JSON) pairs,
     less what does not make two jobs different configurations: the seeds (repeats differ by them), the
-    sweep (each job's own values count instead) and the description. Empty when the run recorded neither
-    its resolved experiment nor its experiment.toml."""
+    sweep (each job's own values count instead) and the description; a key set to its default is as one
+    left out. Empty when the run recorded neither its resolved experiment nor its experiment.toml."""
     from jobgen.experiment import resolved
+    from jobgen.experiment.schema import defaults
 
     try:
         tree, _ = resolved.read(run_dir, manifest if manifest is not None else load_manifest(run_dir))
     except (JobgenError, OSError):
         return ()
+    known, missing = defaults(), object()
     return tuple(
         sorted(
             (key, json.dumps(value, sort_keys=True, default=str))
             for key, value in resolved.flatten(tree).items()
-            if not key.startswith("sweep.") and key != "experiment.description" and not is_seed(key)
+            if not key.startswith("sweep.")
+            and key != "experiment.description"
+            and not is_seed(key)
+            and known.get(key, missing) != value
         )
     )
 

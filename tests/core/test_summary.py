@@ -227,8 +227,10 @@ def test_runs_planned_from_other_settings_are_other_configurations(tmp_path: Pat
         "r2": '[experiment]\ndescription = "again"\n[train]\nlr = 0.003\nseed = 2\n'
         '[sweep.grid]\n"train.engine" = ["torch", "fabric"]\n',
         "r3": '[train]\nlr = 0.003\nseed = 1\n[slurm]\npartition = "big"\n[sweep.grid]\n"train.engine" = ["torch"]\n',
+        # A key set to its default plans what leaving it out plans: a repeat of r0.
+        "r4": '[train]\nlr = 0.003\nseed = 3\nweight_decay = 0.01\n[sweep.grid]\n"train.engine" = ["torch"]\n',
     }
-    times = {"r0": 100.0, "r1": 300.0, "r2": 120.0, "r3": 90.0}
+    times = {"r0": 100.0, "r1": 300.0, "r2": 120.0, "r3": 90.0, "r4": 140.0}
     runs = []
     for i, (run_id, text) in enumerate(resolved.items()):
         job = FakeJob("engine-torch", {"train.engine": "torch"}, train_s=times[run_id])
@@ -241,7 +243,7 @@ def test_runs_planned_from_other_settings_are_other_configurations(tmp_path: Pat
         "engine-torch [slurm.partition=big, train.lr=0.003]",
     }
     same = rows["engine-torch [slurm.partition=default, train.lr=0.003]"]
-    assert same["n"] == 2 and same["run"] == "2 runs" and same["train_s"] == pytest.approx(110.0)
+    assert same["n"] == 3 and same["run"] == "3 runs" and same["train_s"] == pytest.approx(120.0)
     assert rows["engine-torch [slurm.partition=default, train.lr=0.001]"]["train_s"] == pytest.approx(300.0)
     # One run alone: its label is its name, whatever it was planned from.
     assert [r["config"] for r in json.loads(summarize(runs[1:2], fmt="json"))["rows"]] == ["engine-torch"]
