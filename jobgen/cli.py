@@ -582,17 +582,25 @@ def logs(
 @click.argument("jobs", nargs=-1)
 @click.pass_context
 def cancel(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
-    """Cancel the jobs of RUN (all of them, or the JOBS named)."""
+    """Cancel the jobs of RUN (all of them, or the JOBS named).
+
+    With no JOBS the whole run stops: jobs waiting for room in the queue are not submitted, and a
+    halving run promotes and requeues nothing more (until a jobgen requeue of its jobs).
+    """
+    from jobgen.commands import waves
     from jobgen.commands.submit import cancel as cancel_jobs
     from jobgen.record.model import Run
 
-    cancelled = cancel_jobs(Run.load(_one_run(ctx, run)), list(jobs))
+    run_dir = _one_run(ctx, run)
+    waiting = [] if jobs else waves.stop_sweep(run_dir)  # before the jobs end: theirs submit nothing
+    cancelled = cancel_jobs(Run.load(run_dir), list(jobs))
     for job in cancelled:
         ids = job.ids
         click.echo(f"  {job.name}: cancel sent to job{'s' if len(ids) > 1 else ''} {', '.join(ids)}")
-    click.echo(
-        f"{len(cancelled)} job(s) cancelled" if cancelled else "nothing to cancel (no job of this run is queued)"
-    )
+    for name in waiting:
+        click.echo(f"  {name}: WAITING, cancelled: it will not be submitted")
+    count = len(cancelled) + len(waiting)
+    click.echo(f"{count} job(s) cancelled" if count else "nothing to cancel (no job of this run is queued)")
 
 
 @main.command()

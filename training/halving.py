@@ -38,6 +38,7 @@ DIR = "halving"
 # In the run folder while the run submits in waves (jobgen.commands.waves, launch.max_queued): a promoted
 # job is then requeued by a top-up, when the queue has a slot for it, not by the job that promoted it.
 WAVES = "waves.json"
+CANCELLED = "cancelled"  # in the halving folder: the run was cancelled (cancel)
 # The metric a rung compares is one of the validation metrics a job scores (result.json's val_metrics
 # names: training.contract.METRICS). PRIMARY: the job's primary metric, named only once its data is
 # read (data.problem_type = "auto"); every job of a sweep trains alike, so every job names the same.
@@ -255,6 +256,22 @@ def settle(base: Path, rung: int, settings: Settings) -> list[str]:
     return [job for job in chosen if claim(base, rung, job, k, reports)]
 
 
+def cancel(base: Path) -> None:
+    """The run was cancelled (`jobgen cancel`): no participant promotes or requeues a job any more."""
+    base.mkdir(parents=True, exist_ok=True)
+    _create(base / CANCELLED, f"{time.time()}\n")
+
+
+def cancelled(base: Path) -> bool:
+    return (base / CANCELLED).exists()
+
+
+def resume(base: Path) -> None:
+    """`jobgen requeue` starts jobs of a cancelled run again: the rule applies again."""
+    with contextlib.suppress(OSError):
+        (base / CANCELLED).unlink()
+
+
 def first_requeue(base: Path, rung: int, job: str) -> bool:
     """True for the one participant that gets to requeue `job` for its promotion past `rung`
     (`requeued/<rung>/<job>`, created once): a promoted job that later fails is not requeued again and
@@ -332,7 +349,7 @@ def at_rung(
     if is_promoted(base, rung, job):
         return True  # decided before a requeue or retry: the decision stands
     waves = (base.parent / WAVES).exists()
-    for other in settle(base, rung, settings):
+    for other in [] if cancelled(base) else settle(base, rung, settings):
         if other == job:
             continue
         if waves:

@@ -27,6 +27,7 @@ from jobgen.record.model import Run
 from jobgen.results import halving as halving_view
 from jobgen.results.state_rule import read_runs
 from jobgen.states import State
+from training import halving
 
 UNSUCCESSFUL = frozenset(
     {State.FAILED, State.CANCELLED, State.TIMEOUT, State.OUT_OF_MEMORY, State.NODE_FAIL, State.PREEMPTED, State.UNKNOWN}
@@ -70,11 +71,18 @@ def _requeue(run_dir: Path, names: list[str]) -> list[Outcome]:
     planned = {
         name: view for name, view in (halving_view.labels(run, halved) if halved else {}).items() if view.label()
     }
-    return [
+    base = halving.root(run_dir)
+    stopped = bool(halved) and halving.cancelled(base)
+    if stopped:
+        halving.resume(base)  # before a job starts again: at its rung the rule applies as before the cancel
+    outcomes = [
         _one(run, scheduler, job.entry, job.state, planned.get(job.name))
         for job in chosen
         if names or (job.state in UNSUCCESSFUL and job.name not in planned)
     ]
+    if stopped and all(o.action == "skipped" for o in outcomes):
+        halving.cancel(base)  # nothing started again: the run stays cancelled
+    return outcomes
 
 
 def _one(
@@ -93,6 +101,14 @@ def _one(
             else f"halving ended it at rung {rungs.rung} as planned: only a promotion resumes it"
         )
         return Outcome(name, job_id, state, "skipped", why, shown=rungs.label())
+    if not job_id and state is State.CANCELLED:
+        # A halving run is rerun whole: fewer jobs than eta would all stop at their first rung.
+        again = (
+            f"jobgen rerun {run_dir} runs the sweep"
+            if manifest.get("halving")
+            else f"jobgen rerun {run_dir} {name} runs it"
+        )
+        return skip(f"cancelled before it was submitted; {again} again in a new run")
     if not job_id:
         return skip(f"never submitted; run: jobgen submit --resume {run_dir}")
     if state is State.COMPLETED:

@@ -482,7 +482,8 @@ def launch_lines(script: str) -> list[str]:
 
 
 def cancel(run: Run, names: list[str]) -> list[RunJob]:
-    """Cancel the named jobs of a run (all when none named) that have a job id; returns them."""
+    """Cancel the named jobs of a run (all when none named) that have a job id; returns them. For the
+    whole run, waves.stop_sweep comes first: no job on its way out then submits or requeues another."""
     chosen = [job for job in run.pick(names) if job.job_id]
     if chosen:
         # A chained job is all its segments: cancelling only the running one would start the next.

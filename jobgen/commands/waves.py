@@ -176,6 +176,28 @@ def start(run_dir: Path, max_queued: int, qos: str, account: str) -> None:
     )
 
 
+def stop_sweep(run_dir: Path) -> list[str]:
+    """For `jobgen cancel` of a whole run, before its jobs are cancelled: once this returns, nothing of
+    the run is submitted or requeued by a top-up, a job on its way out or a status. Its waves stop, its
+    waiting jobs (or arrays) are recorded CANCELLED (never submitted), a halving run promotes no more
+    (`jobgen requeue` lifts that). The names of the waiting entries cancelled."""
+    from jobgen.facts import now_iso
+
+    with record.run_lock(run_dir):  # a top-up submits under it: none is half-way when this goes on
+        manifest = record.load_manifest(run_dir)
+        if manifest.get("halving"):
+            halving.cancel(halving.root(run_dir))
+        _stop(run_dir)
+        key = "arrays" if manifest.get("arrays") else "jobs"
+        waiting = [e for e in manifest[key] if not e.get("job_id") and e["state"] == State.WAITING.value]
+        if waiting:
+            cancelled = {"state": State.CANCELLED.value, "cancel_requested_at": now_iso()}
+            record.update_jobs(run_dir, {e["name"]: cancelled for e in waiting}, key=key)
+            if key == "arrays":
+                record.update_jobs(run_dir, {name: cancelled for e in waiting for name in e["tasks"]})
+        return [e["name"] for e in waiting]
+
+
 def mark_waiting(run_dir: Path, key: str, waiting: list[dict[str, Any]]) -> None:
     """Record the entries left for a later wave as WAITING (the jobs of an array too)."""
     if not waiting:
@@ -288,6 +310,8 @@ def top_up(
     deadline = time.monotonic() + LAST_WAIT_S
     while True:
         with record.run_lock(run_dir):
+            if read(run_dir) is None:
+                return TopUp()  # stopped while this waited for the lock (jobgen cancel)
             manifest = record.load_manifest(run_dir)
             key = "arrays" if manifest.get("arrays") else "jobs"
             waiting = [e for e in manifest[key] if not e.get("job_id") and e["state"] == State.WAITING.value]

@@ -182,6 +182,8 @@ def promote(run: Any, found: halving.Settings) -> list[str]:
     from jobgen import backends
     from jobgen.errors import JobgenError
 
+    if halving.cancelled(halving.root(run.run_dir)):
+        return []  # cancelled (jobgen cancel): nothing is promoted or requeued until a jobgen requeue
     said = [f"halving: promoted {job} past rung {rung}" for rung, job in settle(run.run_dir, found)]
     backend = backends.get(run.manifest.get("backend", ""))
     if backend.runs_here or (Path(run.run_dir) / halving.WAVES).exists():

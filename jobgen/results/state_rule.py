@@ -20,6 +20,7 @@ status) says COMPLETED and there is no result.json, the job is FAILED.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -136,8 +137,9 @@ def ask_schedulers(runs: Sequence[Run], refresh: bool = False) -> None:
     """One question per backend for every job of these runs that may still change (all with `refresh`)."""
     asking: dict[str, list[RunJob]] = {}
     for run in runs:
+        resumed = _promoted_and_requeued(run)
         for job in run.jobs:
-            if is_asked(job, refresh):
+            if is_asked(job, refresh) or (job.name in resumed and not job.finished):
                 asking.setdefault(run.backend, []).append(job)
     answers = {
         backend: backends.get(backend).states([i for job in jobs for i in job.ids]) for backend, jobs in asking.items()
@@ -158,6 +160,23 @@ def ask_schedulers(runs: Sequence[Run], refresh: bool = False) -> None:
                         f"{run.run_dir}: Slurm did not answer ({silent}): {jobs_show} the last state recorded,"
                         " and none was changed; run the command again once Slurm answers"
                     )
+
+
+def _promoted_and_requeued(run: Run) -> set[str]:
+    """The jobs of a halving run that were requeued for a promotion: the job that promoted one may have
+    requeued it, after a command recorded its pause as its end; it is asked about again."""
+    if not run.manifest.get("halving"):
+        return set()
+    from training import halving
+
+    found: set[str] = set()
+    try:
+        with os.scandir(halving.root(run.run_dir) / "requeued") as rungs:
+            for rung in rungs:
+                found.update(os.listdir(rung.path))
+    except OSError:
+        pass
+    return found
 
 
 def progress(job: RunJob) -> str:

@@ -135,6 +135,19 @@ def test_racing_processes_never_promote_past_the_rule(tmp_path: Path) -> None:
         _check_board(base, 3, jobs, 3)
 
 
+def test_a_cancelled_run_promotes_nobody_until_it_is_resumed(tmp_path: Path) -> None:
+    """`jobgen cancel` marks the run: a job at its rung still reports and pauses, and promotes nobody
+    (a job it promoted would be requeued by it); once resumed (`jobgen requeue`), the rule applies."""
+    base, found = tmp_path / "halving", halving.Settings((1,), 2, "accuracy", "max")
+    assert not halving.at_rung(base, found, "a", 1, 0.9, tmp_path / "ca")
+    halving.cancel(base)
+    assert halving.cancelled(base)
+    assert not halving.at_rung(base, found, "b", 1, 0.1, tmp_path / "cb")  # settled, a would be promoted
+    assert set(halving.read_reports(base, 1)) == {"a", "b"} and not halving.promoted(base, 1)
+    halving.resume(base)
+    assert not halving.cancelled(base) and halving.settle(base, 1, found) == ["a"]
+
+
 def test_a_decision_is_made_once(tmp_path: Path) -> None:
     assert halving.claim(tmp_path, 1, "a", 2)
     assert not halving.claim(tmp_path, 1, "a", 2)  # the same decision again: a no-op, no second slot
@@ -569,6 +582,48 @@ def test_jobs_halving_ended_are_no_failures_to_explain_count_or_requeue(
     assert result.exit_code == 0 and (stubs / "argv").read_text().count("scontrol") == 1, result.output
     # PAUSED now, not STOPPED: "broke" is queued again, and its report could still promote "mid".
     assert "mid (PAUSED@1, job 4001): skipped: halving ended it at rung 1 as planned" in result.output
+
+
+def test_a_job_a_promotion_requeued_after_its_pause_was_recorded_is_asked_again(
+    tmp_path: Path, runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found on the test cluster: a status recorded a paused job's end (FAILED under its label: no
+    result); a later job promoted it and requeued it itself, so no command recorded that; each status
+    after showed it FAILED from the record while it ran again. Slurm is asked about it again."""
+    import json
+
+    from jobgen.cli import main
+    from jobgen.states import JobInfo, State
+    from tests.core.conftest import fake_squeue
+    from tests.data.summary import synth
+
+    jobs = [synth.FakeJob(f"j{i}", sweep={"train.lr": i}, state="FAILED", result=None) for i in range(4)]
+    run = synth.write_run(tmp_path / "runs", "halv", jobs)
+    manifest = json.loads((run / "manifest.json").read_text())
+    found = halving.Settings((1,), 2, "accuracy", "max")
+    manifest["halving"] = found.record()
+    for entry in manifest["jobs"]:
+        entry["exit_code"] = "0:0"
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    base = halving.root(run)
+    for i, metric in enumerate((0.3, 0.9, 0.6, 0.1)):
+        assert halving.report(base, 1, f"j{i}", metric)
+    assert halving.settle(base, 1, found) == ["j1", "j2"]
+    assert halving.first_requeue(base, 1, "j1") and halving.first_requeue(
+        base, 1, "j2"
+    )  # by the job that promoted them
+    asked: list[list[str]] = []
+
+    def slurm(ids: list[str]) -> dict[str, JobInfo]:
+        asked.append(sorted(ids))
+        return {"4001": JobInfo(State.PENDING), "4002": JobInfo(State.RUNNING)}
+
+    fake_squeue(monkeypatch, slurm)
+    result = runner.invoke(main, ["--output-root", str(tmp_path / "runs"), "status", str(run)])
+    assert result.exit_code == 0, result.output
+    shown = {line.split()[0]: line.split()[3] for line in result.stdout.splitlines()[2:]}
+    assert shown == {"j0": "PAUSED@1", "j1": "PENDING", "j2": "RUNNING", "j3": "PAUSED@1"}, result.output
+    assert asked == [["4001", "4002"]]
 
 
 CHAINED = BASE.replace("[train]", "[slurm]\nchain = 3\n[train]") + "[sweep.halving]\nrungs = [1]\n"

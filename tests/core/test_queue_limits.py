@@ -373,6 +373,65 @@ def test_halving_in_waves_a_promoted_job_waits_for_a_slot_and_a_paused_one_frees
     assert (state / "requeued").read_text().split() == ["101"] and (state / "calls").read_text().strip() == "2"
 
 
+def test_cancel_stops_a_sweep_in_waves_and_its_halving_until_a_requeue(runner, tmp_path, monkeypatch):
+    """Found on the test cluster: `jobgen cancel` of a sweep in waves cancelled the queued jobs, and
+    each of them, on its way out, submitted the waiting ones (so did the next status): the sweep went
+    on. Now nothing of a cancelled run is submitted, promoted or requeued until `jobgen requeue`."""
+    from training import halving
+
+    stubs = {
+        "scontrol": SCONTROL,
+        "squeue": SQUEUE,
+        "sbatch": SBATCH_OK,
+        "sacct": "exit 1\n",
+        "scancel": 'echo "$*" >> "$STATE/scancel.log"\n',
+    }
+    state = install_stubs(tmp_path, monkeypatch, stubs)
+    exp = tmp_path / "halve.toml"
+    exp.write_text(HALVING)
+    root = ["--output-root", str(tmp_path / "runs")]
+    assert "1 job(s) queued, 3 WAITING" in runner.invoke(main, [*root, "submit", str(exp)]).output
+    (run_dir,) = (tmp_path / "runs" / "halve").iterdir()
+    base, found = halving.root(run_dir), halving.Settings((1,), 2, "val_acc", "max")
+    monkeypatch.setenv("SLURM_JOB_ID", "101")
+    assert not halving.at_rung(base, found, "seed-1", 1, 0.4, tmp_path / "ck1")
+    _states(state, {"101": "RUNNING"})
+    assert (
+        "submitted 1, 2 still WAITING"
+        in runner.invoke(main, [*root, "top-up", "--leaving", "101", str(run_dir)]).output
+    )
+    _states(state, {"102": "RUNNING"})
+
+    result = runner.invoke(main, [*root, "cancel", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    assert "seed-3: WAITING, cancelled: it will not be submitted" in result.output
+    assert "4 job(s) cancelled" in result.output and "102" in (state / "scancel.log").read_text()
+    assert not (run_dir / "waves.json").exists() and halving.cancelled(base)
+    # seed-2, cancelled before its rung, leaves as any job: its top-up submits nothing.
+    _states(state, {"101": "COMPLETED", "102": "CANCELLED"})
+    result = runner.invoke(main, [*root, "top-up", "--leaving", "102", str(run_dir)])
+    assert result.exit_code == 0 and "submitted 0, 0 still WAITING" in result.output, result.output
+    result = runner.invoke(main, [*root, "status", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    shown = _shown(result.output)
+    assert (shown["seed-1"], shown["seed-2"], shown["seed-3"], shown["seed-4"]) == (
+        "STOPPED@1",
+        "CANCELLED",
+        "CANCELLED",
+        "CANCELLED",
+    ), result.output
+    assert (state / "calls").read_text().strip() == "2" and not (state / "requeued").exists()
+
+    # A requeue starts the run again, the rule with it; a job never submitted stays out.
+    result = runner.invoke(main, [*root, "requeue", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    assert "seed-3 (CANCELLED, job -): skipped: cancelled before it was submitted; jobgen rerun" in result.output
+    assert f"jobgen rerun {run_dir} runs the sweep again in a new run" in result.output  # eta: not 1 job
+    assert (state / "requeued").read_text().split() == ["102"] and not halving.cancelled(base)
+    monkeypatch.setenv("SLURM_JOB_ID", "102")
+    assert halving.at_rung(base, found, "seed-2", 1, 0.9, tmp_path / "ck2")  # the better: it goes on
+
+
 def test_a_full_submit_limit_of_the_user_asks_only_the_users_jobs(runner, tmp_path, monkeypatch):
     stubs = {"scontrol": SCONTROL, "squeue": SQUEUE, "sacctmgr": SACCTMGR, "sbatch": SBATCH_OK, "sacct": "exit 1\n"}
     state = install_stubs(tmp_path, monkeypatch, stubs)
