@@ -230,3 +230,31 @@ def test_a_sweep_in_waves_survives_a_controller_restart(limited, monkeypatch, tm
     # max_queued = 2, and a job that ends submits its successor while it still counts (its exit path):
     # for that moment the queue holds one more (docs/guides/queue-limits.md), never two more.
     assert _most_queued(rows) <= 2 + 1, rows
+
+
+def test_cancel_stops_a_sweep_in_waves(limited, monkeypatch, tmp_path: Path):
+    """`jobgen cancel RUN` of a sweep in waves: the queued jobs are cancelled and, on their way out,
+    submit nothing; the waiting ones are recorded CANCELLED (each cancelled job's exit path, and the
+    next status, submitted them before)."""
+    _client(limited, monkeypatch)
+    root = tmp_path / "runs"
+    exp = _sweep(tmp_path, "stop", 5)
+    exp.write_text(exp.read_text().replace('BEHAVIOR = "ok"', 'BEHAVIOR = "ok", NAP = "60"'))
+    since = time.time()
+    jobgen("submit", str(exp), "--set", "launch.max_queued=2", root=root)
+    run_dir = only_run(root, "stop")
+    deadline = time.monotonic() + 60
+    while len(_sacct("stop", since, limited)) < 2 or any(r[4] != "RUNNING" for r in _sacct("stop", since, limited)):
+        assert time.monotonic() < deadline, _sacct("stop", since, limited)
+        time.sleep(1)
+    out = jobgen("cancel", str(run_dir), root=root).stdout
+    assert out.count("WAITING, cancelled: it will not be submitted") == 3 and "5 job(s) cancelled" in out, out
+    deadline = time.monotonic() + 60
+    while any(r[4] in ("RUNNING", "PENDING") for r in _sacct("stop", since, limited)):
+        assert time.monotonic() < deadline, _sacct("stop", since, limited)
+        time.sleep(1)
+    time.sleep(3)  # the cancelled jobs' exit paths have run
+    status = jobgen("status", str(run_dir), root=root).stdout
+    rows = _sacct("stop", since, limited)
+    assert len(rows) == 2 and all(r[4].startswith("CANCELLED") for r in rows), (rows, status)
+    assert [j["state"] for j in manifest(run_dir)["jobs"]] == ["CANCELLED"] * 5, status
