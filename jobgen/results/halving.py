@@ -344,6 +344,18 @@ def totals(jobs: list[Any], kind: str) -> dict[str, Any]:
     }
 
 
+def totals_text(found: dict[str, Any]) -> list[str]:
+    """What halving saved, under the summary's totals (from `totals`); [] without halving."""
+    if "full_sweep_hours" not in found:
+        return []
+    unit = {"gpu": "GPU-h", "cpu": "CPU-h", "wall": "h (wall clock)"}.get(found["hours_kind"], "h")
+    used, full = found["hours_used"], found["full_sweep_hours"]
+    if used is None or full is None:
+        return ["halving: the hours of the sweep without it are unknown (a job that ran has no hours)"]
+    share = f" ({used / full:.0%} of it)" if full else ""
+    return [f"halving: {used:.3g} {unit} used; about {full:.3g} {unit} for every job to train every epoch{share}"]
+
+
 def _runs_here(job: Any) -> bool:
     from jobgen import backends
     from jobgen.errors import JobgenError

@@ -419,7 +419,8 @@ def totals_text(lines: list[Line]) -> list[str]:
         f"{amount(found[name])} {unit}" if found[name] is not None else f"{unknown} unknown"
         for name, unit, unknown in units
     ]
-    return [f"total of {found['jobs']} job{'s' if found['jobs'] != 1 else ''}: {', '.join(parts)}"]
+    out = [f"total of {found['jobs']} job{'s' if found['jobs'] != 1 else ''}: {', '.join(parts)}"]
+    return out + halving_view.totals_text(found)
 
 
 def render_json(lines: list[Line], **_: Any) -> str:

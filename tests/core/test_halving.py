@@ -401,8 +401,16 @@ def test_a_local_runs_hours_are_its_jobs_wall_hours(tmp_path: Path) -> None:
         "hours_used": round(2400 / 3600, 6),
         "full_sweep_hours": 1.0,
     }
+    # Under the summary's totals (terminal, markdown, report): what halving saved, in the jobs' hours.
+    assert halving_view.totals_text({"jobs": 2, **halving_view.totals(jobs, "cpu_hours")}) == [
+        "halving: 0.667 h (wall clock) used; about 1 h (wall clock) for every job to train every epoch (67% of it)"
+    ]
     jobs[1].source.entry.pop("ran_s")  # recorded before the time was kept: unknown, never a guess
     assert halving_view.totals(jobs, "cpu_hours")["hours_used"] is None
+    assert halving_view.totals_text(halving_view.totals(jobs, "cpu_hours"))[0].startswith(
+        "halving: the hours of the sweep without it are unknown"
+    )
+    assert halving_view.totals_text({"jobs": 2, "gpu_hours": 1.0}) == []  # no halving, no line
 
 
 def test_the_local_backend_adds_up_a_jobs_runs_and_reads_a_launchers_pause(tmp_path: Path) -> None:
