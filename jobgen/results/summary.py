@@ -419,6 +419,8 @@ def totals_text(lines: list[Line]) -> list[str]:
         f"{amount(found[name])} {unit}" if found[name] is not None else f"{unknown} unknown"
         for name, unit, unknown in units
     ]
+    if all(found[name] is None for name, _, _ in units):
+        parts = ["GPU-h, CPU-h and energy unknown"]  # a local run, or no accounting: one phrase, not three
     out = [f"total of {found['jobs']} job{'s' if found['jobs'] != 1 else ''}: {', '.join(parts)}"]
     return out + halving_view.totals_text(found)
 
