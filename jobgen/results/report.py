@@ -31,6 +31,7 @@ from jobgen.results.summary import (
     build_lines,
     cells,
     speedup_caption,
+    state_tone,
     totals_text,
 )
 
@@ -48,8 +49,8 @@ table.summary td.logs { white-space: normal; max-width: 130px; overflow-wrap: an
 table.summary td.num { text-align: right; font-variant-numeric: tabular-nums; }
 table.summary .sd { color: #666; font-size: 11.5px; }
 tr.baseline td { font-weight: 600; }
-.state-COMPLETED { color: #1a7f37; } .state-RUNNING { color: #0969da; } .state-PENDING { color: #9a6700; }
-.state-bad { color: #cf222e; }
+.state-done { color: #1a7f37; } .state-running { color: #0969da; } .state-waiting { color: #9a6700; }
+.state-planned { color: #57606a; } .state-bad { color: #cf222e; }
 .charts { display: flex; flex-wrap: wrap; gap: 12px; }
 svg.chart { background: #fff; border: 1px solid #e3e3e3; }
 svg .title { font-size: 14px; font-weight: 600; text-anchor: middle; }
@@ -191,7 +192,7 @@ NOTE_CHARS = 60
 def _cell(line: Line, header: str, value: str, colors: dict[int, str]) -> str:
     css = "num" if header in NUMERIC else CLASSES.get(header, "")
     if header == "state":
-        css = "state-" + _state_class(line.state)
+        css = "state-" + state_tone(line.state)
     text = escape(value)
     if header == "note" and len(value) > NOTE_CHARS:  # the whole cause is under "Jobs without a result"
         text = f'<span title="{escape(value)}">{escape(value[: NOTE_CHARS - 1])}&hellip;</span>'
@@ -237,10 +238,6 @@ def _fold(columns: list[int], widths: dict[int, float], budget: float) -> list[l
         groups[-1].append(i)
         used += widths[i]
     return groups
-
-
-def _state_class(state: str) -> str:
-    return state if state in ("COMPLETED", "RUNNING", "PENDING") else "bad"
 
 
 def _log_links(jobs: list[JobRow]) -> str:

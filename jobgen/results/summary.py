@@ -492,7 +492,19 @@ def render_markdown(lines: list[Line], **_: Any) -> str:
     return "\n".join(out) + "\n"
 
 
-STATE_STYLES = {"COMPLETED": "green", "RUNNING": "cyan", "PENDING": "yellow", "SUBMITTED": "yellow"}
+def state_tone(state: str) -> str:
+    """How a line's state is colored, in the terminal and the report: done, running, waiting (queued,
+    paused at a halving rung, waiting for room or a slot), planned (an end chosen, not suffered: halving
+    stopped it, a dry run), else bad."""
+    name = state.split("@", 1)[0]
+    if name in ("COMPLETED", "RUNNING"):
+        return "done" if name == "COMPLETED" else "running"
+    if name in ("PENDING", "SUBMITTED", "REQUEUED", "WAITING", "PAUSED"):
+        return "waiting"
+    return "planned" if name in ("STOPPED", "DRY_RUN") else "bad"
+
+
+TONE_COLORS = {"done": "green", "running": "cyan", "waiting": "yellow", "planned": "", "bad": "red"}
 
 
 def render_table(lines: list[Line], color: bool = False, width: int | None = None, **_: Any) -> str:
@@ -531,7 +543,8 @@ def render_table(lines: list[Line], color: bool = False, width: int | None = Non
             values = [row[i] for i in group]
             if color and at is not None:
                 padded = [field.format(v) for field, v in zip(fields, values, strict=True)]
-                padded[at] = _styled(padded[at], ANSI[STATE_STYLES.get(line.state, "red")], color)
+                tone = TONE_COLORS[state_tone(line.state)]
+                padded[at] = _styled(padded[at], ANSI[tone], color and bool(tone))
                 text = GAP.join(padded).rstrip()
             else:
                 text = row_format.format(*values).rstrip()
@@ -598,7 +611,7 @@ def column_groups(natural: list[int], width: int) -> list[list[int]]:
 
 GAP = "   "  # between two columns
 NOTE_WIDTH = 40
-ANSI = {"green": "\x1b[32m", "cyan": "\x1b[36m", "yellow": "\x1b[33m", "red": "\x1b[31m"}
+ANSI = {"green": "\x1b[32m", "cyan": "\x1b[36m", "yellow": "\x1b[33m", "red": "\x1b[31m", "": ""}
 BOLD, RESET = "\x1b[1m", "\x1b[0m"
 
 

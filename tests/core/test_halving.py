@@ -578,7 +578,10 @@ def test_jobs_halving_ended_are_no_failures_to_explain_count_or_requeue(
     assert rows["broke"]["state"] == "FAILED" and "RuntimeError: boom" in rows["broke"]["problem"]
     page = tmp_path / "r.html"
     assert runner.invoke(main, ["--output-root", str(root), "report", str(run), "-o", str(page)]).exit_code == 0
-    problems = page.read_text().split("<h2>Jobs without a result</h2>")[1]
+    html = page.read_text()
+    assert html.count('<td class="state-planned">STOPPED@1</td>') == 2  # grey, not a failure's red
+    assert '<td class="state-bad">FAILED</td>' in html and '<td class="state-done">COMPLETED</td>' in html
+    problems = html.split("<h2>Jobs without a result</h2>")[1]
     assert "<b>broke</b>" in problems and "<b>mid</b>" not in problems and "<b>low</b>" not in problems
 
     stubs = install_stubs(tmp_path, monkeypatch, {"scontrol": 'echo "scontrol $*" >> "$STATE/argv"\n'})

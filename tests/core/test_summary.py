@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import re
@@ -474,6 +475,8 @@ def test_color_marks_the_header_the_baseline_and_each_state(tmp_path: Path) -> N
     lines = build_lines(
         collect([write_run(tmp_path, "exp", [FakeJob("a"), FakeJob("b", state="FAILED", result=None)])])
     )
+    lines.append(dataclasses.replace(lines[1], label="c", state="STOPPED@1"))  # halving's end: not a failure
+    lines.append(dataclasses.replace(lines[1], label="d", state="PAUSED@1"))
     apply_baseline(lines, None)
     plain = render_table(lines, color=False, width=400)
     colored = render_table(lines, color=True, width=400)
@@ -485,6 +488,10 @@ def test_color_marks_the_header_the_baseline_and_each_state(tmp_path: Path) -> N
     b_row = next(r for r in rows if "b " in r[:8])
     assert a_row.startswith("\x1b[1m") and "\x1b[32mCOMPLETED" in a_row  # the baseline, bold; green
     assert not b_row.startswith("\x1b[1m") and "\x1b[31mFAILED" in b_row
+    c_row = next(r for r in rows if r.startswith("c "))
+    d_row = next(r for r in rows if r.startswith("d "))
+    assert " STOPPED@1 " in c_row and "\x1b" not in c_row  # plain, as a dry run: an end chosen
+    assert "\x1b[33mPAUSED@1" in d_row  # yellow, as a pending job: a promotion may resume it
 
 
 def test_empty_run(tmp_path: Path) -> None:
