@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 from collections.abc import Mapping
@@ -271,15 +272,39 @@ def usage(job_ids: list[str]) -> dict[str, list[Attempt]]:
     {} without accounting (sacct refuses, or is missing: a copied run read elsewhere)."""
     ids = list(dict.fromkeys(j for j in job_ids if j))
     out: dict[str, list[Attempt]] = {}
+    requeued: list[tuple[str, str, int]] = []  # (job id, start, index in out[id]) of each REQUEUED attempt
     for chunk in sacct_chunks(sacct_ids(ids)):
         said = slurm.ask(_usage_command(chunk))
         for line in said.splitlines() if said is not None else []:
             parsed = parse_usage_line(line)
-            if parsed is not None:
-                for one in expand_array_id(parsed[0]):
-                    out.setdefault(one, []).append(parsed[1])
+            if parsed is None:
+                continue
+            start, state = line.split("|")[1].strip(), line.split("|")[6].strip()
+            for one in expand_array_id(parsed[0]):
+                out.setdefault(one, []).append(parsed[1])
+                if state == "REQUEUED" and parsed[1].started:
+                    requeued.append((one, start, len(out[one]) - 1))
     wanted = set(ids)
+    if requeued:
+        _end_with_the_batch_step(out, [r for r in requeued if r[0] in wanted])
     return {jid: found for jid, found in out.items() if jid in wanted}
+
+
+def _end_with_the_batch_step(out: dict[str, list[Attempt]], requeued: list[tuple[str, str, int]]) -> None:
+    """An attempt requeued after it had ended (a halving promotion, `jobgen requeue` of an ended job) is
+    recorded as held until the requeue, minutes or hours later; its batch step keeps when it ended. Each
+    REQUEUED attempt's time is its batch step's, where that is shorter: one more sacct, for those jobs."""
+    steps: dict[tuple[str, str], int] = {}
+    for chunk in sacct_chunks(sacct_ids([jid for jid, _, _ in requeued])):
+        said = slurm.ask(["sacct", "-n", "-P", "-D", "--format=JobID,Start,ElapsedRaw", "-j", ",".join(chunk)])
+        for line in said.splitlines() if said is not None else []:
+            parts = [p.strip() for p in line.split("|")]
+            if len(parts) == 3 and parts[0].endswith(".batch") and parts[2].isdigit():
+                steps[parts[0].removesuffix(".batch"), parts[1]] = int(parts[2])
+    for jid, start, at in requeued:
+        ended = steps.get((jid, start))
+        if ended is not None and ended < out[jid][at].elapsed_s:
+            out[jid][at] = dataclasses.replace(out[jid][at], elapsed_s=ended)
 
 
 def _usage_command(chunk: list[str]) -> list[str]:

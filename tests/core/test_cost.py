@@ -92,13 +92,28 @@ def test_a_requeued_job_is_every_attempt_sacct_d_lists(bin_dir: Path) -> None:
             "81|2026-01-01T00:20:00|1800|60|billing=8,cpu=8,gres/gpu=4,mem=64G,node=1|0|COMPLETED",
             "82|Unknown|0|60||0|PENDING",  # still pending
             "83|2026-01-01T00:30:00|0|Partition_Limit||0|CANCELLED by 0",  # cancelled in the queue: a Start, no allocation
+            # 84 ended after 300 s (paused at a halving rung) and was requeued 2 h later (promoted): Slurm
+            # records that attempt as held until the requeue; its batch step, as ended after 300 s.
+            "84|2026-01-01T00:00:00|7500|60|billing=8,cpu=8,gres/gpu=4,mem=64G,node=1|0|REQUEUED",
+            "84|2026-01-01T02:05:00|900|60|billing=8,cpu=8,gres/gpu=4,mem=64G,node=1|0|COMPLETED",
+        ],
+        [  # the steps of the jobs with a REQUEUED attempt, every attempt's (sacct -D without -X)
+            "81|2026-01-01T00:00:00|600",
+            "81.batch|2026-01-01T00:00:00|600",
+            "81.0|2026-01-01T00:00:01|599",
+            "84|2026-01-01T00:00:00|7500",
+            "84.batch|2026-01-01T00:00:00|300",
+            "84.0|2026-01-01T00:00:01|298",
+            "84.batch|2026-01-01T02:05:00|900",
         ],
     )
-    found = track.usage(["81", "82", "83", "81"])
+    found = track.usage(["81", "82", "83", "81", "84"])
     calls = (bin_dir / "sacct.calls").read_text().splitlines()
-    assert len(calls) == 1 and " -D " in f" {calls[0]} " and " -X " in f" {calls[0]} "
-    assert calls[0].endswith("-j 81,82,83")  # each id once
+    assert len(calls) == 2 and " -D " in f" {calls[0]} " and " -X " in f" {calls[0]} "
+    assert calls[0].endswith("-j 81,82,83,84")  # each id once
+    assert " -X " not in f" {calls[1]} " and calls[1].endswith("-j 81,84")  # only jobs with a REQUEUED attempt
     assert [a.elapsed_s for a in found["81"]] == [600, 1800]
+    assert [a.elapsed_s for a in found["84"]] == [300, 900]  # not 7500: the 2 h paused are not paid for
     usage = cost.from_attempts(found["81"])
     assert usage.gpu_hours == pytest.approx(4 * 2400 / 3600) and usage.cpu_hours == pytest.approx(8 * 2400 / 3600)
     assert usage.time_used == pytest.approx(2400 / 7200)  # every attempt's elapsed over every attempt's limit
