@@ -584,15 +584,17 @@ def logs(
 def cancel(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
     """Cancel the jobs of RUN (all of them, or the JOBS named).
 
-    With no JOBS the whole run stops: jobs waiting for room in the queue are not submitted, and a
-    halving run promotes and requeues nothing more (until a jobgen requeue of its jobs).
+    A job named that waits for room in the queue is not submitted. With no JOBS the whole run stops:
+    no waiting job is submitted, and a halving run promotes and requeues nothing more (until a jobgen
+    requeue of its jobs).
     """
     from jobgen.commands import waves
     from jobgen.commands.submit import cancel as cancel_jobs
     from jobgen.record.model import Run
 
     run_dir = _one_run(ctx, run)
-    waiting = [] if jobs else waves.stop_sweep(run_dir)  # before the jobs end: theirs submit nothing
+    Run.load(run_dir).pick(list(jobs))  # a name not in the run: one line, before anything is cancelled
+    waiting = waves.stop_sweep(run_dir, jobs)  # before the jobs end: theirs submit nothing
     cancelled = cancel_jobs(Run.load(run_dir), list(jobs))
     for job in cancelled:
         ids = job.ids

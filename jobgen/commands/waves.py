@@ -16,7 +16,7 @@ import contextlib
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -176,20 +176,27 @@ def start(run_dir: Path, max_queued: int, qos: str, account: str) -> None:
     )
 
 
-def stop_sweep(run_dir: Path) -> list[str]:
-    """For `jobgen cancel` of a whole run, before its jobs are cancelled: once this returns, nothing of
-    the run is submitted or requeued by a top-up, a job on its way out or a status. Its waves stop, its
-    waiting jobs (or arrays) are recorded CANCELLED (never submitted), a halving run promotes no more
-    (`jobgen requeue` lifts that). The names of the waiting entries cancelled."""
+def stop_sweep(run_dir: Path, names: Sequence[str] = ()) -> list[str]:
+    """For `jobgen cancel`, before the jobs are cancelled: the waiting jobs (or arrays) are recorded
+    CANCELLED (never submitted), the named ones of a sweep of jobs, or all. For the whole run, once this
+    returns nothing of it is submitted or requeued by a top-up, a job on its way out or a status: its
+    waves stop, a halving run promotes no more (`jobgen requeue` lifts that). The names cancelled."""
     from jobgen.facts import now_iso
 
     with record.run_lock(run_dir):  # a top-up submits under it: none is half-way when this goes on
         manifest = record.load_manifest(run_dir)
-        if manifest.get("halving"):
-            halving.cancel(halving.root(run_dir))
-        _stop(run_dir)
         key = "arrays" if manifest.get("arrays") else "jobs"
-        waiting = [e for e in manifest[key] if not e.get("job_id") and e["state"] == State.WAITING.value]
+        if names and key == "arrays":
+            return []  # a waiting array goes in whole: a task of it is cancelled once it is queued
+        if not names:
+            if manifest.get("halving"):
+                halving.cancel(halving.root(run_dir))
+            _stop(run_dir)
+        waiting = [
+            e
+            for e in manifest[key]
+            if not e.get("job_id") and e["state"] == State.WAITING.value and (not names or e["name"] in names)
+        ]
         if waiting:
             cancelled = {"state": State.CANCELLED.value, "cancel_requested_at": now_iso()}
             record.update_jobs(run_dir, {e["name"]: cancelled for e in waiting}, key=key)

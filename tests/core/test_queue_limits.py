@@ -402,10 +402,17 @@ def test_cancel_stops_a_sweep_in_waves_and_its_halving_until_a_requeue(runner, t
     )
     _states(state, {"102": "RUNNING"})
 
+    # A waiting job named is not submitted, the sweep goes on; a name not in the run changes nothing.
+    result = runner.invoke(main, [*root, "cancel", str(run_dir), "seed-4", "seed-9"])
+    assert result.exit_code == 1 and "no job 'seed-9'" in result.output, result.output
+    result = runner.invoke(main, [*root, "cancel", str(run_dir), "seed-4"])
+    assert result.exit_code == 0 and "seed-4: WAITING, cancelled: it will not be submitted" in result.output
+    assert "1 job(s) cancelled" in result.output and (run_dir / "waves.json").exists()
+    assert not (state / "scancel.log").exists()
     result = runner.invoke(main, [*root, "cancel", str(run_dir)])
     assert result.exit_code == 0, result.output
     assert "seed-3: WAITING, cancelled: it will not be submitted" in result.output
-    assert "4 job(s) cancelled" in result.output and "102" in (state / "scancel.log").read_text()
+    assert "3 job(s) cancelled" in result.output and "102" in (state / "scancel.log").read_text()
     assert not (run_dir / "waves.json").exists() and halving.cancelled(base)
     # seed-2, cancelled before its rung, leaves as any job: its top-up submits nothing.
     _states(state, {"101": "COMPLETED", "102": "CANCELLED"})
