@@ -279,11 +279,11 @@ def usage(job_ids: list[str]) -> dict[str, list[Attempt]]:
             parsed = parse_usage_line(line)
             if parsed is None:
                 continue
-            start, state = line.split("|")[1].strip(), line.split("|")[6].strip()
+            fields = line.split("|")  # parse_usage_line checked its shape: USAGE_FIELDS
             for one in expand_array_id(parsed[0]):
                 out.setdefault(one, []).append(parsed[1])
-                if state == "REQUEUED" and parsed[1].started:
-                    requeued.append((one, start, len(out[one]) - 1))
+                if fields[6].strip() == "REQUEUED" and parsed[1].started:
+                    requeued.append((one, fields[1].strip(), len(out[one]) - 1))
     wanted = set(ids)
     if requeued:
         _end_with_the_batch_step(out, [r for r in requeued if r[0] in wanted])
