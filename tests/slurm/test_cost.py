@@ -133,19 +133,37 @@ def test_hours_come_from_the_request_without_accounting(slurm_no_accounting, mon
     assert doc["totals"]["energy_kwh"] is None
 
 
+def _batch_steps(job_id: str) -> list[int]:
+    """The ElapsedRaw of each attempt's batch step, in order (sacct -D, steps included)."""
+    out = subprocess.run(
+        ["sacct", "-n", "-P", "-D", "--format=JobID,ElapsedRaw", "-j", job_id],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    return [int(line.split("|")[1]) for line in out.splitlines() if line.split("|")[0] == f"{job_id}.batch"]
+
+
 def test_every_attempt_of_a_requeued_job_is_counted(slurm, root: Path, tmp_path: Path) -> None:
     """A job that failed, then was requeued (same id) and completed: sacct -D lists both, and both are
-    paid for. (Without accounting the first attempt is recorded nowhere: tests/core/test_cost.py.)"""
+    paid for, each until its batch step ended: Slurm records the failed attempt as held until the
+    requeue, 5 s and more after it ended. (Without accounting the first attempt is recorded nowhere:
+    tests/core/test_cost.py.)"""
     points = '[[sweep.points]]\nname = "flaky"\n"env.vars" = { BEHAVIOR = "fail-once", NAP = "3" }\n'
     jobgen("submit", str(behave_experiment(tmp_path, "again", points)), root=root)
     run_dir = only_run(root, "again")
     wait_states(run_dir, lambda s: s["flaky"] is State.FAILED, timeout=90)
+    time.sleep(5)  # the node is free meanwhile: not paid for
     jobgen("requeue", str(run_dir), root=root)
     wait_states(run_dir, lambda s: s["flaky"] is State.COMPLETED, timeout=180)
     (job,) = manifest(run_dir)["jobs"]
     found = _wait_accounted(job["job_id"], 2)
-    assert len(found) == 2, found
-    elapsed = sum(int(a["elapsed"]) for a in found)
+    assert len(found) == 2 and found[0]["state"] == "REQUEUED", found
+    steps = _batch_steps(job["job_id"])
+    assert len(steps) == 2 and int(found[0]["elapsed"]) >= steps[0] + 5, (found, steps)
+    held = [steps[0], int(found[1]["elapsed"])]
+    elapsed = sum(held)
     cpus = {_count(a["tres"], "cpu") for a in found}
     assert len(cpus) == 1 and elapsed >= 6, found
     (row,) = _summary(run_dir, root)["rows"]
@@ -154,7 +172,7 @@ def test_every_attempt_of_a_requeued_job_is_counted(slurm, root: Path, tmp_path:
     # Both attempts are final in the accounting: the manifest keeps them, and the next summary asks
     # sacct nothing for the job (a sacct that fails on PATH would leave only the request to go by).
     kept = manifest(run_dir)["jobs"][0]["usage"]
-    assert [a[1] for a in kept["attempts"][job["job_id"]]] == [int(a["elapsed"]) for a in found]
+    assert [a[1] for a in kept["attempts"][job["job_id"]]] == held
     shim = tmp_path / "no-sacct"
     shim.mkdir()
     (shim / "sacct").write_text("#!/bin/sh\nexit 1\n")
