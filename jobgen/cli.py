@@ -765,8 +765,12 @@ def rerun(
         click.echo(f"note: {line}", err=True)
     click.echo(f"rerun of {done.of}: {len(done.jobs)} job(s) from its record")
     if dry_run:
+        from jobgen.commands import waves
+
         click.echo("\n".join(sub.show(done.run_dir, done.manifest, show)))
         click.echo(f"dry run: {len(done.jobs)} job(s) written, nothing submitted")
+        for line in waves.preview(done.manifest):
+            click.echo(line)
         return
     click.echo(f"run: {done.run_dir}")
     _submit_and_report(done.run_dir)

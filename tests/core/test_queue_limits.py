@@ -477,6 +477,12 @@ def test_a_rerun_of_more_jobs_than_fit_submits_in_waves(runner, tmp_path, monkey
     assert runner.invoke(main, [*root, "submit", str(exp)]).exit_code == 0  # room for all 10
     (old,) = (tmp_path / "runs" / "wave").iterdir()
     monkeypatch.setenv("MAXJ", "9")  # room 8: waves of 3, as a submit of the same sweep
+    result = runner.invoke(main, [*root, "rerun", str(old), "--dry-run"])  # says so first
+    assert result.output.rstrip().endswith(
+        "waves: 3 of the 10 job(s) would be queued at once (what the limits leave, less launch.queue_reserve); "
+        "the rest would wait as WAITING, each job that ends submitting the next"
+    ), result.output
+    shutil.rmtree(next(d for d in (tmp_path / "runs" / "wave").iterdir() if d != old))
     result = runner.invoke(main, [*root, "rerun", str(old)])
     assert result.exit_code == 0, result.output
     assert "queue: 8 of the 10 job(s) fit now (slurm.conf MaxJobCount = 9, 0 held" in result.output
