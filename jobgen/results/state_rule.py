@@ -139,7 +139,7 @@ def ask_schedulers(runs: Sequence[Run], refresh: bool = False) -> None:
     for run in runs:
         resumed = _promoted_and_requeued(run)
         for job in run.jobs:
-            if is_asked(job, refresh) or (job.name in resumed and not job.finished):
+            if is_asked(job, refresh) or (job.name in resumed and job.recorded is not State.COMPLETED):
                 asking.setdefault(run.backend, []).append(job)
     answers = {
         backend: backends.get(backend).states([i for job in jobs for i in job.ids]) for backend, jobs in asking.items()
@@ -164,7 +164,8 @@ def ask_schedulers(runs: Sequence[Run], refresh: bool = False) -> None:
 
 def _promoted_and_requeued(run: Run) -> set[str]:
     """The jobs of a halving run that were requeued for a promotion: the job that promoted one may have
-    requeued it, after a command recorded its pause as its end; it is asked about again."""
+    requeued it, after a command recorded its pause as its end; it is asked about again until its
+    COMPLETED (and Slurm's times of it) is recorded."""
     if not run.manifest.get("halving"):
         return set()
     from training import halving

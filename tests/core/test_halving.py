@@ -635,6 +635,21 @@ def test_a_job_a_promotion_requeued_after_its_pause_was_recorded_is_asked_again(
     shown = {line.split()[0]: line.split()[3] for line in result.stdout.splitlines()[2:]}
     assert shown == {"j0": "PAUSED@1", "j1": "PENDING", "j2": "RUNNING", "j3": "PAUSED@1"}, result.output
     assert asked == [["4001", "4002"]]
+    # j2 finishes unseen (its pause is still the state recorded): asked until its COMPLETED (and
+    # Slurm's times) is recorded, then no more.
+    doc = json.loads((run / "manifest.json").read_text())
+    doc["jobs"][2]["state"] = "FAILED"
+    (run / "manifest.json").write_text(json.dumps(doc))
+    for journal in run.glob(".journal-*"):
+        journal.unlink()
+    done = synth.write_run(tmp_path / "other", "halv", [synth.FakeJob("j2", state="COMPLETED")])
+    (run / "jobs" / "j2" / "result.json").write_bytes((done / "jobs" / "j2" / "result.json").read_bytes())
+    answers = {"4001": JobInfo(State.PENDING), "4002": JobInfo(State.COMPLETED)}
+    fake_squeue(monkeypatch, lambda ids: asked.append(sorted(ids)) or {i: answers[i] for i in ids})
+    for _ in range(2):
+        assert runner.invoke(main, ["--output-root", str(tmp_path / "runs"), "status", str(run)]).exit_code == 0
+    assert asked[1:] == [["4001", "4002"], ["4001"]]
+    assert json.loads((run / "manifest.json").read_text())["jobs"][2]["state"] == "COMPLETED"
 
 
 CHAINED = BASE.replace("[train]", "[slurm]\nchain = 3\n[train]") + "[sweep.halving]\nrungs = [1]\n"
