@@ -492,6 +492,22 @@ def test_submitit_ends_a_paused_job_as_planned() -> None:
     assert halving.paused_status({}) == halving.paused_status({halving.PAUSED_EXIT_ENV: "x"}) == halving.EXIT_PAUSED
 
 
+def _halving_run(root: Path, jobs: list[Any], found: halving.Settings, reports: dict[str, float]) -> Path:
+    """A run of synthetic jobs (tests/data/summary/synth) that halves with `found`, each job of
+    `reports` reported at rung 1 with its metric."""
+    import json
+
+    from tests.data.summary import synth
+
+    run = synth.write_run(root, "halv", jobs)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["halving"] = found.record()
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    for job, metric in reports.items():
+        assert halving.report(halving.root(run), 1, job, metric)
+    return run
+
+
 def test_summary_and_status_show_what_halving_did_to_each_job(tmp_path: Path, runner) -> None:
     """A halving run read from its files: the job a decision promoted past the rung and that finished
     shows COMPLETED, the two that ended at the rung without a result STOPPED@1 (never FAILED or
@@ -506,15 +522,9 @@ def test_summary_and_status_show_what_halving_did_to_each_job(tmp_path: Path, ru
         synth.FakeJob("mid", sweep={"train.lr": 2}, state="FAILED", result=None),
         synth.FakeJob("low", sweep={"train.lr": 3}, state="FAILED", result=None),
     ]
-    run = synth.write_run(tmp_path / "runs", "halv", jobs)
-    manifest = json.loads((run / "manifest.json").read_text())
     found = halving.Settings((1,), 3, "accuracy", "max")
-    manifest["halving"] = found.record()
-    (run / "manifest.json").write_text(json.dumps(manifest))
-    base = halving.root(run)
-    for job, metric in (("best", 0.9), ("mid", 0.6), ("low", 0.3)):
-        assert halving.report(base, 1, job, metric)
-    assert halving.settle(base, 1, found) == ["best"]
+    run = _halving_run(tmp_path / "runs", jobs, found, {"best": 0.9, "mid": 0.6, "low": 0.3})
+    assert halving.settle(halving.root(run), 1, found) == ["best"]
     result = runner.invoke(main, ["--output-root", str(tmp_path / "runs"), "summary", str(run), "--format", "json"])
     assert result.exit_code == 0, result.output
     rows = {row["config"]: row for row in json.loads(result.stdout)["rows"]}
@@ -554,15 +564,9 @@ def test_jobs_halving_ended_are_no_failures_to_explain_count_or_requeue(
         ),
     ]
     root = tmp_path / "runs"
-    run = synth.write_run(root, "halv", jobs)
-    manifest = json.loads((run / "manifest.json").read_text())
     found = halving.Settings((1,), 3, "accuracy", "max")
-    manifest["halving"] = found.record()
-    (run / "manifest.json").write_text(json.dumps(manifest))
-    base = halving.root(run)
-    for job, metric in (("best", 0.9), ("mid", 0.6), ("low", 0.3)):
-        assert halving.report(base, 1, job, metric)
-    assert halving.settle(base, 1, found) == ["best"]
+    run = _halving_run(root, jobs, found, {"best": 0.9, "mid": 0.6, "low": 0.3})
+    assert halving.settle(halving.root(run), 1, found) == ["best"]
 
     listed = runner.invoke(main, ["--output-root", str(root), "runs"])
     assert listed.exit_code == 0 and "2 STOPPED@1, 1 COMPLETED, 1 FAILED" in listed.output, listed.output

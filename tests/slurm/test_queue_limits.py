@@ -75,10 +75,13 @@ def _client(limited: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     raise AssertionError("the controller still holds jobs after 60 s")
 
 
-def _sweep(tmp_path: Path, name: str, points: int, qos: str = "") -> Path:
+def _sweep(tmp_path: Path, name: str, points: int, qos: str = "", nap: int = 0) -> Path:
+    """A sweep of cheap jobs; each sleeps `nap` seconds."""
     exp = behave_sweep(tmp_path, name, points)
     if qos:
         exp.write_text(exp.read_text().replace("[slurm]\n", f'[slurm]\nqos = "{qos}"\n'))
+    if nap:
+        exp.write_text(exp.read_text().replace('BEHAVIOR = "ok"', f'BEHAVIOR = "ok", NAP = "{nap}"'))
     return exp
 
 
@@ -212,14 +215,19 @@ def test_array_sweep_waves_under_the_qos_limit(limited, monkeypatch, tmp_path: P
     assert _most_queued(rows) <= QOS_LIMIT, rows
 
 
-def test_a_sweep_in_waves_survives_a_controller_restart(limited, monkeypatch, tmp_path: Path):
+def _two_at_a_time(
+    limited: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str, points: int, nap: int
+) -> tuple[Path, Path, float]:
+    """Submit a sweep of napping jobs with launch.max_queued = 2: (output root, run folder, when)."""
     _client(limited, monkeypatch)
     root = tmp_path / "runs"
-    exp = _sweep(tmp_path, "restart", 6)
-    exp.write_text(exp.read_text().replace('BEHAVIOR = "ok"', 'BEHAVIOR = "ok", NAP = "6"'))
     since = time.time()
-    jobgen("submit", str(exp), "--set", "launch.max_queued=2", root=root)
-    run_dir = only_run(root, "restart")
+    jobgen("submit", str(_sweep(tmp_path, name, points, nap=nap)), "--set", "launch.max_queued=2", root=root)
+    return root, only_run(root, name), since
+
+
+def test_a_sweep_in_waves_survives_a_controller_restart(limited, monkeypatch, tmp_path: Path):
+    root, run_dir, since = _two_at_a_time(limited, monkeypatch, tmp_path, "restart", 6, nap=6)
     controller = [str(UP.parent / "controller.sh")]
     time.sleep(3)
     subprocess.run([*controller, "stop"], env=limited, check=True, capture_output=True, timeout=60)
@@ -236,13 +244,7 @@ def test_cancel_stops_a_sweep_in_waves(limited, monkeypatch, tmp_path: Path):
     """`jobgen cancel RUN` of a sweep in waves: the queued jobs are cancelled and, on their way out,
     submit nothing; the waiting ones are recorded CANCELLED (each cancelled job's exit path, and the
     next status, submitted them before)."""
-    _client(limited, monkeypatch)
-    root = tmp_path / "runs"
-    exp = _sweep(tmp_path, "stop", 5)
-    exp.write_text(exp.read_text().replace('BEHAVIOR = "ok"', 'BEHAVIOR = "ok", NAP = "60"'))
-    since = time.time()
-    jobgen("submit", str(exp), "--set", "launch.max_queued=2", root=root)
-    run_dir = only_run(root, "stop")
+    root, run_dir, since = _two_at_a_time(limited, monkeypatch, tmp_path, "stop", 5, nap=60)
     deadline = time.monotonic() + 60
     while len(_sacct("stop", since, limited)) < 2 or any(r[4] != "RUNNING" for r in _sacct("stop", since, limited)):
         assert time.monotonic() < deadline, _sacct("stop", since, limited)
