@@ -64,6 +64,15 @@ def flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def set_apart_from_defaults(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """A flattened experiment less the keys set to their default: a key at its default plans what
+    leaving it out plans (diff and the summary's configurations compare what is left)."""
+    from jobgen.experiment.schema import defaults
+
+    known, missing = defaults(), object()
+    return {key: value for key, value in flat.items() if known.get(key, missing) != value}
+
+
 def _toml(path: Path) -> dict[str, Any] | None:
     """A TOML file's tree; None when it is missing, JobgenError naming it when it cannot be read."""
     try:

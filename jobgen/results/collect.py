@@ -177,21 +177,16 @@ def run_setup(run_dir: Path, manifest: Mapping[str, Any] | None) -> tuple[tuple[
     sweep (each job's own values count instead) and the description; a key set to its default is as one
     left out. Empty when the run recorded neither its resolved experiment nor its experiment.toml."""
     from jobgen.experiment import resolved
-    from jobgen.experiment.schema import defaults
 
     try:
         tree, _ = resolved.read(run_dir, manifest if manifest is not None else load_manifest(run_dir))
     except (JobgenError, OSError):
         return ()
-    known, missing = defaults(), object()
     return tuple(
         sorted(
             (key, json.dumps(value, sort_keys=True, default=str))
-            for key, value in resolved.flatten(tree).items()
-            if not key.startswith("sweep.")
-            and key != "experiment.description"
-            and not is_seed(key)
-            and known.get(key, missing) != value
+            for key, value in resolved.set_apart_from_defaults(resolved.flatten(tree)).items()
+            if not key.startswith("sweep.") and key != "experiment.description" and not is_seed(key)
         )
     )
 

@@ -92,16 +92,16 @@ def _changed(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Pair]:
 
 
 def _experiment(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
-    """The experiment keys whose values differ, a key one side left out counted at its default (so a key
-    set to its default on the other side is no difference), and per side the keys it left to default."""
+    """The experiment keys whose values differ, a key at its default counted as left out
+    (resolved.set_apart_from_defaults), each shown by its value, or its default where a side left it
+    out, and per side the keys it left out."""
     from jobgen.experiment.schema import defaults
 
     known = defaults()
-    filled = [
-        {**{k: known[k] for k in other.keys() - side.keys() if k in known}, **side} for side, other in ((a, b), (b, a))
-    ]
-    changed = _changed(*filled)
-    left = {name: sorted(k for k in changed if k not in side and k in known) for name, side in (("a", a), ("b", b))}
+    set_a, set_b = resolved.set_apart_from_defaults(a), resolved.set_apart_from_defaults(b)
+    keys = sorted(k for k in set(set_a) | set(set_b) if set_a.get(k) != set_b.get(k))
+    changed = {k: [side.get(k, known.get(k)) for side in (a, b)] for k in keys}
+    left = {name: [k for k in keys if k not in side and k in known] for name, side in (("a", a), ("b", b))}
     return {"experiment": changed, "experiment_defaults": left}
 
 
