@@ -504,7 +504,8 @@ def state_tone(state: str) -> str:
     return "planned" if name in ("STOPPED", "DRY_RUN") else "bad"
 
 
-TONE_COLORS = {"done": "green", "running": "cyan", "waiting": "yellow", "planned": "", "bad": "red"}
+# The terminal's color of each tone; a planned end is left plain.
+TONE_ANSI = {"done": "\x1b[32m", "running": "\x1b[36m", "waiting": "\x1b[33m", "bad": "\x1b[31m"}
 
 
 def render_table(lines: list[Line], color: bool = False, width: int | None = None, **_: Any) -> str:
@@ -543,8 +544,8 @@ def render_table(lines: list[Line], color: bool = False, width: int | None = Non
             values = [row[i] for i in group]
             if color and at is not None:
                 padded = [field.format(v) for field, v in zip(fields, values, strict=True)]
-                tone = TONE_COLORS[state_tone(line.state)]
-                padded[at] = _styled(padded[at], ANSI[tone], color and bool(tone))
+                code = TONE_ANSI.get(state_tone(line.state))
+                padded[at] = _styled(padded[at], code or "", code is not None)
                 text = GAP.join(padded).rstrip()
             else:
                 text = row_format.format(*values).rstrip()
@@ -611,7 +612,6 @@ def column_groups(natural: list[int], width: int) -> list[list[int]]:
 
 GAP = "   "  # between two columns
 NOTE_WIDTH = 40
-ANSI = {"green": "\x1b[32m", "cyan": "\x1b[36m", "yellow": "\x1b[33m", "red": "\x1b[31m", "": ""}
 BOLD, RESET = "\x1b[1m", "\x1b[0m"
 
 
