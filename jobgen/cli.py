@@ -304,14 +304,8 @@ def _submit_and_report(run_dir: Path) -> None:
 
         (run,) = read_runs([run_dir])  # the one state rule: exit 0 without a result is not COMPLETED
         click.echo(summarize([run], baseline=None, fmt="table", plot=None))
-        halved = halving_view.settings_of(run.manifest)
-        rungs = halving_view.labels(run, halved) if halved else {}
-        # A job halving stopped at a rung ended as planned: it is shown as such, not as a failure.
-        failed = [
-            job.name
-            for job in run.jobs
-            if job.state is not State.COMPLETED and not (job.name in rungs and rungs[job.name].label())
-        ]
+        planned = halving_view.ended_as_planned(run)  # shown as such, not as failures
+        failed = [job.name for job in run.jobs if job.state is not State.COMPLETED and job.name not in planned]
         if failed:
             raise JobgenError(f"{len(failed)} job(s) did not complete: {', '.join(failed)}; see jobgen logs {run_dir}")
     else:

@@ -67,12 +67,9 @@ def _requeue(run_dir: Path, names: list[str]) -> list[Outcome]:
     if refusal:
         raise JobgenError(refusal)
     chosen = run.pick(names)
-    halved = halving_view.settings_of(run.manifest)
-    planned = {
-        name: view for name, view in (halving_view.labels(run, halved) if halved else {}).items() if view.label()
-    }
+    planned = halving_view.ended_as_planned(run)
     base = halving.root(run_dir)
-    stopped = bool(halved) and halving.cancelled(base)
+    stopped = bool(run.manifest.get("halving")) and halving.cancelled(base)
     if stopped:
         halving.resume(base)  # before a job starts again: at its rung the rule applies as before the cancel
     outcomes = [

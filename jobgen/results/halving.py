@@ -74,7 +74,7 @@ class Board:
             found,
             {r: halving.read_reports(base, r) for r in found.rungs},
             {r: halving.promoted(base, r) for r in found.rungs},
-            {r: _names(base / "requeued" / str(r)) for r in found.rungs},
+            _requeued(base, found),
         )
 
     def job(self, name: str, finished: bool, ended: bool, sweep_ended: bool) -> JobRungs:
@@ -164,6 +164,25 @@ def requeue_id(run_dir: Path, found: halving.Settings, name: str, rung: int) -> 
     report = halving.read_reports(halving.root(run_dir), rung).get(name) or {}
     value = report.get("requeue_id")
     return str(value) if value else None
+
+
+def _requeued(base: Path, found: halving.Settings) -> dict[int, set[str]]:
+    return {r: _names(base / "requeued" / str(r)) for r in found.rungs}
+
+
+def requeued_jobs(run: Any) -> set[str]:
+    """The jobs of a read run that someone requeued for a promotion (a job may have done it, unrecorded);
+    none for a run without halving."""
+    found = settings_of(run.manifest)
+    return set().union(*_requeued(halving.root(run.run_dir), found).values()) if found else set()
+
+
+def ended_as_planned(run: Any) -> dict[str, JobRungs]:
+    """The jobs of a read run (states settled) that halving paused or stopped at a rung, or that wait to
+    resume past one, as it sees them ('PAUSED@1', ...): no failures, whatever their state under it.
+    {} for a run without halving."""
+    found = settings_of(run.manifest)
+    return {name: view for name, view in labels(run, found).items() if view.label()} if found else {}
 
 
 def labels(run: Any, found: halving.Settings) -> dict[str, JobRungs]:

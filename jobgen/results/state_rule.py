@@ -20,7 +20,6 @@ status) says COMPLETED and there is no result.json, the job is FAILED.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from jobgen import backends
 from jobgen.errors import JobgenError
 from jobgen.record.model import Run, RunJob
 from jobgen.record.store import redactor
+from jobgen.results import halving as halving_view
 from jobgen.results import logs
 from jobgen.results.diagnose import CAUSE_STATES, LAST_LINE, Cause, find_cause
 from jobgen.states import FINAL_STATES, Answer, JobInfo, State
@@ -137,7 +137,9 @@ def ask_schedulers(runs: Sequence[Run], refresh: bool = False) -> None:
     """One question per backend for every job of these runs that may still change (all with `refresh`)."""
     asking: dict[str, list[RunJob]] = {}
     for run in runs:
-        resumed = _promoted_and_requeued(run)
+        # A job a promotion requeued may have been requeued by the job that promoted it, after a
+        # command recorded its pause as its end: asked again until its COMPLETED is recorded.
+        resumed = halving_view.requeued_jobs(run)
         for job in run.jobs:
             if is_asked(job, refresh) or (job.name in resumed and job.recorded is not State.COMPLETED):
                 asking.setdefault(run.backend, []).append(job)
@@ -160,24 +162,6 @@ def ask_schedulers(runs: Sequence[Run], refresh: bool = False) -> None:
                         f"{run.run_dir}: Slurm did not answer ({silent}): {jobs_show} the last state recorded,"
                         " and none was changed; run the command again once Slurm answers"
                     )
-
-
-def _promoted_and_requeued(run: Run) -> set[str]:
-    """The jobs of a halving run that were requeued for a promotion: the job that promoted one may have
-    requeued it, after a command recorded its pause as its end; it is asked about again until its
-    COMPLETED (and Slurm's times of it) is recorded."""
-    if not run.manifest.get("halving"):
-        return set()
-    from training import halving
-
-    found: set[str] = set()
-    try:
-        with os.scandir(halving.root(run.run_dir) / "requeued") as rungs:
-            for rung in rungs:
-                found.update(os.listdir(rung.path))
-    except OSError:
-        pass
-    return found
 
 
 def progress(job: RunJob) -> str:

@@ -109,11 +109,10 @@ def runs_table(run_dirs: Sequence[Path], root: Path, refresh: bool) -> tuple[lis
         if not isinstance(row, Run):
             out.append(row)
             continue
-        halved = halving_view.settings_of(row.manifest)
-        rungs = halving_view.labels(row, halved) if halved else {}
+        planned = halving_view.ended_as_planned(row)
         # A job halving ended at a rung counts as status shows it (STOPPED@1), not as the FAILED under it.
         counts = Counter(
-            (rungs[job.name].label() if job.name in rungs else "") or (job.state if refresh else job.recorded).value
+            planned[job.name].label() if job.name in planned else (job.state if refresh else job.recorded).value
             for job in row.jobs
         )
         states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
