@@ -25,6 +25,7 @@ from jobgen import backends
 from jobgen.backends import Scheduler
 from jobgen.backends._queue import max_queued
 from jobgen.errors import JobgenError
+from jobgen.facts import now_iso
 from jobgen.record import store as record
 from jobgen.results import halving as halving_view
 from jobgen.states import Answer, JobInfo, State
@@ -181,8 +182,6 @@ def stop_sweep(run_dir: Path, names: Sequence[str] = ()) -> list[str]:
     CANCELLED (never submitted), the named ones of a sweep of jobs, or all. For the whole run, once this
     returns nothing of it is submitted or requeued by a top-up, a job on its way out or a status: its
     waves stop, a halving run promotes no more (`jobgen requeue` lifts that). The names cancelled."""
-    from jobgen.facts import now_iso
-
     with record.run_lock(run_dir):  # a top-up submits under it: none is half-way when this goes on
         manifest = record.load_manifest(run_dir)
         key = "arrays" if manifest.get("arrays") else "jobs"
@@ -197,22 +196,22 @@ def stop_sweep(run_dir: Path, names: Sequence[str] = ()) -> list[str]:
             for e in manifest[key]
             if not e.get("job_id") and e["state"] == State.WAITING.value and (not names or e["name"] in names)
         ]
-        if waiting:
-            cancelled = {"state": State.CANCELLED.value, "cancel_requested_at": now_iso()}
-            record.update_jobs(run_dir, {e["name"]: cancelled for e in waiting}, key=key)
-            if key == "arrays":
-                record.update_jobs(run_dir, {name: cancelled for e in waiting for name in e["tasks"]})
+        _record(run_dir, key, waiting, {"state": State.CANCELLED.value, "cancel_requested_at": now_iso()})
         return [e["name"] for e in waiting]
 
 
 def mark_waiting(run_dir: Path, key: str, waiting: list[dict[str, Any]]) -> None:
     """Record the entries left for a later wave as WAITING (the jobs of an array too)."""
-    if not waiting:
+    _record(run_dir, key, waiting, {"state": State.WAITING.value})
+
+
+def _record(run_dir: Path, key: str, entries: list[dict[str, Any]], fields: dict[str, Any]) -> None:
+    """The same fields for these entries of manifest[key]: jobs, or arrays and the jobs of each."""
+    if not entries:
         return
-    record.update_jobs(run_dir, {e["name"]: {"state": State.WAITING.value} for e in waiting}, key=key)
+    record.update_jobs(run_dir, {e["name"]: fields for e in entries}, key=key)
     if key == "arrays":
-        tasks = {name: {"state": State.WAITING.value} for e in waiting for name in e["tasks"]}
-        record.update_jobs(run_dir, tasks)
+        record.update_jobs(run_dir, {name: fields for e in entries for name in e["tasks"]})
 
 
 @dataclass(frozen=True)
