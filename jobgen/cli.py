@@ -586,10 +586,10 @@ def cancel(ctx: click.Context, run: str, jobs: tuple[str, ...]) -> None:
     from jobgen.commands.submit import cancel as cancel_jobs
     from jobgen.record.model import Run
 
-    run_dir = _one_run(ctx, run)
-    Run.load(run_dir).pick(list(jobs))  # a name not in the run: one line, before anything is cancelled
-    waiting = waves.stop_sweep(run_dir, jobs)  # before the jobs end: theirs submit nothing
-    cancelled = cancel_jobs(Run.load(run_dir), list(jobs))
+    loaded = Run.load(_one_run(ctx, run))
+    loaded.pick(list(jobs))  # a name not in the run: one line, before anything is cancelled
+    waiting = waves.stop_sweep(loaded.run_dir, jobs)  # before the jobs end: theirs submit nothing
+    cancelled = cancel_jobs(loaded, list(jobs))
     for job in cancelled:
         ids = job.ids
         click.echo(f"  {job.name}: cancel sent to job{'s' if len(ids) > 1 else ''} {', '.join(ids)}")
